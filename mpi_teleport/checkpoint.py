@@ -41,7 +41,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import UsageError
+from .output import dumps, write_atomic, write_atomic_with
 
 FORMAT = 1
 MANIFEST = "MANIFEST.json"
@@ -79,10 +79,10 @@ def leg_dir(cfg, algorithm: str) -> Path | None:
     if cfg.checkpoint_dir is not None:
         base = Path(cfg.checkpoint_dir)
         return base / algorithm if cfg.algorithm == "compare" else base
-    if cfg.out is None:
-        return None
-    out = Path(cfg.out)
-    return (out / algorithm if cfg.algorithm == "compare" else out) / "checkpoints"
+    from .report import out_dir
+
+    out = out_dir(cfg, algorithm)
+    return None if out is None else out / "checkpoints"
 
 
 # ----------------------------------------------------------------------------- writing
@@ -97,21 +97,6 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def _write_atomic(path: Path, write) -> None:
-    """Write ``path`` via ``write(fileobj)`` to a temporary file, fsync, rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def token_arrays(state) -> dict[str, np.ndarray]:
@@ -136,24 +121,21 @@ def restore_token(state, arrays: dict[str, np.ndarray]) -> None:
 
 def save_token(directory: Path, m: int, arrays: dict[str, np.ndarray]) -> None:
     """MPI layout: one file per token, written by the rank that holds it."""
-    _write_atomic(Path(directory) / token_file(m),
-                  lambda f: np.savez(f, **{k: np.ascontiguousarray(v) for k, v in arrays.items()}))
+    write_atomic_with(Path(directory) / token_file(m),
+                      lambda f: np.savez(f, **{k: np.ascontiguousarray(v) for k, v in arrays.items()}))
 
 
 def save_matrix(directory: Path, arrays: dict[str, np.ndarray]) -> None:
     """Simulator layout: NAME.npy = the (k, d) matrix of all tokens' array NAME."""
     for name, value in arrays.items():
-        _write_atomic(Path(directory) / f"{name}.npy",
-                      lambda f, v=value: np.save(f, np.ascontiguousarray(v)))
+        write_atomic_with(Path(directory) / f"{name}.npy",
+                          lambda f, v=value: np.save(f, np.ascontiguousarray(v)))
 
 
 def write_manifest(directory: Path, manifest: dict) -> None:
     """Mark a checkpoint complete: its manifest is the last file written."""
-    from .output import dumps
-
     directory = Path(directory)
-    text = dumps({"format": FORMAT, **manifest}, indent=1) + "\n"
-    _write_atomic(directory / MANIFEST, lambda f: f.write(text.encode()))
+    write_atomic(directory / MANIFEST, dumps({"format": FORMAT, **manifest}, indent=1) + "\n")
     _fsync_dir(directory)
 
 
@@ -470,10 +452,10 @@ class Keeper:
     MPI (``run.execute``)::
 
         keeper = Keeper(cfg, algorithm, k, terminator, transport)   # every rank
-        r0 = keeper.restore_mpi(node, state, rec, variant)          # 0 when not resuming
+        keeper.restore_mpi(node, state, rec, simple)    # resume: this rank's token, records
         on_round = keeper.wrap(on_round, node, state, rec)
-        ... loop(node, range(r0, rounds), state, on_round) ...
-        keeper.finish(summary)                                      # final checkpoint
+        ... loop(node, keeper.rounds(rounds), state, on_round) ...
+        keeper.finish(summary)                          # the final checkpoint
 
     ``wrap`` adds, after the logging of a round, the agreement on signals (an
     Allreduce(MAX) of one integer, only at logging and checkpoint rounds), the periodic
@@ -491,16 +473,19 @@ class Keeper:
         self.backend = "sim" if transport is None else "mpi"
         self.wall_offset = float(self.plan.manifest.get("wall_s", 0.0)) if self.plan.manifest else 0.0
         self._t0 = time.perf_counter() - self.wall_offset
-        self._last = None  # (r, roster) of the latest round seen by the wrapped on_round
         self._start = self.plan.start
-        self._ran = False
-        self.written: list[Path] = []
+        self._every = self.plan.every if self.plan.dir is not None else 0
+        self._last_round = self._last_roster = None  # the latest round the loop reported
 
     # -- what to resume -------------------------------------------------------------
     @property
     def start(self) -> int:
         """The round the run continues from (0 for a fresh run)."""
         return self._start
+
+    @property
+    def resumed(self) -> bool:
+        return self.plan.manifest is not None
 
     def rounds(self, total: int) -> range:
         """The rounds left to run: none after the final checkpoint of a run that stopped
@@ -527,7 +512,6 @@ class Keeper:
         r0 = self._start
         # Alg. 3 (and DSGD): round-r0 tokens sit with holders(r0); Alg. 1: with holders(r0-1).
         entry = node.roster(r0 - 1 if simple and r0 > 0 else r0)
-        self._last = (r0, entry)
         _, token = node.role(entry)
         if token >= 0:
             restore_token(state, load_token(self.plan.source, self.plan.manifest, token))
@@ -547,21 +531,21 @@ class Keeper:
 
     # -- MPI -------------------------------------------------------------------------
     def wrap(self, on_round, node, state, rec, total_rounds: int | None = None):
-        """on_round with the agreement on signals and the checkpoints added after it."""
-        from .metrics import is_log_round
+        """on_round with the agreement on signals and the checkpoints added after it. On
+        other rounds than logging and checkpoint rounds it adds two comparisons."""
         from .signals import Terminated
 
-        cfg = self.cfg
+        total = total_rounds if total_rounds is not None else self.cfg.rounds
+        log_every, every = self.cfg.log_every, self._every
 
         def wrapped(r, roster, x, run=0):
             stop = on_round(r, roster, x, run)
-            self._last, self._ran = (r, roster), True
-            total = total_rounds if total_rounds is not None else cfg.rounds
+            self._last_round, self._last_roster = r, roster
             if stop or r >= total:
                 return stop  # the run ends here anyway: a signal now changes nothing
-            due = self.plan.due(r, total)
-            if not (due or is_log_round(r, cfg.log_every, total)):
-                return stop
+            due = every and not r % every and r > 0
+            if r % log_every and not due:
+                return stop  # neither a logging nor a checkpoint round
             paused = rec.pause()
             self._flush()
             signum = self.terminator.agree(self.comm) if self.terminator is not None else 0
@@ -578,11 +562,11 @@ class Keeper:
 
     def finish(self, summary: dict | None) -> Path | None:
         """The final checkpoint (MPI: collective) when periodic checkpoints were asked."""
-        if self.plan.dir is None or self.plan.every <= 0 or not self._ran:
+        if self._every <= 0 or self._last_round is None:
             return None  # (nothing ran: resumed from the end, its checkpoint stands)
-        r, roster = self._last
         self._flush()
-        return self._save_mpi(r, self._node, roster, self._state, self._rec, "final", summary)
+        return self._save_mpi(self._last_round, self._node, self._last_roster, self._state,
+                              self._rec, "final", summary)
 
     def _flush(self) -> None:
         flush = getattr(self.transport, "flush", None)  # latency layer: deferred sends out first
@@ -603,7 +587,6 @@ class Keeper:
         if self.rank == 0:
             self._write_manifest(directory, r, rec, reason, summary, LAYOUT_TOKENS,
                                  sorted(arrays), int(arrays["x"].size), clocks)
-        self.written.append(directory)
         return directory
 
     def _write_manifest(self, directory, r, rec, reason, summary, layout, arrays, dim, clocks):
@@ -622,18 +605,20 @@ class Keeper:
 
     # -- simulator ---------------------------------------------------------------------
     def after_round_sim(self, r: int, x, v, rec, stop: bool, total: int) -> None:
-        """Periodic checkpoint, and the stop after a signal (checked every round: free)."""
+        """Periodic checkpoint, and the stop after a signal (checked every round: two
+        comparisons when there is nothing to do)."""
+        every, term = self._every, self.terminator
+        if (every and not r % every) or (term is not None and term.signum):
+            self._checkpoint_sim(r, x, v, rec, stop, total)
+
+    def _checkpoint_sim(self, r, x, v, rec, stop, total) -> None:
         from .signals import Terminated
 
         if stop or r >= total:
-            return
+            return  # the run ends here anyway (the final checkpoint follows)
         signum = self.terminator.signum if self.terminator is not None else 0
-        due = self.plan.due(r, total)
-        self._ran = True
-        if not (due or signum):
-            return
         path = None
-        if due or self.plan.dir is not None:
+        if self.plan.due(r, total) or self.plan.dir is not None:
             paused = rec.pause()
             path = self._save_sim(r, x, v, rec, "signal" if signum else "every")
             rec.resume(paused)
@@ -641,7 +626,7 @@ class Keeper:
             raise Terminated(signum, r, path, self.cfg.out)
 
     def finish_sim(self, r: int, x, v, rec, summary: dict) -> Path | None:
-        if self.plan.dir is None or self.plan.every <= 0 or r == self._start and self._start > 0:
+        if self.plan.dir is None or self.plan.every <= 0 or self.resumed and r == self._start:
             return None  # (nothing ran: resumed from the end, its checkpoint stands)
         return self._save_sim(r, x, v, rec, "final", summary)
 
@@ -652,7 +637,6 @@ class Keeper:
         save_matrix(directory, arrays)
         self._write_manifest(directory, r, rec, reason, summary, LAYOUT_MATRIX, sorted(arrays),
                              int(x.shape[1]), None)
-        self.written.append(directory)
         return directory
 
 

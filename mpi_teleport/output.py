@@ -35,12 +35,17 @@ def dumps(obj, **kw) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    write_atomic_with(path, lambda f: f.write(text.encode()))
+
+
+def write_atomic_with(path: Path, write) -> None:
+    """``write(binary file)`` into a temporary file beside ``path``, fsync, rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

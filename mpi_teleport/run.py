@@ -59,7 +59,7 @@ def execute(cfg, algorithm: str, k: int, transport: Transport, progress=None,
     state = new_state(node, x0)
     keeper = checkpoint.Keeper(cfg, algorithm, k, terminator, transport)
     simple = algorithm == "teleportation" and cfg.variant == "simple"
-    r0 = keeper.restore_mpi(node, state, rec, simple)  # resume: this rank's token, the records
+    keeper.restore_mpi(node, state, rec, simple)  # resume: this rank's token, the records
 
     def on_round(r: int, roster, x, run=0) -> bool:
         if not is_log_round(r, cfg.log_every, cfg.rounds):
@@ -83,7 +83,7 @@ def execute(cfg, algorithm: str, k: int, transport: Transport, progress=None,
     on_round = keeper.wrap(on_round, node, state, rec, cfg.rounds)  # signals, checkpoints
     start = time.perf_counter() - keeper.wall_offset
     transport.barrier()
-    if r0 == 0:
+    if not keeper.resumed:  # (a resumed run has logged its first round already)
         on_round(0, node.roster(0), state.x if node.token_of(placement(0)) >= 0 else None)
     loop = run_simple if simple else run_overlap
     loop(node, keeper.rounds(cfg.rounds), state, on_round)

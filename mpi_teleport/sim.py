@@ -106,7 +106,7 @@ def simulate(cfg, algorithm: str, k: int, files: RunFiles, progress: Progress | 
     keeper = checkpoint.Keeper(cfg, algorithm, k, terminator)
     x, v, r = keeper.restore_sim(x, v, rec)  # resume: the token matrices, the records
     start = time.perf_counter() - keeper.wall_offset
-    if r == 0:
+    if not keeper.resumed:  # (a resumed run has logged round r already)
         rec.log(0, x, 0.0)
     fixed = schedule.fixed_holders(n)
     y_buf, x_spare = np.empty_like(x), np.empty_like(x)  # no allocation per round
