@@ -36,10 +36,37 @@ def run_mpi(n: int, args: list[str], timeout: float = 120, cwd=None, env=None) -
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        stacks = rank_stacks(proc.pid)  # where each rank is blocked, before killing them
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        pytest.fail(f"mpirun -n {n} {' '.join(args)} hung for {timeout}s (deadlock?)\n{err[-2000:]}")
+        pytest.fail(f"mpirun -n {n} {' '.join(args)} hung for {timeout}s (deadlock?)\n"
+                    f"{err[-2000:]}\n{stacks}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def rank_stacks(pgid: int) -> str:
+    """Python stacks of the ranks (the Python processes in mpirun's session), via py-spy when it
+    is installed (pip install py-spy): a timed-out MPI test then says where it was stuck."""
+    import shutil
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        return "(pip install py-spy to see the ranks' stacks on a timeout)"
+    try:
+        pids = subprocess.run(["pgrep", "-s", str(pgid)], capture_output=True, text=True,
+                              timeout=10).stdout.split()  # the session mpirun started
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"(no stacks: {exc})"
+    pids = [p for p in pids if "python" in os.path.basename(os.path.realpath(f"/proc/{p}/exe"))]
+    dumps = []
+    for pid in pids:
+        try:
+            res = subprocess.run([spy, "dump", "--pid", pid], capture_output=True, text=True,
+                                 timeout=20)
+            dumps.append(f"--- pid {pid}\n{res.stdout[-3000:]}{res.stderr[-500:]}")
+        except (OSError, subprocess.SubprocessError) as exc:
+            dumps.append(f"--- pid {pid}: {exc}")
+    return "\n".join(dumps)
 
 
 @pytest.fixture

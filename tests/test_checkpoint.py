@@ -130,9 +130,6 @@ def test_mpi_checkpoint_resumes_in_the_other_variant_and_equals_the_simulator(tm
     assert json.loads((tmp_path / "mpi" / "comparison.json").read_text())["dsgd"]["rounds_run"] == 50
 
 
-@pytest.mark.skip(reason="known bug, issue 7 open: the MPI run with --checkpoint-every and "
-                  "--clock virtual hung twice under this harness on a loaded host (not under the "
-                  "launcher); skipped until diagnosed")
 def test_checkpoints_cross_back_ends_and_keep_the_virtual_clock(tmp_path, mpirun):
     """A simulator checkpoint resumes under MPI; an MPI checkpoint keeps every rank's logical
     clock of the latency layer, so virtual_time_s continues exactly (modelled compute time)."""

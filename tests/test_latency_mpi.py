@@ -39,8 +39,6 @@ def numbers(path):
     return [(r["round"], r["error"], r["consensus"]) for r in read_jsonl(path)]
 
 
-@pytest.mark.skip(reason="known bug, issue 5 open: this --clock virtual MPI run hung (90 s) "
-                  "on a heavily loaded host at the end of the session; skipped until diagnosed")
 def test_ring_of_four_matches_the_hand_computed_critical_path(tmp_path, mpirun):
     spec = "matrix:" + write_csv(tmp_path / "d.csv", RING4)
     proc = mpirun(4, [*RUN, "--algorithm", "dsgd", "--latency", spec, "--clock", "virtual",
