@@ -182,6 +182,9 @@ def main(argv=None) -> int:
                 "final_accuracy_min": float(agg["min"][-1]),
                 "final_accuracy_max": float(agg["max"][-1]),
                 "epochs": float(agg["epoch"][-1]), "seeds": agg["seeds"], "lr": lr}
+    earlier = out / f"{stem}_summary.json"  # --keep: the reused runs' time counts too
+    if args.keep and earlier.is_file():
+        timings.append(json.loads(earlier.read_text()).get("wall_time_s", 0.0))
     summary = {"nodes": args.nodes, "k": args.k, "epochs": args.epochs, "lrs": args.lrs,
                "momentum": args.momentum, "batch_size": args.batch_size, "alphas": args.alphas,
                "seeds": args.seeds, "methods": args.methods, "final": final,

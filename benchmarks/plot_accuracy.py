@@ -198,7 +198,7 @@ def plot(curves: dict, path: Path, title: str | None = None, multi_lr: bool = Fa
     if title:
         import textwrap
 
-        fig.suptitle(textwrap.fill(title, width=max(40, 62 * len(problems))), fontsize=9)
+        fig.suptitle(textwrap.fill(title, width=max(40, 50 * len(problems))), fontsize=9)
     fig.tight_layout()  # makes room for the suptitle too
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
