@@ -101,10 +101,15 @@ def generator(seed: int, stream: int, t: int, i: int = 0) -> np.random.Generator
 
 
 _SCRATCH = np.random.Generator(np.random.Philox(key=np.zeros(2, dtype=np.uint64)))
+_SCRATCH_STATE = _philox_state(0, 0, 0, 0)  # refilled in place: no arrays built per call
 
 
 def scratch_generator(seed: int, stream: int, t: int, i: int = 0) -> np.random.Generator:
     """The same stream as :func:`generator`, on one reused object (no construction cost,
     which dominated a round of small runs). Valid only until the next call: draw at once."""
-    _SCRATCH.bit_generator.state = _philox_state(seed, stream, t, i)
+    state = _SCRATCH_STATE["state"]
+    state["counter"][2] = int(i) & MASK64
+    state["key"][0] = key(seed, stream)
+    state["key"][1] = int(t) & MASK64
+    _SCRATCH.bit_generator.state = _SCRATCH_STATE
     return _SCRATCH

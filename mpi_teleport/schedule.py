@@ -6,9 +6,18 @@ O(k) time and memory, without replaying earlier rounds and without communication
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import rng
+
+
+@functools.lru_cache(maxsize=64)
+def _lows(k: int) -> np.ndarray:
+    lows = np.arange(k)
+    lows.flags.writeable = False
+    return lows
 
 
 def _ordered_sample(gen: np.random.Generator, n: int, k: int) -> np.ndarray:
@@ -20,8 +29,8 @@ def _ordered_sample(gen: np.random.Generator, n: int, k: int) -> np.ndarray:
     only, so every process picks the same one.
     """
     if 4 * k >= n:
-        return gen.permutation(n)[:k].astype(np.int64)
-    draws = gen.integers(np.arange(k), n).tolist()  # draws[j] uniform in [j, n)
+        return gen.permutation(n)[:k].astype(np.int64, copy=False)
+    draws = gen.integers(_lows(k), n).tolist()  # draws[j] uniform in [j, n)
     moved: dict[int, int] = {}
     out = np.empty(k, dtype=np.int64)
     for j, r in enumerate(draws):

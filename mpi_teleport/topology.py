@@ -19,6 +19,11 @@ TOPOLOGIES = ("ring", "torus", "exp", "onepeer-exp", "base2", "complete")
 UNDIRECTED = frozenset({"ring", "torus", "base2", "complete"})
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
 @dataclass(frozen=True, eq=False)
 class Mixing:
     """W(t) of one round, sparse. ``complete`` marks W = J/k (no CSR is built)."""
@@ -33,14 +38,14 @@ class Mixing:
     def row(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """(sources, weights) of receiver j, sources ascending."""
         if self.complete:
-            return np.arange(self.k), np.full(self.k, 1.0 / self.k)
+            return self._everyone(), self._uniform()
         a, b = self.indptr[j], self.indptr[j + 1]
         return self.sources[a:b], self.weights[a:b]
 
     def receivers(self, m: int) -> np.ndarray:
         """Tokens j with W[j, m] > 0 (where sender m's y must go), ascending."""
         if self.complete:
-            return np.arange(self.k)
+            return self._everyone()
         if "receivers" not in self._cache:
             rows = np.repeat(np.arange(self.k), np.diff(self.indptr))
             order = np.lexsort((rows, self.sources))
@@ -49,6 +54,17 @@ class Mixing:
             self._cache["receivers"] = (ptr, rows[order])
         ptr, rows = self._cache["receivers"]
         return rows[ptr[m]:ptr[m + 1]]
+
+    def _everyone(self) -> np.ndarray:
+        """0..k-1, built once per matrix (complete graph: every row, every receiver list)."""
+        if "everyone" not in self._cache:
+            self._cache["everyone"] = _read_only(np.arange(self.k))
+        return self._cache["everyone"]
+
+    def _uniform(self) -> np.ndarray:
+        if "uniform" not in self._cache:
+            self._cache["uniform"] = _read_only(np.full(self.k, 1.0 / self.k))
+        return self._cache["uniform"]
 
     def slots(self):
         """Vectorised view for the simulator: per slot s, the receivers having an s-th

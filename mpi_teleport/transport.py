@@ -44,21 +44,24 @@ class Transport:
         """Post receives [(source, tag, buffer)]; a source equal to self.rank waits for a
         local send with the same tag."""
         pending = pending or Pending()
+        rank, irecv, requests = self.rank, self.comm.Irecv, pending.requests
         for source, tag, buf in recvs:
-            if source == self.rank:
+            if source == rank:
                 self._local[tag] = buf
             else:
-                pending.requests.append(self.comm.Irecv(buf, source, tag))
+                requests.append(irecv(buf, source, tag))
         return pending
 
     def post_sends(self, sends, pending: Pending | None = None) -> Pending:
         """Post sends [(dest, tag, array)]; the arrays must not change until wait()."""
         pending = pending or Pending()
+        rank, isend, requests = self.rank, self.comm.Isend, pending.requests
+        for dest, tag, buf in sends:  # remote sends first: peers should not wait for our copies
+            if dest != rank:
+                requests.append(isend(buf, dest, tag))
         for dest, tag, buf in sends:
-            if dest == self.rank:
+            if dest == rank:
                 np.copyto(self._local.pop(tag), buf)
-            else:
-                pending.requests.append(self.comm.Isend(buf, dest, tag))
         return pending
 
     def exchange(self, sends, recvs) -> None:

@@ -42,9 +42,9 @@ class Node:
     def role(self, roster: list[np.ndarray]) -> tuple[int, int]:
         """(run, token) this node holds under ``roster``, or (-1, -1) when inactive."""
         for q, holders in enumerate(roster):
-            hit = np.flatnonzero(holders == self.rank)
-            if len(hit):
-                return q, int(hit[0])
+            m = int((holders == self.rank).argmax())  # holders are distinct: one hit at most
+            if holders[m] == self.rank:
+                return q, m
         return -1, -1
 
     def token_of(self, holders) -> int:
@@ -104,25 +104,26 @@ def run_overlap(node: Node, rounds: range, state: TokenState, on_round, fresh: b
     tr = node.transport
     now = node.roster(rounds.start)
     run, mine = node.role(now)
+    nxt = node.roster(rounds.start + 1)
+    run_next, j = node.role(nxt)
     for t in rounds:
-        nxt = node.roster(t + 1)
-        run_next, j = node.role(nxt)
-        pending = None
+        pending, tag_y = None, tr.tag(t, KIND_Y)
         if j >= 0:  # line 12, posted before computing so the data can arrive meanwhile
             sources, weights = node.mixing(nxt, run_next, t).row(j)
-            came_from = now[run_next]
-            recvs = [(int(came_from[m]), tr.tag(t, KIND_Y), state.inbox[s]) for s, m in enumerate(sources)]
+            came_from = now[run_next][sources].tolist()
+            recvs = [(came_from[s], tag_y, state.inbox[s]) for s in range(len(sources))]
             if state.v is not None:
-                recvs.append((int(came_from[j]), tr.tag(t, KIND_MOMENTUM), state.v_in))
+                recvs.append((int(now[run_next][j]), tr.tag(t, KIND_MOMENTUM), state.v_in))
             pending = tr.post_recvs(recvs)
         if mine >= 0:  # lines 8-9
             _step(node, state, t)
-            goes_to = nxt[run]
-            sends = [(int(goes_to[r]), tr.tag(t, KIND_Y), state.y)
-                     for r in node.mixing(now, run, t).receivers(mine)]
+            goes_to = nxt[run][node.mixing(now, run, t).receivers(mine)].tolist()
+            sends = [(dest, tag_y, state.y) for dest in goes_to]
             if state.v is not None:
-                sends.append((int(goes_to[mine]), tr.tag(t, KIND_MOMENTUM), state.v))
+                sends.append((int(nxt[run][mine]), tr.tag(t, KIND_MOMENTUM), state.v))
             pending = tr.post_sends(sends, pending)
+        after = node.roster(t + 2)  # next round's line 5, evaluated while the messages travel
+        run_after, j_after = node.role(after)
         if pending is not None:
             tr.wait(pending)
         if j >= 0:  # line 13, summed in ascending token order
@@ -130,6 +131,7 @@ def run_overlap(node: Node, rounds: range, state: TokenState, on_round, fresh: b
             if state.v is not None:
                 state.v, state.v_in = state.v_in, state.v
         now, run, mine = nxt, run_next, j
+        nxt, run_next, j = after, run_after, j_after
         if on_round(t + 1, now, state.x if mine >= 0 else None, run):
             return
 
