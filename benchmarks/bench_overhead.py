@@ -93,7 +93,7 @@ def plan(d: int, quick: bool) -> tuple[int, int]:
         return 40, 7
     if d <= 10**6:
         return 6, 5
-    return 1, 3
+    return 1, 5
 
 
 # ----------------------------------------------------------------------------- worker

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import topology as topo
 from ..transport import KIND_MODEL, KIND_MOMENTUM, KIND_Y
-from . import local_step, lr_at, weighted_sum
+from . import local_step, lr_at, weighted_sum, work_buffer
 
 
 @dataclass
@@ -63,16 +63,11 @@ class TokenState:
         self.v = np.zeros(d, dtype) if momentum else None
         self.v_in = np.zeros(d, dtype) if momentum else None
         self.inbox = [np.zeros(d, dtype) for _ in range(max_inputs)]
-        # float64 accumulators of the weighted sum; for float64 tokens x itself is one
-        self.scratch = np.zeros(d)
-        self.acc = None if np.dtype(dtype) == np.float64 else np.zeros(d)
+        self.work = work_buffer(d, dtype)  # float64 blocks of the weighted sum
 
     def mix_into_x(self, weights, n_inputs: int) -> None:
         """x = sum_s weights[s] * inbox[s] (Alg. 1 line 13 / Alg. 3 line 13), in place."""
-        if self.acc is None:
-            weighted_sum(weights, self.inbox[:n_inputs], self.x, self.scratch)
-        else:
-            self.x[...] = weighted_sum(weights, self.inbox[:n_inputs], self.acc, self.scratch)
+        weighted_sum(weights, self.inbox[:n_inputs], self.x, self.work)
 
 
 def max_inputs(topology: str, ks) -> int:
