@@ -20,8 +20,8 @@ Implementations, each timed on the same rounds of the same schedule:
 
 * ``bare_comm`` -- communication only: per round, the round-t holder of token m Isends
   a float64 buffer of d elements to the round-(t+1) holders of tokens m-1, m, m+1
-  (a local copy when that is itself), the round-(t+1) holders post the matching
-  Irecvs, Waitall. No arithmetic. Shows what the exchange alone costs.
+  (nothing when that is itself: as in the package, a rank's own y enters its sum where
+  it lies), the round-(t+1) holders post the matching Irecvs, Waitall. No arithmetic. Shows what the exchange alone costs.
 * ``bare`` -- the reference for the target: the same exchange plus the same local
   arithmetic as the package, written by hand: y = x - lr * g (g = copy of x; the
   exact operations of ``local_step``) between posting the receives and the sends,
@@ -157,14 +157,13 @@ def run_bare(comm, MPI, plans, x, y, inbox, tmp, arithmetic: bool) -> None:
                 y *= LR
                 np.subtract(x, y, out=y)
             reqs += [isend(y, dest, tag) for dest in sends]
-            if self_slot >= 0:
-                np.copyto(inbox[self_slot], y)
         if reqs:
             waitall(reqs)
         if j >= 0 and arithmetic:  # x_j = sum_s w_s in_s, ascending token order
-            np.multiply(inbox[0], weights[0], out=x)
+            inputs = [y if s == self_slot else inbox[s] for s in range(len(weights))]
+            np.multiply(inputs[0], weights[0], out=x)  # (one's own y is used where it is)
             for s in range(1, len(weights)):
-                np.multiply(inbox[s], weights[s], out=tmp)
+                np.multiply(inputs[s], weights[s], out=tmp)
                 x += tmp
 
 

@@ -65,9 +65,9 @@ class TokenState:
         self.inbox = [np.zeros(d, dtype) for _ in range(max_inputs)]
         self.work = work_buffer(d, dtype)  # float64 blocks of the weighted sum
 
-    def mix_into_x(self, weights, n_inputs: int) -> None:
-        """x = sum_s weights[s] * inbox[s] (Alg. 1 line 13 / Alg. 3 line 13), in place."""
-        weighted_sum(weights, self.inbox[:n_inputs], self.x, self.work)
+    def mix_into_x(self, weights, inputs) -> None:
+        """x = sum_s weights[s] * inputs[s] (Alg. 1 line 13 / Alg. 3 line 13), in place."""
+        weighted_sum(weights, inputs, self.x, self.work)
 
 
 def max_inputs(topology: str, ks) -> int:
@@ -96,34 +96,40 @@ def run_overlap(node: Node, rounds: range, state: TokenState, on_round, fresh: b
     ``on_round(r, roster_r, x_or_None, run)`` is called after each round r = t + 1 with
     the token this rank now holds; it returns True to stop the run.
     """
-    tr = node.transport
+    tr, me = node.transport, node.rank
     now = node.roster(rounds.start)
     run, mine = node.role(now)
     nxt = node.roster(rounds.start + 1)
     run_next, j = node.role(nxt)
     for t in rounds:
         pending, tag_y = None, tr.tag(t, KIND_Y)
+        # A rank that is its own successor on an edge keeps what it would send itself: its
+        # y is the input (no copy), its momentum stays (the self-edge of DSGD, or a token
+        # whose holder is active in two consecutive rounds).
         if j >= 0:  # line 12, posted before computing so the data can arrive meanwhile
             sources, weights = node.mixing(nxt, run_next, t).row(j)
             came_from = now[run_next][sources].tolist()
-            recvs = [(came_from[s], tag_y, state.inbox[s]) for s in range(len(sources))]
-            if state.v is not None:
-                recvs.append((int(now[run_next][j]), tr.tag(t, KIND_MOMENTUM), state.v_in))
+            inputs = [state.y if src == me else state.inbox[s] for s, src in enumerate(came_from)]
+            recvs = [(src, tag_y, state.inbox[s]) for s, src in enumerate(came_from) if src != me]
+            momentum_from = int(now[run_next][j])
+            if state.v is not None and momentum_from != me:
+                recvs.append((momentum_from, tr.tag(t, KIND_MOMENTUM), state.v_in))
             pending = tr.post_recvs(recvs)
         if mine >= 0:  # lines 8-9
             _step(node, state, t)
             goes_to = nxt[run][node.mixing(now, run, t).receivers(mine)].tolist()
-            sends = [(dest, tag_y, state.y) for dest in goes_to]
-            if state.v is not None:
-                sends.append((int(nxt[run][mine]), tr.tag(t, KIND_MOMENTUM), state.v))
+            sends = [(dest, tag_y, state.y) for dest in goes_to if dest != me]
+            momentum_to = int(nxt[run][mine])
+            if state.v is not None and momentum_to != me:
+                sends.append((momentum_to, tr.tag(t, KIND_MOMENTUM), state.v))
             pending = tr.post_sends(sends, pending)
         after = node.roster(t + 2)  # next round's line 5, evaluated while the messages travel
         run_after, j_after = node.role(after)
         if pending is not None:
             tr.wait(pending)
         if j >= 0:  # line 13, summed in ascending token order
-            state.mix_into_x(weights, len(sources))
-            if state.v is not None:
+            state.mix_into_x(weights, inputs)
+            if state.v is not None and momentum_from != me:
                 state.v, state.v_in = state.v_in, state.v
         now, run, mine = nxt, run_next, j
         nxt, run_next, j = after, run_after, j_after
@@ -170,7 +176,7 @@ def run_simple(node: Node, rounds: range, state: TokenState, on_round, fresh: bo
             recvs = [(int(holders[m]), tr.tag(t, KIND_Y), state.inbox[s]) for s, m in enumerate(sources)]
             sends = [(int(holders[r]), tr.tag(t, KIND_Y), state.y) for r in w.receivers(mine)]
             tr.exchange(sends, recvs)
-            state.mix_into_x(weights, len(sources))
+            state.mix_into_x(weights, state.inbox[:len(sources)])
         prev, run_held, held = now, run, mine
         if on_round(t + 1, now, state.x if held >= 0 else None, run_held):
             return
