@@ -17,7 +17,7 @@ Split of a round, per rank, measured from outside the package (nothing in it is 
 * **comm** -- wall time blocked in ``transport.wait`` (MPI Waitall): a proxy around the
   transport (posting Isend/Irecv is not blocking and counts as framework);
 * **framework** -- the rest of the round: the SGD/momentum arithmetic of ``local_step``,
-  the gossip sum ``weighted_sum`` (and the cast of its float64 sum into x), the schedule
+  the gossip sum ``weighted_sum`` (including the rounding of its float64 sum into x), the schedule
   (``placement``), topology evaluation (``topology.mixing``), posting Isend/Irecv, Python
   glue. These parts are timed separately as profile evidence (wrapped where
   ``algorithms.teleportation`` looks them up; worker process only).
@@ -532,7 +532,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
              ("schedule", "schedule (holders)", "#CCB974"),
              ("topology", "topology (mixing)", "#64B5CD"),
              ("post", "posting Isend/Irecv", "#DD8452"),
-             ("other", "other (glue; x <- float64 sum cast)", "#999999"))
+             ("other", "other (Python glue)", "#999999"))
     bottom = np.zeros(len(rows))
     for key, name, colour in parts:
         vals = np.array([max(0.0, r.get("cpu_parts_pct", {}).get(key, 0.0)) for r in rows])
