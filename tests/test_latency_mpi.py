@@ -15,18 +15,7 @@ import pytest
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 
-RING4 = [[0, 1000, 0, 500],  # as in test_latency.py: links 0-1 1 ms, 1-2 3 ms, 2-3 2 ms, 3-0 0.5 ms
-         [1000, 0, 3000, 0],
-         [0, 3000, 0, 2000],
-         [500, 0, 2000, 0]]
-TRIANGLE = [[0, 1000, 3000],  # node 0's neighbours at 1 ms and 3 ms
-            [1000, 0, 500],
-            [3000, 500, 0]]
-
-
-def write_csv(path, rows):
-    path.write_text("\n".join(",".join(str(v) for v in row) for row in rows) + "\n")
-    return str(path)
+from test_latency import RING4, TRIANGLE, write_csv  # the same hand-computed cases
 
 RUN = ["-m", "mpi_teleport.run", "--progress", "off"]
 

@@ -97,6 +97,18 @@ def _normalise(images_u8: np.ndarray, mean, std) -> np.ndarray:
 
 
 # --------------------------------------------------------------------- Fashion-MNIST
+def _fetch(absent: list, download: bool, missing, what: str, fetch) -> tuple[list, str]:
+    """With --download, try ``fetch()`` (torchvision's download) for absent files; return
+    the files still absent and what the user should do about them."""
+    if absent and download:
+        try:
+            fetch()
+        except Exception as exc:
+            return missing(), f"download failed ({_one_line(exc)}); copy {what} there"
+        absent = missing()
+    return absent, f"rerun with --download on a machine with internet access, or copy {what} there"
+
+
 def load_fashion_mnist(data_dir, train: bool, download: bool = False):
     """Fashion-MNIST as ``(images float32 (N,1,28,28), labels int64 (N,))``.
 
@@ -134,19 +146,9 @@ def load_fashion_mnist(data_dir, train: bool, download: bool = False):
 
     from torchvision.datasets import FashionMNIST
 
-    download_error = None
-    if absent and download:
-        try:
-            FashionMNIST(root=data_dir, train=train, download=True)
-        except Exception as exc:
-            download_error = _one_line(exc)
-        absent = missing()
+    absent, how = _fetch(absent, download, missing, "the files",
+                         lambda: FashionMNIST(root=data_dir, train=train, download=True))
     if absent:
-        how = (
-            f"download failed ({download_error}); copy the files there"
-            if download_error is not None
-            else "rerun with --download on a machine with internet access, or copy the files there"
-        )
         raise DatasetMissingError(
             f"Fashion-MNIST not found: expected {raw}/{{{','.join(FMNIST_FILES)}}} "
             f"(each raw or .gz; missing: {', '.join(absent)}); {how}"
@@ -211,20 +213,10 @@ def load_cifar10(data_dir, train: bool, download: bool = False, verify_md5: bool
         absent = missing()
 
     cls = _cifar10_class(verify_md5)
-    download_error = None
-    if absent and download:
-        try:
-            cls(root=data_dir, train=train, download=True)
-        except Exception as exc:
-            download_error = _one_line(exc)
-        absent = missing()
+    absent, how = _fetch(absent, download, missing,
+                         f"the files (or cifar-10-python.tar.gz into {data_dir})",
+                         lambda: cls(root=data_dir, train=train, download=True))
     if absent:
-        how = (
-            f"download failed ({download_error}); copy the files there"
-            if download_error is not None
-            else "rerun with --download on a machine with internet access, or copy the files "
-            f"(or cifar-10-python.tar.gz into {data_dir}) there"
-        )
         raise DatasetMissingError(
             f"CIFAR-10 not found: expected {base}/{{data_batch_1..5,test_batch,batches.meta}} "
             f"(python version; missing: {', '.join(absent)}); {how}"
