@@ -504,11 +504,11 @@ class Keeper:
             self.transport.clock_us = float(clocks[self.rank])
         self._t0 = time.perf_counter() - self.wall_offset
 
-    def restore_mpi(self, node, state, rec, simple: bool) -> int:
+    def restore_mpi(self, node, state, rec, simple: bool) -> None:
         """Put this rank's token (if it holds one at the resume round) into ``state``;
-        restore the recorder on rank 0. Returns the round to continue from."""
+        restore the recorder on rank 0 (the loop continues at :meth:`rounds`)."""
         if self.plan.manifest is None:
-            return 0
+            return
         r0 = self._start
         # Alg. 3 (and DSGD): round-r0 tokens sit with holders(r0); Alg. 1: with holders(r0-1).
         entry = node.roster(r0 - 1 if simple and r0 > 0 else r0)
@@ -516,7 +516,6 @@ class Keeper:
         if token >= 0:
             restore_token(state, load_token(self.plan.source, self.plan.manifest, token))
         self._restore_common(rec)
-        return r0
 
     def restore_sim(self, x: np.ndarray, v: np.ndarray | None, rec):
         """(x, v, start round) of the simulator: the checkpoint's token matrices."""
@@ -532,18 +531,18 @@ class Keeper:
     # -- MPI -------------------------------------------------------------------------
     def wrap(self, on_round, node, state, rec, total_rounds: int | None = None):
         """on_round with the agreement on signals and the checkpoints added after it. On
-        other rounds than logging and checkpoint rounds it adds two comparisons."""
+        other rounds than logging and checkpoint rounds it adds a few comparisons."""
         from .signals import Terminated
 
         total = total_rounds if total_rounds is not None else self.cfg.rounds
-        log_every, every = self.cfg.log_every, self._every
+        log_every = self.cfg.log_every
 
         def wrapped(r, roster, x, run=0):
             stop = on_round(r, roster, x, run)
             self._last_round, self._last_roster = r, roster
             if stop or r >= total:
                 return stop  # the run ends here anyway: a signal now changes nothing
-            due = every and not r % every and r > 0
+            due = self.plan.due(r, total)
             if r % log_every and not due:
                 return stop  # neither a logging nor a checkpoint round
             paused = rec.pause()
@@ -618,7 +617,7 @@ class Keeper:
             return  # the run ends here anyway (the final checkpoint follows)
         signum = self.terminator.signum if self.terminator is not None else 0
         path = None
-        if self.plan.due(r, total) or self.plan.dir is not None:
+        if self.plan.dir is not None:  # periodic (due) or on a signal
             paused = rec.pause()
             path = self._save_sim(r, x, v, rec, "signal" if signum else "every")
             rec.resume(paused)

@@ -84,7 +84,8 @@ def execute(cfg, algorithm: str, k: int, transport: Transport, progress=None,
     start = time.perf_counter() - keeper.wall_offset
     transport.barrier()
     if not keeper.resumed:  # (a resumed run has logged its first round already)
-        on_round(0, node.roster(0), state.x if node.token_of(placement(0)) >= 0 else None)
+        roster0 = node.roster(0)
+        on_round(0, roster0, state.x if node.role(roster0)[1] >= 0 else None)
     loop = run_simple if simple else run_overlap
     loop(node, keeper.rounds(cfg.rounds), state, on_round)
     wall = time.perf_counter() - start

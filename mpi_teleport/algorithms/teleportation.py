@@ -47,9 +47,6 @@ class Node:
                 return q, m
         return -1, -1
 
-    def token_of(self, holders) -> int:
-        return self.role(holders if isinstance(holders, list) else [holders])[1]
-
     def mixing(self, roster: list[np.ndarray], q: int, t: int) -> topo.Mixing:
         return topo.mixing(self.topology, len(roster[q]), t)
 
