@@ -9,6 +9,7 @@ timeout, so a deadlock fails a test instead of hanging CI.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,8 +48,6 @@ def run_mpi(n: int, args: list[str], timeout: float = 120, cwd=None, env=None) -
 def rank_stacks(pgid: int) -> str:
     """Python stacks of the ranks (the Python processes in mpirun's session), via py-spy when it
     is installed (pip install py-spy): a timed-out MPI test then says where it was stuck."""
-    import shutil
-
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         return "(pip install py-spy to see the ranks' stacks on a timeout)"

@@ -28,22 +28,22 @@ def numbers(path):
     return [(r["round"], r["error"], r["consensus"]) for r in read_jsonl(path)]
 
 
-def test_ring_of_four_matches_the_hand_computed_critical_path(tmp_path, mpirun):
-    spec = "matrix:" + write_csv(tmp_path / "d.csv", RING4)
-    proc = mpirun(4, [*RUN, "--algorithm", "dsgd", "--latency", spec, "--clock", "virtual",
-                      "--compute-time", "100", "--rounds", "3", "--log-every", "1",
-                      "--out", str(tmp_path / "o")], timeout=90)
+def dsgd_virtual_times(tmp_path, mpirun, delays, compute_us: str, rounds: str) -> list:
+    """virtual_time_s of every round of DSGD over MPI on the delay matrix ``delays``."""
+    spec = "matrix:" + write_csv(tmp_path / "d.csv", delays)
+    proc = mpirun(len(delays), [*RUN, "--algorithm", "dsgd", "--latency", spec, "--clock",
+                                "virtual", "--compute-time", compute_us, "--rounds", rounds,
+                                "--log-every", "1", "--out", str(tmp_path / "o")], timeout=90)
     assert proc.returncode == 0, proc.stderr
-    assert virtual_times(tmp_path / "o" / "metrics.jsonl") == [0.0, 0.0031, 0.0062, 0.0093]
+    return virtual_times(tmp_path / "o" / "metrics.jsonl")
+
+
+def test_ring_of_four_matches_the_hand_computed_critical_path(tmp_path, mpirun):
+    assert dsgd_virtual_times(tmp_path, mpirun, RING4, "100", "3") == [0.0, 0.0031, 0.0062, 0.0093]
 
 
 def test_neighbours_at_1_and_3_ms_complete_at_3_ms(tmp_path, mpirun):
-    spec = "matrix:" + write_csv(tmp_path / "d.csv", TRIANGLE)
-    proc = mpirun(3, [*RUN, "--algorithm", "dsgd", "--latency", spec, "--clock", "virtual",
-                      "--compute-time", "0", "--rounds", "1", "--log-every", "1",
-                      "--out", str(tmp_path / "o")], timeout=90)
-    assert proc.returncode == 0, proc.stderr
-    assert virtual_times(tmp_path / "o" / "metrics.jsonl") == [0.0, 0.003]
+    assert dsgd_virtual_times(tmp_path, mpirun, TRIANGLE, "0", "1") == [0.0, 0.003]
 
 
 @pytest.mark.parametrize("n,k,topology,variant,extra", [
