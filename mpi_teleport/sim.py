@@ -44,37 +44,34 @@ def _work(name: str, shape, dtype) -> np.ndarray:
 def mix(w: topo.Mixing, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """x_j = sum_m W[j, m] y_m for every token j, each sum in ascending m (Alg. 1 line 13).
 
-    Products and sums are float64 (weights are float64), rounded once to y's dtype:
-    exactly what a receiving rank does (algorithms.weighted_sum), also for float32
-    network tokens. ``out`` (not aliasing y) receives the result.
+    In y's dtype (weights rounded to it once, every product and partial sum rounded to
+    it): exactly what a receiving rank does (algorithms.weighted_sum), float64 for the
+    quadratic problem and float32 for network tokens. ``out`` (not aliasing y) receives
+    the result.
     """
     k, d = y.shape
     out = np.empty_like(y) if out is None else out
-    wide = y.dtype == np.float64
-    acc = out if wide else _work("acc", (k, d), np.float64)
     if w.complete:
-        coef = np.float64(1.0 / w.k)
-        row, tmp = _work("row", (d,), np.float64), _work("tmp", (d,), np.float64)
+        coef = y.dtype.type(1.0 / w.k)
+        row, tmp = _work("row", (d,), y.dtype), _work("tmp", (d,), y.dtype)
         np.multiply(y[0], coef, out=row)
         for m in range(1, w.k):
             np.multiply(y[m], coef, out=tmp)
             row += tmp
-        acc[...] = row
-    else:
-        tmp = _work("tmp", (k, d), np.float64)
-        taken = tmp if wide else _work("taken", (k, d), y.dtype)
-        for s, (rows, sources, weights) in enumerate(w.slots()):
-            if len(rows) == k:  # every receiver has an s-th source: no gather/scatter
-                np.take(y, sources, axis=0, out=taken, mode="clip")
-                if s == 0:  # slot 0 covers every row (each row has itself or a source)
-                    np.multiply(taken, weights, out=acc)
-                else:
-                    np.multiply(taken, weights, out=tmp)
-                    acc += tmp
+        out[...] = row
+        return out
+    tmp = _work("tmp", (k, d), y.dtype)
+    for s, (rows, sources, weights) in enumerate(w.slots()):
+        weights = weights.astype(y.dtype, copy=False)
+        if len(rows) == k:  # every receiver has an s-th source: no gather/scatter
+            np.take(y, sources, axis=0, out=tmp, mode="clip")
+            if s == 0:  # slot 0 covers every row (each row has itself or a source)
+                np.multiply(tmp, weights, out=out)
             else:
-                acc[rows] += weights * y[sources]
-    if not wide:
-        out[...] = acc
+                tmp *= weights
+                out += tmp
+        else:
+            out[rows] += weights * y[sources]
     return out
 
 

@@ -57,32 +57,28 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
 
 
 def work_buffer(d: int, dtype) -> np.ndarray:
-    """The float64 work space :func:`weighted_sum` needs for d-long vectors of ``dtype``."""
-    n = min(d, BLOCK)
-    return np.zeros(n if np.dtype(dtype) == np.float64 else 2 * n)
+    """The work space :func:`weighted_sum` needs for d-long vectors of ``dtype``."""
+    return np.zeros(min(d, BLOCK), dtype)
 
 
 def weighted_sum(weights, inputs, out: np.ndarray, work: np.ndarray) -> np.ndarray:
     """out = sum_s weights[s] * inputs[s], added in the given (ascending source) order.
 
-    Products and sums are float64 (``weights`` are float64 numbers, ``work`` is from
-    :func:`work_buffer`), rounded once into ``out`` when it is float32: the same
-    operations, element by element, as the simulator's ``mix``, so the two agree bit for
-    bit. Done block by block (each element's operations are unchanged); no allocation.
+    The arithmetic is that of the token's dtype: the weights are rounded to it once, each
+    product and each partial sum is rounded to it (float64 for the quadratic problem,
+    float32 for network tokens, as PyTorch averages float32 models): the same operations,
+    element by element, as the simulator's ``mix``, so the two agree bit for bit. Done
+    block by block (each element's operations are unchanged); ``work`` is from
+    :func:`work_buffer`; no allocation.
     """
+    weights = np.asarray(weights, dtype=out.dtype)
     d = out.shape[-1]
-    wide = out.dtype == np.float64
     n = min(d, BLOCK)
-    tmp_all = work[:n]
-    acc_all = None if wide else work[n:2 * n]
     for a in range(0, d, n):
         b = min(a + n, d)
-        tmp = tmp_all[:b - a]
-        acc = out[a:b] if wide else acc_all[:b - a]
+        tmp, acc = work[:b - a], out[a:b]
         np.multiply(inputs[0][a:b], weights[0], out=acc)
         for w, y in zip(weights[1:], inputs[1:]):
             np.multiply(y[a:b], w, out=tmp)
             acc += tmp
-        if not wide:
-            out[a:b] = acc
     return out

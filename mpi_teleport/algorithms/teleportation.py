@@ -60,7 +60,7 @@ class TokenState:
         self.v = np.zeros(d, dtype) if momentum else None
         self.v_in = np.zeros(d, dtype) if momentum else None
         self.inbox = [np.zeros(d, dtype) for _ in range(max_inputs)]
-        self.work = work_buffer(d, dtype)  # float64 blocks of the weighted sum
+        self.work = work_buffer(d, dtype)  # one block of the weighted sum
 
     def mix_into_x(self, weights, inputs) -> None:
         """x = sum_s weights[s] * inputs[s] (Alg. 1 line 13 / Alg. 3 line 13), in place."""

@@ -97,7 +97,7 @@ class NetworkProblem:
     def batch(self, node: int, t: int) -> np.ndarray:
         """Indices of node's mini-batch in round t: keyed by (seed, node, t)."""
         part = self.parts[node]
-        gen = rng.generator(self.seed, rng.STREAM_BATCH, t, node)
+        gen = rng.scratch_generator(self.seed, rng.STREAM_BATCH, t, node)
         return part[gen.integers(0, len(part), size=self.batch_size)]
 
     def _load_vector(self, row: np.ndarray) -> None:
