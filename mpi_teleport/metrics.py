@@ -18,6 +18,21 @@ class NonFiniteError(RuntimeError):
     """The loss became NaN or infinite: the run stops with a message naming round and token."""
 
 
+def logged_on_root(transport, log):
+    """``log()`` on rank 0, its result shared with every rank; a NonFiniteError it raises
+    is raised on every rank alike (so all stop at the same round). A collective."""
+    verdict = (None, None)
+    if transport.rank == 0:
+        try:
+            verdict = (log(), None)
+        except NonFiniteError as exc:
+            verdict = (None, str(exc))
+    value, error = transport.bcast(verdict)
+    if error:
+        raise NonFiniteError(error)
+    return value
+
+
 def is_log_round(r: int, every: int, rounds: int) -> bool:
     return r == 0 or r % every == 0 or r == rounds
 

@@ -19,7 +19,7 @@ from .algorithms import learning_rate
 from .algorithms.teleportation import Node, new_state, run_overlap, run_simple
 from .config import UsageError
 from .memory import keep_freed_memory
-from .metrics import NonFiniteError, Recorder, is_log_round
+from .metrics import NonFiniteError, Recorder, is_log_round, logged_on_root
 from .output import RunFiles
 from .problems import describe, make_problem, with_epochs
 from .problems.datasets import DatasetMissingError
@@ -37,7 +37,7 @@ def execute(cfg, algorithm: str, k: int, transport: Transport, progress=None,
     problem = make_problem(cfg, transport.comm)
     cfg = with_epochs(cfg, algorithm, k, problem)
     if progress is not None:
-        progress.total = cfg.rounds * (2 if k == "auto" else 1)
+        progress.plan(cfg, k)
     n, root = cfg.nodes, transport.rank == 0
     if algorithm == "dsgd":
         k = n
@@ -68,17 +68,10 @@ def execute(cfg, algorithm: str, k: int, transport: Transport, progress=None,
         elapsed = rec.elapsed() if root else 0.0
         extra = latency.record_extra(transport)  # virtual_time_s (collective) when on
         rows = transport.gather_rows(x, roster[0], problem.dim, problem.dtype)
-        verdict = (False, None)
-        if root:
-            try:
-                verdict = (rec.log(r, rows, elapsed, extra), None)
-            except NonFiniteError as exc:
-                verdict = (True, str(exc))
-        stop, error = transport.bcast(verdict)
-        rec.resume(paused)
-        if error:
-            raise NonFiniteError(error)
-        return stop
+        try:
+            return logged_on_root(transport, lambda: rec.log(r, rows, elapsed, extra))
+        finally:
+            rec.resume(paused)
 
     on_round = keeper.wrap(on_round, node, state, rec, cfg.rounds)  # signals, checkpoints
     start = time.perf_counter() - keeper.wall_offset
@@ -128,10 +121,8 @@ def main(argv=None) -> int:
         transport = Transport(comm)
         summaries = []
         for algorithm, k in report.runs_requested(cfg):
-            show = rank == 0 and (cfg.progress == "on" or (cfg.progress == "auto" and sys.stderr.isatty()))
-            total = cfg.rounds * (2 if k == "auto" else 1)
-            summaries.append(execute(cfg, algorithm, k, transport, Progress(total, algorithm, show),
-                                     terminator))
+            progress = Progress.for_run(cfg, algorithm, rank0=rank == 0)
+            summaries.append(execute(cfg, algorithm, k, transport, progress, terminator))
     except (NonFiniteError, DatasetMissingError) as exc:  # every rank meets it alike
         return cli.fail(PROG, str(exc), show=rank == 0)
     except signals.Terminated as exc:  # every rank, at the same round

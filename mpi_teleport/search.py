@@ -19,7 +19,7 @@ import numpy as np
 from . import schedule
 from . import topology as topo
 from .algorithms import learning_rate, local_step, lr_at
-from .metrics import NonFiniteError, is_log_round
+from .metrics import NonFiniteError, is_log_round, logged_on_root
 
 
 class SearchRecorder:
@@ -168,29 +168,24 @@ def mpi_search(cfg, problem, transport, files, progress=None) -> dict | None:
     loop = run_simple if cfg.variant == "simple" else run_overlap
 
     def collective(log):
-        """Gather, log on rank 0, and agree on errors (every rank calls it)."""
+        """Log on rank 0 and agree on errors (every rank calls it), off the clock."""
         rec.pause()
-        error = None
         try:
-            log()
-        except NonFiniteError as exc:
-            error = str(exc)
-        error = transport.bcast(error)
-        rec.resume()
-        if error:
-            raise NonFiniteError(error)
+            logged_on_root(transport, log)
+        finally:
+            rec.resume()
 
     def on_phase1(r, roster, x, run=0) -> bool:
         if is_log_round(r, cfg.log_every, T):
             rows = transport.gather_rows(x, roster[0], d, problem.dtype)
-            collective(lambda: root and rec.phase1(r, rows))
+            collective(lambda: rec.phase1(r, rows))
         return False
 
     def on_phase2(r, roster, x, run=-1) -> bool:
         if is_log_round(r - T, cfg.log_every, T):
             rows = [transport.gather_rows(x if run == q else None, holders, d, problem.dtype)
                     for q, holders in enumerate(roster)]
-            collective(lambda: root and rec.phase2(r, rows))
+            collective(lambda: rec.phase2(r, rows))
         return False
 
     start = time.perf_counter()

@@ -83,7 +83,7 @@ def simulate(cfg, algorithm: str, k: int, files: RunFiles, progress: Progress | 
     problem = make_problem(cfg)
     cfg = with_epochs(cfg, algorithm, k, problem)
     if progress is not None:
-        progress.total = cfg.rounds * (2 if k == "auto" else 1)
+        progress.plan(cfg, k)
     n = cfg.nodes
     if algorithm == "dsgd":
         k = n
@@ -137,8 +137,7 @@ def main(argv=None) -> int:
             cfg = cli.parse(parser, argv)
             summaries = []
             for algorithm, k in report.runs_requested(cfg):
-                show = cfg.progress == "on" or (cfg.progress == "auto" and sys.stderr.isatty())
-                progress = Progress(cfg.rounds * (2 if k == "auto" else 1), algorithm, show)
+                progress = Progress.for_run(cfg, algorithm)
                 files = RunFiles(report.out_dir(cfg, algorithm))
                 summaries.append(simulate(cfg, algorithm, k, files, progress, terminator))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:
