@@ -1,7 +1,9 @@
 """The arithmetic of one round, shared by the simulator and the MPI runtime.
 
-Both call exactly these functions, on all k token rows at once (simulator) or on the one
-row a rank holds (MPI); every operation is element-wise, so the numbers agree bit for bit.
+Both call :func:`local_step`, on all k token rows at once (simulator) or on the one row a
+rank holds (MPI); a rank's gossip sum :func:`weighted_sum` does, element by element, what
+the simulator's ``sim.mix`` does for all rows. Every operation is element-wise, so the
+numbers agree bit for bit (tests/test_arithmetic.py).
 """
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ import numpy as np
 
 
 # Elements per pass of the element-wise arithmetic. Vectors up to this size are done in
-# one pass; longer ones block by block (2 MiB of float64), which stay in the last-level
-# cache while every operation on them is done: a gossip sum of s inputs then reads each
-# input once and writes x once instead of streaming a d-long float64 accumulator through
+# one pass; longer ones block by block (2 MiB of float64, 1 MiB of float32), which stay
+# in cache while every operation on them is done: a gossip sum of s inputs then reads
+# each input once and writes x once instead of streaming a d-long accumulator through
 # memory s times, and the momentum step reads v, g, x once. Each element's operations
 # (hence the numbers) are those of the unblocked code.
 BLOCK = 1 << 18
