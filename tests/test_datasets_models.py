@@ -201,6 +201,25 @@ def test_cifar10_reads_real_format(tmp_path):
     assert "md5" in str(e.value) and "data_batch_1" in str(e.value) and "\n" not in str(e.value)
 
 
+def test_unreadable_files_are_one_line_errors(tmp_path):
+    """Files that are present but damaged: one line naming the folder and what to do."""
+    pytest.importorskip("torchvision")
+    _write_fmnist(str(tmp_path), gz_train=False)
+    raw = tmp_path / "FashionMNIST" / "raw"
+    (raw / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x03 truncated")
+    with pytest.raises(DatasetMissingError) as e:
+        load_fashion_mnist(tmp_path, train=True)
+    msg = str(e.value)
+    assert "could not be read" in msg and str(raw) in msg and "good copies" in msg
+    assert "\n" not in msg
+    _write_cifar(str(tmp_path))
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
+    with pytest.raises(DatasetMissingError) as e:
+        load_cifar10(tmp_path, train=True, verify_md5=False)
+    msg = str(e.value)
+    assert "CIFAR-10 files under" in msg and "could not be read" in msg and "\n" not in msg
+
+
 def test_cifar10_missing_names_files(tmp_path):
     with pytest.raises(DatasetMissingError) as e:
         load_cifar10(tmp_path, train=False)

@@ -85,6 +85,16 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _read(name: str, where, build, hint: str):
+    """``build()`` (torchvision reading files that are present); a failure becomes one
+    line naming the folder and what to do."""
+    try:
+        return build()
+    except Exception as exc:
+        raise DatasetMissingError(
+            f"{name} files under {where} could not be read ({_one_line(exc)}); {hint}") from None
+
+
 def _normalise(images_u8: np.ndarray, mean, std) -> np.ndarray:
     """uint8 (N, C, H, W) -> float32 (x / 255 - mean) / std per channel."""
     x = images_u8.astype(np.float32)
@@ -153,13 +163,8 @@ def load_fashion_mnist(data_dir, train: bool, download: bool = False):
             f"Fashion-MNIST not found: expected {raw}/{{{','.join(FMNIST_FILES)}}} "
             f"(each raw or .gz; missing: {', '.join(absent)}); {how}"
         )
-    try:
-        ds = FashionMNIST(root=data_dir, train=train, download=False)
-    except Exception as exc:
-        raise DatasetMissingError(
-            f"Fashion-MNIST files under {raw} could not be read ({_one_line(exc)}); "
-            "replace them with good copies (--download on a machine with internet access)"
-        ) from None
+    ds = _read("Fashion-MNIST", raw, lambda: FashionMNIST(root=data_dir, train=train, download=False),
+               "replace them with good copies (--download on a machine with internet access)")
     images = ds.data.numpy()[:, None, :, :]
     labels = ds.targets.numpy().astype(np.int64, copy=False)
     return _normalise(images, FMNIST_MEAN, FMNIST_STD), np.ascontiguousarray(labels)
@@ -232,13 +237,8 @@ def load_cifar10(data_dir, train: bool, download: bool = False, verify_md5: bool
                 "replace them with the official cifar-10-python.tar.gz contents "
                 "(or load with verify_md5=False for deliberately modified files)"
             )
-    try:
-        ds = cls(root=data_dir, train=train, download=False)
-    except Exception as exc:
-        raise DatasetMissingError(
-            f"CIFAR-10 files under {base} could not be read ({_one_line(exc)}); "
-            "replace them with good copies"
-        ) from None
+    ds = _read("CIFAR-10", base, lambda: cls(root=data_dir, train=train, download=False),
+               "replace them with good copies")
     images = np.asarray(ds.data, dtype=np.uint8).transpose(0, 3, 1, 2)  # NHWC -> NCHW
     labels = np.asarray(ds.targets, dtype=np.int64)
     return _normalise(images, CIFAR10_MEAN, CIFAR10_STD), labels
