@@ -34,7 +34,14 @@ def execute(cfg, algorithm: str, k: int, transport: Transport, progress=None,
     """One run over the communicator; rank 0 writes the files and returns the summary.
     Checkpoints, resume and the stop on a signal: checkpoint.Keeper (``terminator``:
     a signals.Terminator, or None to ignore signals)."""
-    problem = make_problem(cfg, transport.comm)
+    problem, error = None, None
+    try:  # a rank may meet this alone (node-local data, a node without GPUs): agree first
+        problem = make_problem(cfg, transport.comm)
+    except (UsageError, DatasetMissingError) as exc:
+        error = str(exc)
+    refused = signals.agree_on_error(transport.comm, error)
+    if refused:
+        raise UsageError(refused)
     cfg = with_epochs(cfg, algorithm, k, problem)
     if progress is not None:
         progress.plan(cfg, k)
@@ -123,7 +130,7 @@ def main(argv=None) -> int:
         for algorithm, k in report.runs_requested(cfg):
             progress = Progress.for_run(cfg, algorithm, rank0=rank == 0)
             summaries.append(execute(cfg, algorithm, k, transport, progress, terminator))
-    except (NonFiniteError, DatasetMissingError) as exc:  # every rank meets it alike
+    except (UsageError, NonFiniteError, DatasetMissingError) as exc:  # every rank alike
         return cli.fail(PROG, str(exc), show=rank == 0)
     except signals.Terminated as exc:  # every rank, at the same round
         if rank == 0:

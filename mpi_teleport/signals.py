@@ -133,12 +133,9 @@ def agree_on_start(comm, cfg, error: str | None) -> str | None:
     or None when all ranks parsed the same valid configuration and schedule."""
     mine = {"error": error, **(fingerprint(cfg) if cfg is not None and error is None else {})}
     everyone = comm.allgather(mine)
-    failed = [r for r, info in enumerate(everyone) if info["error"]]
+    failed = _first_error([info["error"] for info in everyone])
     if failed:
-        first = everyone[failed[0]]["error"]
-        if len(failed) == len(everyone):
-            return first
-        return f"{first} (on rank{'s' if len(failed) > 1 else ''} {_ranks(failed)} only)"
+        return failed
     ref = everyone[0]
     for key in ("config_hash", "schedule"):
         differ = [r for r, info in enumerate(everyone) if info[key] != ref[key]]
@@ -160,6 +157,22 @@ def agree_on_start(comm, cfg, error: str | None) -> str | None:
                 f"rank 0 from the same configuration ({versions}): install the same software "
                 f"on every node")
     return None
+
+
+def agree_on_error(comm, error: str | None) -> str | None:
+    """One allgather: the message every rank must stop with when any rank met an error
+    (data or device missing on one node only, say), else None. A collective."""
+    return _first_error(comm.allgather(error))
+
+
+def _first_error(errors: list) -> str | None:
+    failed = [r for r, e in enumerate(errors) if e]
+    if not failed:
+        return None
+    first = errors[failed[0]]
+    if len(failed) == len(errors):
+        return first
+    return f"{first} (on rank{'s' if len(failed) > 1 else ''} {_ranks(failed)} only)"
 
 
 def _ranks(ranks: list[int]) -> str:

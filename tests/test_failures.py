@@ -206,6 +206,14 @@ def _fixtures(base: Path) -> dict:
     return paths
 
 
+def _cuda_visible() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return True  # (no torch: leave the case out)
+    return torch.cuda.is_available()
+
+
 BAD_MPI = [  # (flags with {placeholders}, fragment of the one line); 3 ranks
     (["--nodes", "5"], "does not match the 3 MPI ranks"),
     (["--nodes", "0"], "--nodes must be at least 1"),
@@ -237,6 +245,8 @@ BAD_MPI = [  # (flags with {placeholders}, fragment of the one line); 3 ranks
     (["--algorithm", "teleportation", "--k", "2", "--rounds", "30", "--out", "{run3}"],
      "already holds checkpoints of a run (newest: round 20); continue it with --resume"),
     (["--problem", "cifar10", "--data-dir", "{base}/no-data"], "does not exist"),
+    *([(["--problem", "digits", "--device", "cuda"], "--device cuda: no CUDA device is visible")]
+      if not _cuda_visible() else []),
 ]
 
 
@@ -265,3 +275,35 @@ def test_bad_input_under_mpi_one_line_from_rank_0_exit_2(tmp_path):
                 or any(others) or "Traceback" in results[0][i]["stderr"]:
             problems.append(f"{flags}: status {status}, rank 0 said {lines0!r}, others {others!r}")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("rank1_has,fragment", [
+    ("nothing", "--data-dir 'data' does not exist"),  # found while checking the flags
+    ("an empty folder", "Fashion-MNIST not found"),  # found while loading
+])
+def test_data_set_missing_on_one_rank_only_stops_every_rank_with_one_line(tmp_path, rank1_has,
+                                                                          fragment):
+    """A relative --data-dir that holds the files on rank 0's node but not on rank 1's
+    (node-local disks, one MPMD job with a working directory per rank): every rank stops
+    at once with exit status 2 and one line from rank 0 naming the rank; no hang."""
+    pytest.importorskip("torchvision")
+    from launch_helpers import mpmd_command
+    from test_datasets_models import _write_fmnist
+
+    here, there = tmp_path / "node0", tmp_path / "node1"
+    _write_fmnist(str(here / "data"))
+    (there / "data" if rank1_has == "an empty folder" else there).mkdir(parents=True)
+    flags = ["-m", "mpi_teleport.run", "--problem", "fashion-mnist", "--data-dir", "data",
+             "--nodes", "2", "--rounds", "2"]
+    env = mpi_env()
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = mpmd_command([(here, [sys.executable, *flags]), (there, [sys.executable, *flags])])
+    with open(tmp_path / "stdout", "w") as out, open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, start_new_session=True)
+    status, stderr = finish(proc, tmp_path, timeout=240)  # a hang fails, ranks killed
+    assert status == 2, stderr[-3000:]
+    ours = [line for line in stderr.splitlines() if OURS in line]
+    assert len(ours) == 1, stderr[-3000:]
+    assert fragment in ours[0] and ours[0].endswith("(on rank 1 only)"), ours[0]
+    assert "Traceback" not in stderr

@@ -51,3 +51,66 @@ def test_missing_data_set_is_one_line_naming_the_files(tmp_path, capsys):
 def test_missing_data_dir_is_refused_before_loading(capsys):
     assert main(["--nodes", "4", "--problem", "cifar10", "--data-dir", "/no/such/dir"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_host_staging_path_equals_the_flat_path_on_the_cpu():
+    """The path a GPU rank takes (model apart from the token vector, copies both ways) is
+    exercised on the CPU: same initial vector, gradients and evaluation as the zero-copy
+    path (no GPU is needed to test its bookkeeping)."""
+    import numpy as np
+
+    from mpi_teleport.problems.network import NetworkProblem
+
+    cfg = resolve({"nodes": 4, "problem": "digits", "alpha": 0.5})
+    flat, staged = NetworkProblem(cfg, "cpu"), NetworkProblem(cfg, "cpu", staged=True)
+    assert flat.flat is not None and staged.flat is None
+    x0 = flat.initial()
+    assert np.array_equal(x0, staged.initial()) and staged.dim == flat.dim
+    rows = np.stack([x0, x0 * np.float32(0.5), x0 + np.float32(0.01)])
+    nodes = [0, 3, 1]
+    for t in (0, 7):
+        g_flat, g_staged = flat.gradient(nodes, rows, t), staged.gradient(nodes, rows, t)
+        assert np.array_equal(g_flat, g_staged) and np.abs(g_flat).sum() > 0
+    assert flat.evaluate(rows) == staged.evaluate(rows)
+    assert flat.validate(rows) == staged.validate(rows)
+
+
+def test_device_choice(monkeypatch):
+    """cpu on request or without CUDA; --device cuda without CUDA is a one-line usage
+    error; with GPUs, rank r gets cuda:(local rank mod GPUs), the local rank from a
+    shared-memory split that every rank joins."""
+    import torch
+
+    from mpi_teleport.config import UsageError
+    from mpi_teleport.problems.network import pick_device
+
+    class Shared:
+        def __init__(self, rank):
+            self.rank, self.freed = rank, False
+
+        def Get_rank(self):
+            return self.rank
+
+        def Free(self):
+            self.freed = True
+
+    class Comm:
+        def __init__(self, local):
+            self.shared, self.splits = Shared(local), 0
+
+        def Split_type(self, kind):
+            self.splits += 1
+            return self.shared
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pick_device("cpu") == "cpu" and pick_device("auto", Comm(3)) == "cpu"
+    comm = Comm(5)
+    with pytest.raises(UsageError, match="--device cuda: no CUDA device is visible") as e:
+        pick_device("cuda", comm)
+    assert "\n" not in str(e.value) and "--device auto / cpu" in str(e.value)
+    assert comm.splits == 1 and comm.shared.freed  # joined the split before failing
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert [pick_device("auto", Comm(r)) for r in range(6)] == \
+        ["cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:0", "cuda:1"]
+    assert pick_device("cuda", Comm(2)) == "cuda:2" and pick_device("cpu", Comm(2)) == "cpu"

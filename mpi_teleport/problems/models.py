@@ -331,10 +331,12 @@ def loss_and_grad(flat: FlatState, x: np.ndarray, y: np.ndarray) -> float:
     return float(loss.item())
 
 
-def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> dict:
+def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1000,
+             device=None) -> dict:
     """Mean cross-entropy ``loss`` and ``accuracy`` of ``model`` on (x, y), in batches of
-    ``batch_size``; per-batch sums are accumulated in float64 in batch order, so the
-    result is reproducible (with one torch thread)."""
+    ``batch_size`` moved to ``device`` (the model's; None: the CPU); per-batch sums are
+    accumulated in float64 in batch order, so the result is reproducible (with one torch
+    thread)."""
     n = len(y)
     if n == 0:
         return {"loss": float("nan"), "accuracy": float("nan")}
@@ -343,6 +345,8 @@ def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1
         for s in range(0, n, batch_size):
             xb = torch.from_numpy(np.ascontiguousarray(x[s : s + batch_size], dtype=np.float32))
             yb = torch.from_numpy(np.ascontiguousarray(y[s : s + batch_size], dtype=np.int64))
+            if device is not None:
+                xb, yb = xb.to(device), yb.to(device)
             out = model(xb)
             total += float(F.cross_entropy(out, yb, reduction="sum").double())
             correct += int((out.argmax(1) == yb).sum())

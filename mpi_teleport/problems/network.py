@@ -33,20 +33,28 @@ def _load(cfg, train: bool):
 
 
 def pick_device(requested: str, comm=None) -> str:
-    """'cpu' or 'cuda:<local rank mod GPUs>' (local rank from a shared-memory split)."""
+    """'cpu' or 'cuda:<local rank mod GPUs>' (local rank from a shared-memory split).
+
+    With a communicator every rank takes part in the split before anything can fail, so
+    a rank that finds no GPU never leaves the others waiting in it."""
     import torch
 
-    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
-        return "cpu"
-    if not torch.cuda.is_available():
-        raise RuntimeError("--device cuda: no CUDA device is visible to this process")
     local = 0
-    if comm is not None:
+    if comm is not None and requested != "cpu":  # (requested is the same on every rank)
         from mpi4py import MPI
 
         shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
         local = shared.Get_rank()
         shared.Free()
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return "cpu"
+    if not torch.cuda.is_available():
+        from ..config import UsageError
+
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise UsageError(f"--device cuda: no CUDA device is visible to this process (torch "
+                         f"{torch.__version__}, {build}); ask the job for GPUs, check "
+                         "CUDA_VISIBLE_DEVICES, or use --device auto / cpu")
     return f"cuda:{local % torch.cuda.device_count()}"
 
 
@@ -56,7 +64,10 @@ class NetworkProblem:
     validation_higher_is_better = True
     dtype = np.float32
 
-    def __init__(self, cfg, device: str = "cpu"):
+    def __init__(self, cfg, device: str = "cpu", staged: bool | None = None):
+        """``staged``: keep the model apart from the token vector and copy between them
+        (host staging; what a GPU rank does). Default: only off the CPU. On the CPU the
+        model's tensors are views into the token vector instead."""
         import torch
 
         from . import datasets, models
@@ -73,14 +84,14 @@ class NetworkProblem:
         self.class_histogram = datasets.class_histogram(self.y_train, self.parts, 10)
         self.model = models.build_model(models.MODEL_FOR_PROBLEM[cfg.problem], cfg.seed)
         self.device = torch.device(device)
-        if self.device.type == "cpu":
+        if not (self.device.type != "cpu" if staged is None else staged):
             self.flat = models.FlatState(self.model)
             self._initial = self.flat.params_and_buffers.copy()
         else:  # host staging: the token vector lives on the host, the model on the GPU
             self.flat = None
             self.model.to(self.device)
             self._params = list(self.model.parameters())
-            self._initial = torch.nn.utils.parameters_to_vector(self._params).cpu().numpy()
+            self._initial = torch.nn.utils.parameters_to_vector(self._params).detach().cpu().numpy()
         self.n_params = sum(p.numel() for p in self.model.parameters())
 
     @property
@@ -142,20 +153,7 @@ class NetworkProblem:
         from . import models
 
         self._load_vector(vector)
-        if self.flat is not None:
-            return models.evaluate(self.model, xs, ys)
-        import torch
-        from torch.nn import functional as F
-
-        total, correct = 0.0, 0
-        with torch.no_grad():
-            for s in range(0, len(ys), 1000):
-                xb = torch.from_numpy(xs[s:s + 1000]).to(self.device)
-                yb = torch.from_numpy(ys[s:s + 1000]).to(self.device)
-                outb = self.model(xb)
-                total += float(F.cross_entropy(outb, yb, reduction="sum"))
-                correct += int((outb.argmax(1) == yb).sum())
-        return {"loss": total / len(ys), "accuracy": correct / len(ys)}
+        return models.evaluate(self.model, xs, ys, device=self.device)
 
     def evaluate(self, x: np.ndarray) -> dict:
         """Test loss/accuracy of the averaged token model, and the consensus distance."""
