@@ -133,9 +133,9 @@ def agree_on_start(comm, cfg, error: str | None) -> str | None:
     or None when all ranks parsed the same valid configuration and schedule."""
     mine = {"error": error, **(fingerprint(cfg) if cfg is not None and error is None else {})}
     everyone = comm.allgather(mine)
-    failed = _first_error([info["error"] for info in everyone])
-    if failed:
-        return failed
+    refused = _first_error([info["error"] for info in everyone])
+    if refused:
+        return refused
     ref = everyone[0]
     for key in ("config_hash", "schedule"):
         differ = [r for r, info in enumerate(everyone) if info[key] != ref[key]]
@@ -166,6 +166,7 @@ def agree_on_error(comm, error: str | None) -> str | None:
 
 
 def _first_error(errors: list) -> str | None:
+    """The first rank's message, naming the ranks that met it unless all did."""
     failed = [r for r, e in enumerate(errors) if e]
     if not failed:
         return None
