@@ -302,11 +302,10 @@ def test_flat_state_round_trip():
     before = np.concatenate([p.detach().numpy().ravel() for p in m.parameters()])
     flat = FlatState(m)
     assert flat.vector.dtype == np.float32 and flat.vector.flags.c_contiguous
-    assert flat.size == flat.vector.size == 2 * flat.n_params + flat.n_buffers
+    assert flat.size == flat.vector.size == flat.n_params + flat.n_buffers
     assert flat.n_params == sum(p.numel() for p in m.parameters()) == 61706
-    assert np.array_equal(flat.params, before) and not flat.momentum.any()
+    assert np.array_equal(flat.params, before)
     assert np.shares_memory(flat.params_and_buffers, flat.vector)
-    assert not np.shares_memory(flat.params_and_buffers, flat.momentum)
     assert flat.check()
     # parameters live in the buffer: torch sees numpy writes, numpy sees torch writes
     x = torch.from_numpy(np.random.default_rng(0).standard_normal((4, 1, 28, 28)).astype(np.float32))
@@ -318,8 +317,6 @@ def test_flat_state_round_trip():
     with torch.no_grad():
         m.fc3.bias.add_(1.0)
     assert np.array_equal(flat.params[-10:], before[-10:] + np.float32(1.0))
-    # the momentum slice does not change the model
-    flat.momentum[:] = 123.0
     with torch.no_grad():
         m.fc3.bias.copy_(torch.from_numpy(before[-10:]))
     assert torch.equal(out0, m(x))
@@ -343,27 +340,49 @@ def test_flat_state_round_trip():
     assert fb.check()
 
 
-def test_sgd_momentum_step_heavy_ball():
-    pytest.importorskip("torch")
-    from mpi_teleport.problems.models import FlatState, build_model, sgd_momentum_step
+def test_local_step_is_heavy_ball_in_the_token_dtype():
+    """The runtime's step (every problem, simulator and MPI alike): v = mu v + g,
+    y = x - lr v, element-wise in float32 for network tokens."""
+    from mpi_teleport.algorithms import local_step
 
-    flat = FlatState(build_model("digits-cnn", 1))
-    p0, g = flat.params.copy(), np.random.default_rng(0).standard_normal(flat.n_params).astype(np.float32)
-    v = np.zeros_like(p0)
-    p = p0.copy()
-    for _ in range(3):
-        flat.grad[:] = g
-        sgd_momentum_step(flat, 0.1, 0.9)
-        v = np.float32(0.9) * v + g
-        p = p - np.float32(0.1) * v
-    assert np.array_equal(flat.params, p) and np.array_equal(flat.momentum, v)
+    class FixedGradient:
+        def __init__(self, g):
+            self.g = g
+
+        def gradient(self, nodes, x, t, out=None):
+            out[...] = self.g
+            return out
+
+    gen = np.random.default_rng(0)
+    g = gen.standard_normal((2, 50)).astype(np.float32)
+    x = gen.standard_normal((2, 50)).astype(np.float32)
+    v, y = np.zeros_like(x), np.empty_like(x)
+    v_ref, x_ref = np.zeros_like(x), x.copy()
+    for t in range(3):
+        y = local_step(FixedGradient(g), [0, 1], x, v, t, 0.1, 0.9, out=y)
+        v_ref = np.float32(0.9) * v_ref + g
+        assert y.dtype == np.float32 and np.array_equal(v, v_ref)
+        assert np.array_equal(y, x_ref - np.float32(0.1) * v_ref)
+        x, x_ref, y = y.copy(), y.copy(), np.empty_like(x)
 
 
 def test_digits_cnn_learns_and_is_reproducible():
     torch = pytest.importorskip("torch")
     pytest.importorskip("sklearn")
+    from mpi_teleport.algorithms import local_step
     from mpi_teleport.problems.models import (FlatState, build_model, configure_torch_threads,
-                                              evaluate, loss_and_grad, sgd_momentum_step)
+                                              evaluate, loss_and_grad)
+
+    class FlatGradient:  # the gradient of the model at the token x, as problems give it
+        def __init__(self, flat, batches):
+            self.flat, self.batches = flat, batches
+
+        def gradient(self, nodes, x, t, out=None):
+            np.copyto(self.flat.params_and_buffers, x[0])
+            b = self.batches[t]
+            loss_and_grad(self.flat, xtr[b], ytr[b])
+            out[0] = self.flat.grad
+            return out
 
     configure_torch_threads(1)
     xtr, ytr = load_digits_dataset(True)
@@ -372,10 +391,13 @@ def test_digits_cnn_learns_and_is_reproducible():
     def train():
         flat = FlatState(build_model("digits-cnn", 0))
         g = np.random.default_rng(0)
-        for _ in range(300):
-            b = g.integers(0, len(ytr), 32)
-            loss_and_grad(flat, xtr[b], ytr[b])
-            sgd_momentum_step(flat, 0.05, 0.9)
+        problem = FlatGradient(flat, [g.integers(0, len(ytr), 32) for _ in range(300)])
+        x = flat.vector[None].copy()
+        v, y = np.zeros_like(x), np.empty_like(x)
+        for t in range(300):
+            local_step(problem, [0], x, v, t, 0.05, 0.9, out=y)
+            x, y = y, x
+        np.copyto(flat.params_and_buffers, x[0])
         return flat
 
     a, b = train(), train()

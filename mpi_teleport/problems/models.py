@@ -7,18 +7,17 @@ Only the torch code paths import this module (torch is imported at top level).
 * :func:`build_model` -- deterministic initialisation from a seed, drawn with numpy
   (PCG64), independent of torch's global RNG and of the torch version: the same seed
   gives bit-identical parameters in every process.
-* :class:`FlatState` -- parameters, floating buffers and a momentum buffer in ONE
-  contiguous float32 numpy array; the model's tensors are zero-copy views into it, so
-  ``flat.vector`` can go over MPI (uppercase Send/Recv) and be averaged in place.
-* :func:`sgd_momentum_step` -- heavy-ball SGD on the flat numpy views.
+* :class:`FlatState` -- parameters and floating buffers in ONE contiguous float32 numpy
+  array; the model's tensors are zero-copy views into it, so a token vector is loaded
+  into the model by one copy and never converted. (The SGD/momentum step is the
+  runtime's ``algorithms.local_step``, shared by every problem.)
 
 Bit-reproducibility: torch's CPU kernels may split reductions (convolutions, matmuls)
 differently for different thread counts, so forward/backward results can differ in the
 last bits between a 1-thread and an N-thread process. For the MPI runtime and the
 simulator to agree bit for bit, every rank (and the simulator) calls
 :func:`configure_torch_threads` (``torch.set_num_threads(1)``) before any torch work.
-One rank per core is the intended deployment anyway. The numpy update
-(:func:`sgd_momentum_step`) is element-wise and deterministic.
+One rank per core is the intended deployment anyway.
 """
 from __future__ import annotations
 
@@ -38,7 +37,6 @@ __all__ = [
     "build_model",
     "configure_torch_threads",
     "FlatState",
-    "sgd_momentum_step",
     "loss_and_grad",
     "evaluate",
 ]
@@ -190,11 +188,10 @@ def build_model(name: str, seed: int) -> nn.Module:
 class FlatState:
     """One contiguous float32 numpy buffer holding a model's whole trainable state.
 
-    Layout of ``vector`` (float32, C-contiguous)::
+    Layout of ``vector`` (float32, C-contiguous), the token's model part::
 
-        [ parameters (n_params) | floating buffers (n_buffers) | momentum (n_params) ]
-          `----------- params_and_buffers: gossip averages it --'  `- travels with the
-                                                                      token, not averaged
+        [ parameters (n_params) | floating buffers (n_buffers) ]
+          `----------- params_and_buffers: gossip averages it --'
 
     Every ``param.data`` and floating buffer of the model becomes a zero-copy
     ``torch.from_numpy`` view into ``vector`` (order: ``model.parameters()``, then
@@ -223,16 +220,13 @@ class FlatState:
                 raise TypeError("FlatState needs a float32 CPU model")
         self.n_params = int(sum(p.numel() for p in self._params))
         self.n_buffers = int(sum(b.numel() for _, _, b in bufs))
-        self.n_averaged = self.n_params + self.n_buffers
-        self.size = self.n_averaged + self.n_params
+        self.size = self.n_params + self.n_buffers
 
         self.vector = np.zeros(self.size, dtype=np.float32)
         self.grad = np.zeros(self.n_params, dtype=np.float32)
-        self._scratch = np.empty(self.n_params, dtype=np.float32)
         self.params = self.vector[: self.n_params]
-        self.buffers = self.vector[self.n_params : self.n_averaged]
-        self.params_and_buffers = self.vector[: self.n_averaged]
-        self.momentum = self.vector[self.n_averaged :]
+        self.buffers = self.vector[self.n_params :]
+        self.params_and_buffers = self.vector
 
         self._slices = []  # (offset, numel, shape) per parameter
         off = 0
@@ -298,26 +292,6 @@ class FlatState:
             f"FlatState(n_params={self.n_params}, n_buffers={self.n_buffers}, "
             f"size={self.size}, dtype=float32)"
         )
-
-
-def sgd_momentum_step(flat: FlatState, lr: float, momentum: float, weight_decay: float = 0.0) -> None:
-    """Heavy-ball SGD in place on the flat numpy views (float32, element-wise):
-
-        g = grad (+ weight_decay * p);  v = momentum * v + g;  p = p - lr * v
-
-    ``v`` is ``flat.momentum`` (zero-initialised); with ``momentum=0`` this is plain SGD.
-    Buffers are not touched. Deterministic (fixed order of element-wise operations).
-    """
-    g = flat.grad_vector()
-    p, v, tmp = flat.params, flat.momentum, flat._scratch
-    if weight_decay:
-        np.multiply(p, np.float32(weight_decay), out=tmp)
-        np.add(tmp, g, out=tmp)
-        g = tmp
-    np.multiply(v, np.float32(momentum), out=v)
-    np.add(v, g, out=v)
-    np.multiply(v, np.float32(lr), out=tmp)
-    np.subtract(p, tmp, out=p)
 
 
 def loss_and_grad(flat: FlatState, x: np.ndarray, y: np.ndarray) -> float:
