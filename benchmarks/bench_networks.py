@@ -76,12 +76,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from mpi_teleport.launch import mpi_env, mpirun_command  # noqa: E402
+
 TARGET_FRAMEWORK = 0.05
 MODELS = {"lenet": "fashion-mnist", "vgg": "cifar10"}
 MODEL_NAMES = {"lenet": "LeNet-5 (Fashion-MNIST shapes)", "vgg": "VGG-11 GN (CIFAR-10 shapes)"}
-OVERSUBSCRIBE = ["--oversubscribe", "--bind-to", "core:overload-allowed",
-                 "--mca", "mpi_yield_when_idle", "1",
-                 "--mca", "threads_pthreads_yield_strategy", "nanosleep"]
 BATCH = 32
 LR = 0.01
 MOMENTUM = 0.9
@@ -382,17 +381,11 @@ def summarise(model, ranks, algorithm, k, timed, elapsed, per_rank, problem, loa
 
 
 # ------------------------------------------------------------------------------ driver
-def find_mpirun() -> str:
-    beside = Path(sys.executable).with_name("mpirun")
-    return str(beside) if beside.exists() else (shutil.which("mpirun") or "mpirun")
-
-
-def mpi_env() -> dict:
-    env = dict(os.environ)
+def worker_env() -> dict:
+    """mpirun's environment (root allowed) with one thread per rank and this checkout
+    importable."""
+    env = mpi_env()
     env.setdefault("OMP_NUM_THREADS", "1")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
@@ -405,15 +398,13 @@ def launch(model, ranks, args, data_dir, device) -> list[dict] | None:
         warm = args.warmup
     with tempfile.TemporaryDirectory(prefix="bench_networks_") as tmp:
         result = os.path.join(tmp, "result.json")
-        cmd = [find_mpirun(), "-n", str(ranks)]
-        if ranks > (os.cpu_count() or 1):
-            cmd += OVERSUBSCRIBE
-        cmd += [sys.executable, str(Path(__file__).resolve()), "--worker", "--model", model,
-                "--data-dir", data_dir, "--result", result, "--warmup", str(warm),
-                "--rounds", str(timed), "--device", device, "--algorithms", *args.algorithms]
+        cmd = mpirun_command(ranks, [
+            sys.executable, str(Path(__file__).resolve()), "--worker", "--model", model,
+            "--data-dir", data_dir, "--result", result, "--warmup", str(warm),
+            "--rounds", str(timed), "--device", device, "--algorithms", *args.algorithms])
         print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, env=mpi_env(), timeout=args.timeout)
+        proc = subprocess.run(cmd, env=worker_env(), timeout=args.timeout)
         print(f"  ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
         if proc.returncode != 0 or not os.path.exists(result):
             print(f"bench_networks: {model} x {ranks} ranks failed (exit {proc.returncode})",

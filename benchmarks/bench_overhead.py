@@ -77,9 +77,6 @@ LR = 0.1
 SEED = 0
 TOPOLOGY = "ring"
 IMPLS = ("bare_comm", "bare", "alg3", "alg1")
-OVERSUBSCRIBE = ["--oversubscribe", "--bind-to", "core:overload-allowed",
-                 "--mca", "mpi_yield_when_idle", "1",
-                 "--mca", "threads_pthreads_yield_strategy", "nanosleep"]
 BUFFERS_PER_RANK = 8  # x, y, 3 inboxes, bare's tmp, weighted_sum's 2 temporaries
 
 
@@ -269,24 +266,17 @@ def mem_available() -> int | None:
 
 
 def launch(ranks: int, ds: list[int], args, timeout: float) -> tuple[list[dict], str]:
-    mpirun = str(Path(sys.executable).with_name("mpirun"))
-    if not Path(mpirun).exists():
-        mpirun = "mpirun"
+    from mpi_teleport.launch import mpi_env, mpirun_command
+
     fd, result = tempfile.mkstemp(prefix="bench_overhead_", suffix=".json")
     os.close(fd)
-    cmd = [mpirun, "-n", str(ranks)]
-    if ranks > (os.cpu_count() or 1):
-        cmd += OVERSUBSCRIBE
-    cmd += [sys.executable, str(Path(__file__).resolve()), "--worker", "--worker-out", result,
-            "--ds", *[str(d) for d in ds]]
+    cmd = mpirun_command(ranks, [sys.executable, str(Path(__file__).resolve()), "--worker",
+                                 "--worker-out", result, "--ds", *[str(d) for d in ds]])
     if args.quick:
         cmd.append("--quick")
     if args.k:
         cmd += ["--k", str(args.k)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env = mpi_env(dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     print("+ " + " ".join(cmd), flush=True)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
