@@ -429,10 +429,15 @@ class Plan:
     def start(self) -> int:
         return int(self.manifest["round"]) if self.manifest else 0
 
+    @property
+    def periodic(self) -> bool:
+        """Periodic (and final) checkpoints are asked for and have a place to go."""
+        return self.dir is not None and self.every > 0
+
     def due(self, r: int, rounds: int) -> bool:
         """A periodic checkpoint after round r (not at 0 and not at the end: the final
         checkpoint is written separately)."""
-        return self.dir is not None and self.every > 0 and 0 < r < rounds and r % self.every == 0
+        return self.periodic and 0 < r < rounds and r % self.every == 0
 
 
 def plan(cfg, algorithm: str) -> Plan:
@@ -474,7 +479,7 @@ class Keeper:
         self.wall_offset = float(self.plan.manifest.get("wall_s", 0.0)) if self.plan.manifest else 0.0
         self._t0 = time.perf_counter() - self.wall_offset
         self._start = self.plan.start
-        self._every = self.plan.every if self.plan.dir is not None else 0
+        self._every = self.plan.every if self.plan.periodic else 0  # (the simulator reads it every round)
         self._last_round = self._last_roster = None  # the latest round the loop reported
 
     # -- what to resume -------------------------------------------------------------
@@ -561,7 +566,7 @@ class Keeper:
 
     def finish(self, summary: dict | None) -> Path | None:
         """The final checkpoint (MPI: collective) when periodic checkpoints were asked."""
-        if self._every <= 0 or self._last_round is None:
+        if not self.plan.periodic or self._last_round is None:
             return None  # (nothing ran: resumed from the end, its checkpoint stands)
         self._flush()
         return self._save_mpi(self._last_round, self._node, self._last_roster, self._state,
@@ -625,7 +630,7 @@ class Keeper:
             raise Terminated(signum, r, path, self.cfg.out)
 
     def finish_sim(self, r: int, x, v, rec, summary: dict) -> Path | None:
-        if self.plan.dir is None or self.plan.every <= 0 or self.resumed and r == self._start:
+        if not self.plan.periodic or self.resumed and r == self._start:
             return None  # (nothing ran: resumed from the end, its checkpoint stands)
         return self._save_sim(r, x, v, rec, "final", summary)
 

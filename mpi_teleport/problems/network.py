@@ -66,8 +66,9 @@ class NetworkProblem:
 
     def __init__(self, cfg, device: str = "cpu", staged: bool | None = None):
         """``staged``: keep the model apart from the token vector and copy between them
-        (host staging; what a GPU rank does). Default: only off the CPU. On the CPU the
-        model's tensors are views into the token vector instead."""
+        (host staging; what a GPU rank does). Default: only off the CPU. Otherwise the
+        model's tensors are views into one flat vector (models.FlatState) that a token is
+        copied into."""
         import torch
 
         from . import datasets, models
@@ -84,14 +85,16 @@ class NetworkProblem:
         self.class_histogram = datasets.class_histogram(self.y_train, self.parts, 10)
         self.model = models.build_model(models.MODEL_FOR_PROBLEM[cfg.problem], cfg.seed)
         self.device = torch.device(device)
-        if not (self.device.type != "cpu" if staged is None else staged):
-            self.flat = models.FlatState(self.model)
-            self._initial = self.flat.params_and_buffers.copy()
-        else:  # host staging: the token vector lives on the host, the model on the GPU
+        if staged is None:
+            staged = self.device.type != "cpu"
+        if staged:  # host staging: the token vector lives on the host, the model on the GPU
             self.flat = None
             self.model.to(self.device)
             self._params = list(self.model.parameters())
             self._initial = torch.nn.utils.parameters_to_vector(self._params).detach().cpu().numpy()
+        else:
+            self.flat = models.FlatState(self.model)
+            self._initial = self.flat.params_and_buffers.copy()
         self.n_params = sum(p.numel() for p in self.model.parameters())
 
     @property
