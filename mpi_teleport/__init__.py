@@ -1,4 +1,30 @@
 """mpi_teleport: the reference MPI implementation of Teleportation (Takezawa & Stich,
-ICLR 2025) and its Decentralized-SGD baselines, with a single-process simulator."""
+ICLR 2025) and its Decentralized-SGD baselines, with a single-process simulator.
 
-__version__ = "0.1.0"
+Bring your own problem (a :class:`Problem` in numpy, or a PyTorch model wrapped by
+:class:`TorchProblem`) and train it with :func:`teleportation`, :func:`dsgd` or choose k
+with :func:`search_k`, all nodes in this process (``comm=None``) or one node per MPI rank
+(``comm=MPI.COMM_WORLD``), with bit-identical records either way.
+
+>>> import mpi_teleport as mt
+>>> from mpi_teleport.problems.quadratic import Quadratic
+>>> mt.teleportation(Quadratic(n=10, d=4), nodes=10, k=2, rounds=20, lr=0.05).k
+2
+"""
+from .api import dsgd, search_k, teleportation
+from .engine import Result
+from .errors import NonFiniteError, UsageError
+from .problem import Problem
+
+__version__ = "0.2.0"
+
+__all__ = ["teleportation", "dsgd", "search_k", "Problem", "TorchProblem", "Result",
+           "UsageError", "NonFiniteError"]
+
+
+def __getattr__(name):
+    if name == "TorchProblem":  # torch is imported only when asked for
+        from .problems.torch_problem import TorchProblem
+
+        return TorchProblem
+    raise AttributeError(f"module 'mpi_teleport' has no attribute {name!r}")

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import UsageError
+from .errors import UsageError
 from .output import dumps, write_atomic, write_atomic_with
 
 FORMAT = 1
@@ -137,27 +137,6 @@ def write_manifest(directory: Path, manifest: dict) -> None:
     directory = Path(directory)
     write_atomic(directory / MANIFEST, dumps({"format": FORMAT, **manifest}, indent=1) + "\n")
     _fsync_dir(directory)
-
-
-def base_manifest(cfg, algorithm: str, k: int, r: int, backend: str, layout: str,
-                  arrays: list[str], dim: int, reason: str) -> dict:
-    return {
-        "round": r,
-        "reason": reason,  # every | signal | final
-        "final": reason == "final",
-        "algorithm": algorithm,
-        "variant": cfg.variant,
-        "k": k,
-        "n": cfg.nodes,
-        "dim": dim,
-        "layout": layout,
-        "arrays": arrays,
-        "backend": backend,
-        "config": cfg.to_dict(),
-        "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
-    }
 
 
 def prune(base: Path, keep: int) -> None:
@@ -452,195 +431,121 @@ def plan(cfg, algorithm: str) -> Plan:
 
 # ----------------------------------------------------------------------------- runtime
 class Keeper:
-    """Checkpoints and signal stops of one run, for both back ends.
+    """Checkpoints, resume and signal stops of one run, for either back end.
 
-    MPI (``run.execute``)::
-
-        keeper = Keeper(cfg, algorithm, k, terminator, transport)   # every rank
-        keeper.restore_mpi(node, state, rec, simple)    # resume: this rank's token, records
-        on_round = keeper.wrap(on_round, node, state, rec)
-        ... loop(node, keeper.rounds(rounds), state, on_round) ...
-        keeper.finish(summary)                          # the final checkpoint
-
-    ``wrap`` adds, after the logging of a round, the agreement on signals (an
-    Allreduce(MAX) of one integer, only at logging and checkpoint rounds), the periodic
-    checkpoint, and the stop (:class:`signals.Terminated` on every rank) after a signal.
-    The simulator uses :meth:`restore_sim`, :meth:`after_round_sim` and :meth:`finish_sim`.
+    The engine calls :meth:`restore` before the loop, :meth:`after_round` after every
+    round and :meth:`finish` at the end. After a round, on logging and checkpoint rounds
+    (every round in one process, where it costs nothing) the processes agree on whether
+    any got a signal (one Allreduce of an integer under MPI), write the periodic or the
+    signal's checkpoint, and stop together with :class:`signals.Terminated`.
     """
 
-    def __init__(self, cfg, algorithm: str, k: int, terminator=None, transport=None):
-        self.cfg, self.algorithm, self.k = cfg, algorithm, k
-        self.plan = plan(cfg, algorithm)
-        self.terminator = terminator
-        self.transport = transport
-        self.comm = getattr(transport, "comm", None)
-        self.rank = getattr(transport, "rank", 0)
-        self.backend = "sim" if transport is None else "mpi"
-        self.wall_offset = float(self.plan.manifest.get("wall_s", 0.0)) if self.plan.manifest else 0.0
+    def __init__(self, plan: Plan, backend, recorder, terminator=None, *, settings: dict,
+                 spec, log_every: int, stop_at_target: bool, resume_from=None):
+        self.plan, self.backend, self.rec, self.terminator = plan, backend, recorder, terminator
+        self.settings, self.spec = settings, spec
+        self.log_every, self.stop_at_target = log_every, stop_at_target
+        self.resume_from = resume_from
+        self.wall_offset = float(plan.manifest.get("wall_s", 0.0)) if plan.manifest else 0.0
         self._t0 = time.perf_counter() - self.wall_offset
-        self._start = self.plan.start
-        self._every = self.plan.every if self.plan.periodic else 0  # (the simulator reads it every round)
-        self._last_round = self._last_roster = None  # the latest round the loop reported
+        self._last_round = None  # the latest round after which the loop ran
 
-    # -- what to resume -------------------------------------------------------------
     @property
     def start(self) -> int:
         """The round the run continues from (0 for a fresh run)."""
-        return self._start
+        return self.plan.start
 
     @property
     def resumed(self) -> bool:
         return self.plan.manifest is not None
 
-    def rounds(self, total: int) -> range:
-        """The rounds left to run: none after the final checkpoint of a run that stopped
-        at its target (--stop-at-target), else start..total."""
+    def rounds(self, start: int, stop: int) -> range:
+        """The rounds left of [start, stop): none after the final checkpoint of a run that
+        stopped at its target (--stop-at-target)."""
         m = self.plan.manifest
-        stopped = bool(m and m.get("final") and self.cfg.stop_at_target
+        stopped = bool(m and m.get("final") and self.stop_at_target
                        and (m.get("recorder") or {}).get("rounds_to_target") is not None)
-        return range(total, total) if stopped else range(min(self._start, total), total)
+        return range(stop, stop) if stopped else range(min(max(start, self.start), stop), stop)
 
-    def _restore_common(self, rec) -> None:
+    def restore(self):
+        """(directory, manifest) of the checkpoint to resume, after restoring the recorder
+        (root) and this process's logical clock; None for a fresh run."""
         m = self.plan.manifest
-        if rec is not None and m.get("recorder") is not None and (self.rank == 0):
-            rec.restore(m["recorder"])
-        clocks = m.get("clocks_us")
-        if clocks and hasattr(self.transport, "clock_us") and len(clocks) > self.rank:
-            self.transport.clock_us = float(clocks[self.rank])
+        if m is None:
+            return None
+        if self.rec is not None and m.get("recorder") is not None and self.backend.root:
+            self.rec.restore(m["recorder"])
+        restore_clock = getattr(self.backend, "restore_clock", None)
+        if restore_clock is not None:
+            restore_clock(m.get("clocks_us"))
         self._t0 = time.perf_counter() - self.wall_offset
+        return self.plan.source, m
 
-    def restore_mpi(self, node, state, rec, simple: bool) -> None:
-        """Put this rank's token (if it holds one at the resume round) into ``state``;
-        restore the recorder on rank 0 (the loop continues at :meth:`rounds`)."""
-        if self.plan.manifest is None:
-            return
-        r0 = self._start
-        # Alg. 3 (and DSGD): round-r0 tokens sit with holders(r0); Alg. 1: with holders(r0-1).
-        entry = node.roster(r0 - 1 if simple and r0 > 0 else r0)
-        _, token = node.role(entry)
-        if token >= 0:
-            restore_token(state, load_token(self.plan.source, self.plan.manifest, token))
-        self._restore_common(rec)
-
-    def restore_sim(self, x: np.ndarray, v: np.ndarray | None, rec):
-        """(x, v, start round) of the simulator: the checkpoint's token matrices."""
-        if self.plan.manifest is None:
-            return x, v, 0
-        arrays = load_matrix(self.plan.source, self.plan.manifest)
-        x = arrays["x"].astype(x.dtype, copy=True).reshape(x.shape)
-        if v is not None:
-            v = arrays["v"].astype(v.dtype, copy=True).reshape(v.shape)
-        self._restore_common(rec)
-        return x, v, self._start
-
-    # -- MPI -------------------------------------------------------------------------
-    def wrap(self, on_round, node, state, rec, total_rounds: int | None = None):
-        """on_round with the agreement on signals and the checkpoints added after it. On
-        other rounds than logging and checkpoint rounds it adds a few comparisons."""
+    def after_round(self, r: int, stop: bool, total: int) -> None:
         from .signals import Terminated
 
-        total = total_rounds if total_rounds is not None else self.cfg.rounds
-        log_every = self.cfg.log_every
-
-        def wrapped(r, roster, x, run=0):
-            stop = on_round(r, roster, x, run)
-            self._last_round, self._last_roster = r, roster
-            if stop or r >= total:
-                return stop  # the run ends here anyway: a signal now changes nothing
-            due = self.plan.due(r, total)
-            if r % log_every and not due:
-                return stop  # neither a logging nor a checkpoint round
-            paused = rec.pause()
-            self._flush()
-            signum = self.terminator.agree(self.comm) if self.terminator is not None else 0
-            path = None
-            if due or (signum and self.plan.dir is not None):
-                path = self._save_mpi(r, node, roster, state, rec, "signal" if signum else "every")
-            rec.resume(paused)
-            if signum:
-                raise Terminated(signum, r, path, self.cfg.out)
-            return stop
-
-        self._node, self._state, self._rec = node, state, rec
-        return wrapped
+        self._last_round = r
+        if stop or r >= total:
+            return  # the run ends here anyway: a signal now changes nothing
+        due = self.plan.due(r, total)
+        term = self.terminator
+        if self.backend.checks_every_round:
+            if not due and not (term is not None and term.signum):
+                return
+        elif r % self.log_every and not due:
+            return  # neither a logging nor a checkpoint round
+        paused = self.rec.pause()
+        flush = getattr(self.backend.transport, "flush", None) if hasattr(self.backend, "transport") else None
+        if flush is not None:
+            flush()  # latency layer: deferred sends out before the collectives
+        signum = self.backend.agree(term.signum if term is not None else 0)
+        path = None
+        if due or (signum and self.plan.dir is not None):
+            path = self._save(r, "signal" if signum else "every")
+        self.rec.resume(paused)
+        if signum:
+            raise Terminated(signum, r, path, self.resume_from)
 
     def finish(self, summary: dict | None) -> Path | None:
-        """The final checkpoint (MPI: collective) when periodic checkpoints were asked."""
+        """The final checkpoint (collective) when periodic checkpoints were asked."""
         if not self.plan.periodic or self._last_round is None:
             return None  # (nothing ran: resumed from the end, its checkpoint stands)
-        self._flush()
-        return self._save_mpi(self._last_round, self._node, self._last_roster, self._state,
-                              self._rec, "final", summary)
+        return self._save(self._last_round, "final", summary)
 
-    def _flush(self) -> None:
-        flush = getattr(self.transport, "flush", None)  # latency layer: deferred sends out first
-        if flush is not None:
-            flush()
-
-    def _save_mpi(self, r, node, roster, state, rec, reason, summary=None) -> Path:
+    def _save(self, r: int, reason: str, summary=None) -> Path:
+        backend = self.backend
         directory = round_dir(self.plan.dir, r)
         directory.mkdir(parents=True, exist_ok=True)
-        _, token = node.role(roster)
-        arrays = token_arrays(state)
-        if token >= 0:
-            save_token(directory, token, arrays)
-        clocks = None
-        if hasattr(self.transport, "clock_us"):
-            clocks = self.comm.gather(float(self.transport.clock_us), root=0)
-        self.comm.Barrier()  # every token file is in place
-        if self.rank == 0:
-            self._write_manifest(directory, r, rec, reason, summary, LAYOUT_TOKENS,
-                                 sorted(arrays), int(arrays["x"].size), clocks)
-        return directory
-
-    def _write_manifest(self, directory, r, rec, reason, summary, layout, arrays, dim, clocks):
-        manifest = base_manifest(self.cfg, self.algorithm, self.k, r, self.backend, layout,
-                                 arrays, dim, reason)
-        manifest.update({
-            "recorder": rec.state() if rec is not None else None,
-            "wall_s": time.perf_counter() - self._t0,
-            "clocks_us": clocks,
-            "summary": summary,
-        })
-        if rec is not None:
-            rec.files.flush()  # metrics.jsonl up to this round, as the checkpoint has it
-        write_manifest(directory, manifest)
-        prune(self.plan.dir, self.plan.keep)
-
-    # -- simulator ---------------------------------------------------------------------
-    def after_round_sim(self, r: int, x, v, rec, stop: bool, total: int) -> None:
-        """Periodic checkpoint, and the stop after a signal (checked every round: two
-        comparisons when there is nothing to do)."""
-        every, term = self._every, self.terminator
-        if (every and not r % every) or (term is not None and term.signum):
-            self._checkpoint_sim(r, x, v, rec, stop, total)
-
-    def _checkpoint_sim(self, r, x, v, rec, stop, total) -> None:
-        from .signals import Terminated
-
-        if stop or r >= total:
-            return  # the run ends here anyway (the final checkpoint follows)
-        signum = self.terminator.signum if self.terminator is not None else 0
-        path = None
-        if self.plan.dir is not None:  # periodic (due) or on a signal
-            paused = rec.pause()
-            path = self._save_sim(r, x, v, rec, "signal" if signum else "every")
-            rec.resume(paused)
-        if signum:
-            raise Terminated(signum, r, path, self.cfg.out)
-
-    def finish_sim(self, r: int, x, v, rec, summary: dict) -> Path | None:
-        if not self.plan.periodic or self.resumed and r == self._start:
-            return None  # (nothing ran: resumed from the end, its checkpoint stands)
-        return self._save_sim(r, x, v, rec, "final", summary)
-
-    def _save_sim(self, r, x, v, rec, reason, summary=None) -> Path:
-        directory = round_dir(self.plan.dir, r)
-        directory.mkdir(parents=True, exist_ok=True)
-        arrays = {"x": x} if v is None else {"x": x, "v": v}
-        save_matrix(directory, arrays)
-        self._write_manifest(directory, r, rec, reason, summary, LAYOUT_MATRIX, sorted(arrays),
-                             int(x.shape[1]), None)
+        arrays = backend.save(directory)
+        clocks = backend.clocks(r)
+        backend.barrier()  # every token file is in place
+        if backend.root:
+            spec = self.spec
+            manifest = {
+                "round": r,
+                "reason": reason,  # every | signal | final
+                "final": reason == "final",
+                "algorithm": spec.algorithm,
+                "variant": spec.variant,
+                "k": spec.tokens,
+                "n": spec.nodes,
+                "dim": backend.dim,
+                "layout": backend.layout,
+                "arrays": arrays,
+                "backend": backend.name,
+                "config": self.settings,
+                "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
+                "recorder": self.rec.state() if self.rec is not None else None,
+                "wall_s": time.perf_counter() - self._t0,
+                "clocks_us": clocks,
+                "summary": summary,
+            }
+            if self.rec is not None:
+                self.rec.files.flush()  # metrics.jsonl up to this round, as the checkpoint has it
+            write_manifest(directory, manifest)
+            prune(self.plan.dir, self.plan.keep)
         return directory
 
 

@@ -55,3 +55,41 @@ def fail(prog: str, message: str, show: bool = True) -> int:
     if show:
         print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
     return EXIT_USAGE
+
+
+# ----------------------------------------------------------------------------- config -> run
+def run_spec(cfg, algorithm: str, k) -> "RunSpec":
+    """The RunSpec of one run a Config asks for (``k`` 'auto': Algorithm 2)."""
+    from .spec import RunSpec, cosine_lr
+
+    name = "search" if k == "auto" else algorithm
+    total = 2 * cfg.rounds if k == "auto" else cfg.rounds
+    lr = cfg.lr if cfg.lr_schedule == "constant" else cosine_lr(cfg.lr, total)
+    tokens = None if k == "auto" else (cfg.nodes if algorithm == "dsgd" else k)
+    return RunSpec(name, cfg.nodes, tokens, cfg.rounds, lr, cfg.momentum, cfg.topology,
+                   cfg.variant, cfg.seed)
+
+
+def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=None,
+               terminator=None, problem=None) -> dict | None:
+    """One run of a Config (one algorithm of ``compare``) through the engine; returns the
+    summary on the root (None elsewhere). ``transport``: the MPI runtime's; None: the
+    simulator."""
+    from . import api, checkpoint
+    from .problems import describe, with_epochs
+    from .spec import LatencySettings, Logging
+
+    cfg = with_epochs(cfg, algorithm, k, problem)
+    spec = run_spec(cfg, algorithm, k)
+    backend = "sim" if transport is None else "mpi"
+    k_shown = cfg.nodes if algorithm == "dsgd" else k
+    record = {**cfg.to_dict(), "algorithm": algorithm, "k": k_shown, "backend": backend,
+              **describe(problem)}
+    logging = Logging(cfg.log_every, cfg.target, cfg.stop_at_target)
+    latency = LatencySettings(cfg.latency, cfg.clock, cfg.compute_time)
+    plan = checkpoint.plan(cfg, algorithm) if k != "auto" else None
+    result = api.run(problem, spec, logging, latency, transport=transport, plan=plan,
+                     settings=cfg.to_dict(), progress=progress or False, terminator=terminator,
+                     resume_from=cfg.out, problem_name=cfg.problem, files=files,
+                     config_record=record)
+    return result.summary

@@ -23,8 +23,7 @@ PROGRESS = ("auto", "on", "off")
 CLOCKS = ("real", "virtual")
 
 
-class UsageError(ValueError):
-    """Bad input: printed as one line on stderr, exit status 2."""
+from .errors import UsageError  # noqa: E402  (re-exported: config.UsageError)
 
 
 @dataclass(frozen=True)
@@ -100,9 +99,11 @@ OPTIONS = (
            "(--rounds gives T); ignored by dsgd", metavar="{INT,auto}"),
     Option("topology", "choice", "gossip topology over the k active tokens (over all n "
            "nodes for dsgd); default ring", TOPOLOGIES),
-    Option("problem", "choice", "training problem: quadratic = the paper's synthetic "
+    Option("problem", "problem", "training problem: quadratic = the paper's synthetic "
            "problem (Sec. 5.1, default); digits = small CNN on scikit-learn's 8x8 digits "
-           "(offline); fashion-mnist = LeNet-5; cifar10 = VGG-11 with GroupNorm", PROBLEMS),
+           "(offline); fashion-mnist = LeNet-5; cifar10 = VGG-11 with GroupNorm; or "
+           "package.module:function, your factory called as function(nodes=N, seed=S) "
+           "returning a Problem", PROBLEMS, metavar="{" + ",".join(PROBLEMS) + ",MODULE:FUNCTION}"),
     Option("rounds", "int", "number of rounds (iterations) to run (default 1000)", metavar="T"),
     Option("lr", "float", "step size eta > 0 (default 0.001)", metavar="ETA"),
     Option("momentum", "float", "heavy-ball momentum in [0, 1); momentum travels with its "
@@ -190,6 +191,15 @@ def _coerce(opt: Option, value, source: str):
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
             return int(value)
+        if opt.kind == "problem":
+            value = str(value)
+            module, sep, function = value.partition(":")
+            if value in opt.choices or (sep and module and function
+                                        and all(p.isidentifier() for p in module.split("."))
+                                        and function.isidentifier()):
+                return value
+            raise UsageError(f"{where}: unknown value {value!r}; choose one of "
+                             f"{', '.join(opt.choices)}, or give package.module:function")
         if opt.kind == "choice":
             value = str(value)
             if value not in opt.choices:
@@ -271,12 +281,14 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
     network = cfg.problem in NETWORK_PROBLEMS
     if network and "target" not in raw:
         cfg = cfg.replace(target=0.9)
+    if cfg.problem not in PROBLEMS and "target" not in raw:
+        cfg = cfg.replace(target=None)  # a user's problem: no target unless given
     if cfg.eval_every is not None:
         if cfg.eval_every < 1:
             raise UsageError(f"--eval-every must be at least 1, got {cfg.eval_every}")
         cfg = cfg.replace(log_every=cfg.eval_every)
     if cfg.epochs is not None:
-        if not network:
+        if cfg.problem == "quadratic":
             raise UsageError("--epochs applies to the network problems; use --rounds for quadratic")
         if not (math.isfinite(cfg.epochs) and cfg.epochs > 0):
             raise UsageError(f"--epochs must be > 0, got {cfg.epochs}")
@@ -307,7 +319,7 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
         raise UsageError(f"--dim must be at least 1, got {cfg.dim}")
     if cfg.rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {cfg.rounds}")
-    if cfg.target <= 0:
+    if cfg.target is not None and cfg.target <= 0:
         raise UsageError(f"--target must be > 0, got {cfg.target}")
     if cfg.log_every < 1:
         raise UsageError(f"--log-every must be at least 1, got {cfg.log_every}")

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import UsageError
+from .errors import UsageError
 
 MOD_BASE = 24  # the paper's mod(|i - j|, 24)
 CLOCKS = ("real", "virtual")
@@ -383,108 +383,16 @@ class TimedProblem:
         return out
 
 
-def attach(cfg, transport, problem):
-    """(transport, problem) for one MPI run: wrapped when the layer is needed, else as given."""
-    if not layer_active(cfg):
-        return transport, problem
-    model = parse_spec(cfg.latency, cfg.nodes)
-    clock = getattr(cfg, "clock", "real")
-    layer = LatencyTransport(transport, model, clock)
-    if layer.real and layer._oversubscribed and transport.rank == 0:
+def warn_oversubscribed(layer: "LatencyTransport") -> None:
+    """Real delays are not faithful when ranks exceed cores: say so once (rank 0)."""
+    if layer.real and layer._oversubscribed and layer.rank == 0:
         print(f"warning: --clock real with {layer.size} ranks on {os.cpu_count()} cores: real "
               f"delays are not faithful when ranks exceed cores; use --clock virtual",
               file=sys.stderr, flush=True)
-    return layer, TimedProblem(problem, layer, getattr(cfg, "compute_time", None))
-
-
-def record_extra(transport) -> dict:
-    """Extra fields for a logged record (collective when the layer is on): virtual_time_s."""
-    if isinstance(transport, LatencyTransport):
-        return {"virtual_time_s": transport.virtual_time_s()}
-    return {}
 
 
 # --------------------------------------------------------------------------- simulator
-class Oracle:
-    """The virtual clocks of all n nodes, computed centrally by the same model the MPI
-    ranks use (same float operations: equal bit for bit when ``--compute-time`` is given;
-    without it the simulator counts no compute time)."""
-
-    def __init__(self, cfg, algorithm: str, k: int, dim: int):
-        from . import schedule
-
-        self.cfg, self.k, self.n = cfg, k, cfg.nodes
-        self.model = parse_spec(cfg.latency, cfg.nodes)
-        self.compute = float(getattr(cfg, "compute_time", None) or 0.0)
-        self.nbytes = 8 * dim
-        self.momentum = cfg.momentum > 0
-        self.simple = algorithm == "teleportation" and cfg.variant == "simple"
-        if algorithm == "dsgd":
-            fixed = schedule.fixed_holders(self.n)
-            self.holders = lambda t: fixed  # noqa: E731
-        else:
-            self.holders = lambda t: schedule.holders(cfg.seed, self.n, k, t)  # noqa: E731
-        self.clock = np.zeros(self.n)
-        self.done = 0
-
-    def time_s(self) -> float:
-        return float(self.clock.max()) / 1e6
-
-    def advance_to(self, r: int) -> None:
-        while self.done < r:
-            (self._simple if self.simple else self._overlap)(self.done)
-            self.done += 1
-
-    def _receive(self, dst: np.ndarray, src_nodes: np.ndarray, stamps: np.ndarray) -> None:
-        """clock[dst] = max(clock[dst], stamps + delay(src, dst)); dst distinct."""
-        arrival = stamps + self.model.delay_us(src_nodes, dst, self.nbytes)
-        self.clock[dst] = np.maximum(self.clock[dst], arrival)
-
-    def _mix(self, t: int, senders: np.ndarray, receivers: np.ndarray) -> None:
-        """Gossip of round t: token m (on senders[m]) to token j (on receivers[j])."""
-        from . import topology as topo
-
-        w = topo.mixing(self.cfg.topology, self.k, t)
-        stamps = self.clock[senders]
-        if w.complete:
-            for start in range(0, self.k, 1024):
-                j = np.arange(start, min(self.k, start + 1024))
-                arr = stamps[None, :] + self.model.delay_us(senders[None, :], receivers[j, None],
-                                                            self.nbytes)
-                self.clock[receivers[j]] = np.maximum(self.clock[receivers[j]], arr.max(axis=1))
-            return
-        for rows, sources, _ in w.slots():
-            self._receive(receivers[rows], senders[sources], stamps[sources])
-
-    def _overlap(self, t: int) -> None:
-        now, nxt = self.holders(t), self.holders(t + 1)
-        self.clock[now] += self.compute
-        stamps = self.clock[now]  # momentum rides m -> m, posted with y
-        self._mix(t, now, nxt)
-        if self.momentum:
-            self._receive(nxt, now, stamps)
-
-    def _simple(self, t: int) -> None:
-        prev = self.holders(t - 1) if t > 0 else self.holders(0)
-        now = self.holders(t)
-        self._receive(now, prev, self.clock[prev])  # fetch x_m (and its momentum)
-        self.clock[now] += self.compute
-        self._mix(t, now, now)
-
-
-def attach_sim(cfg, algorithm: str, k: int, rec) -> None:
-    """Make the simulator's Recorder log ``virtual_time_s`` (computed by :class:`Oracle`)
-    when the layer is on; otherwise leave it as it is."""
-    if not layer_active(cfg):
-        return
-    oracle = Oracle(cfg, algorithm, k, rec.problem.dim)
-    log = rec.log
-
-    def log_with_virtual_time(r, x, time_s, extra=None):
-        oracle.advance_to(r)
-        return log(r, x, time_s, {**(extra or {}), "virtual_time_s": oracle.time_s()})
-
-    rec.log = log_with_virtual_time
+from .virtual_clock import Oracle  # noqa: E402,F401  (the simulator's clocks)
 
 
 # --------------------------------------------------------------------------- probe

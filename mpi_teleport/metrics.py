@@ -14,36 +14,29 @@ import numpy as np
 from . import topology as topo
 
 
-class NonFiniteError(RuntimeError):
-    """The loss became NaN or infinite: the run stops with a message naming round and token."""
-
-
-def logged_on_root(transport, log):
-    """``log()`` on rank 0, its result shared with every rank; a NonFiniteError it raises
-    is raised on every rank alike (so all stop at the same round). A collective."""
-    verdict = (None, None)
-    if transport.rank == 0:
-        try:
-            verdict = (log(), None)
-        except NonFiniteError as exc:
-            verdict = (None, str(exc))
-    value, error = transport.bcast(verdict)
-    if error:
-        raise NonFiniteError(error)
-    return value
+from .errors import NonFiniteError  # noqa: E402  (re-exported: metrics.NonFiniteError)
 
 
 def is_log_round(r: int, every: int, rounds: int) -> bool:
     return r == 0 or r % every == 0 or r == rounds
 
 
+def lr_text(lr) -> str:
+    """The step size for messages: the number, or a schedule's base value."""
+    return f"{lr}" if not callable(lr) else f"{getattr(lr, 'base', 'a schedule')}"
+
+
 class Recorder:
-    def __init__(self, cfg, problem, files, algorithm: str, k: int, progress=None):
-        self.cfg, self.problem, self.files = cfg, problem, files
-        self.algorithm, self.k = algorithm, k
+    """Records one run (Teleportation or DSGD): metrics.jsonl rows and the summary."""
+
+    def __init__(self, spec, logging, problem, files, progress=None, problem_name=None):
+        self.spec, self.logging, self.problem, self.files = spec, logging, problem, files
+        self.algorithm, self.k = spec.algorithm, spec.tokens
+        self.problem_name = problem_name or problem.name
         self.progress = progress
         self.rounds_to_target = None
         self.last: dict = {}
+        self.last_x = None  # the token matrix of the latest logged round (root)
         self.rounds_run = 0
         self._start = time.perf_counter()
         self._excluded = 0.0
@@ -60,8 +53,8 @@ class Recorder:
         self._excluded += time.perf_counter() - since
 
     def state(self) -> dict:
-        """What a checkpoint keeps of the recorder (checkpoint.py): the records so far,
-        rounds_to_target, the last record and the elapsed time (logging excluded)."""
+        """What a checkpoint keeps of the recorder: the records so far, rounds_to_target,
+        the last record and the elapsed time (logging excluded)."""
         return {"records": list(self.files.records), "rounds_to_target": self.rounds_to_target,
                 "last": self.last, "rounds_run": self.rounds_run, "elapsed": self.elapsed()}
 
@@ -75,6 +68,9 @@ class Recorder:
         self._excluded = 0.0
         self.files.restore(state["records"])
 
+    def record(self, phase: int, r: int, mats: list, time_s: float, extra: dict) -> bool:
+        return self.log(r, mats[0], time_s, extra)
+
     def log(self, r: int, x: np.ndarray, time_s: float, extra: dict | None = None) -> bool:
         """Record round r from the token matrix x; returns True when the run should stop."""
         metrics = self.problem.evaluate(x)
@@ -83,37 +79,42 @@ class Recorder:
             token = int(bad[0]) if len(bad) else 0
             raise NonFiniteError(
                 f"the {self.problem.metric} became non-finite at round {r} (token {token}); "
-                f"lower --lr (now {self.cfg.lr})"
+                f"lower --lr (now {lr_text(self.spec.lr)})"
             )
         record = {"round": r, "time_s": time_s, **metrics, **(extra or {})}
         self.files.metric(record)
-        self.last = record
+        self.last, self.last_x = record, x
         self.rounds_run = r
-        if self.rounds_to_target is None and self.problem.reached(metrics, self.cfg.target):
+        target = self.logging.target
+        if self.rounds_to_target is None and self.problem.reached(metrics, target):
             self.rounds_to_target = r
         if self.progress is not None:
             self.progress.update(r, f"{self.problem.metric} {metrics[self.problem.metric]:.2e}",
-                                 force=r == self.cfg.rounds)
-        return self.cfg.stop_at_target and self.rounds_to_target is not None
+                                 force=r == self.spec.rounds)
+        return self.logging.stop_at_target and self.rounds_to_target is not None
+
+    def final_tokens(self):
+        return self.last_x
 
     def summary(self, wall_time_s: float, extra: dict | None = None) -> dict:
-        cfg = self.cfg
+        spec = self.spec
         metric = self.problem.metric
+        k = self.k
         out = {
             "algorithm": self.algorithm,
-            "variant": cfg.variant if self.algorithm == "teleportation" else None,
-            "n": cfg.nodes,
-            "k": self.k,
-            "topology": cfg.topology,
-            "spectral_gap": topo.spectral_gap(cfg.topology, self.k) if self.k <= 2048 else None,
-            "problem": cfg.problem,
+            "variant": spec.variant if self.algorithm == "teleportation" else None,
+            "n": spec.nodes,
+            "k": k,
+            "topology": topo.describe(spec.topology),
+            "spectral_gap": topo.spectral_gap(spec.topology, k) if k <= 2048 else None,
+            "problem": self.problem_name,
             "rounds_run": self.rounds_run,
-            "target": cfg.target,
+            "target": self.logging.target,
             "rounds_to_target": self.rounds_to_target,
             f"final_{metric}": self.last.get(metric),
             "final_consensus": self.last.get("consensus"),
             "wall_time_s": wall_time_s,
-            "seed": cfg.seed,
+            "seed": spec.seed,
             **(extra or {}),
         }
         if self.progress is not None:

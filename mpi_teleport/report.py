@@ -35,14 +35,16 @@ def _fmt(x, spec):
 def table(summaries: list[dict]) -> str:
     """A short table: rounds to target, final error, wall time."""
     target = summaries[0]["target"]
-    metric = "error" if "final_error" in summaries[0] else "accuracy"
-    rows = [("method", f"rounds to {target:g}", f"final {metric}", "wall time")]
+    metric = next((key[len("final_"):] for key in summaries[0]
+                   if key.startswith("final_") and key != "final_consensus"), "error")
+    reach = f"rounds to {target:g}" if target is not None else "rounds to target"
+    rows = [("method", reach, f"final {metric}", "wall time")]
     for s in summaries:
         reached = s["rounds_to_target"]
         rows.append((
             label(s),
-            str(reached) if reached is not None else f"> {s['rounds_run']}",
-            _fmt(s.get(f"final_{metric}"), ".3e" if metric == "error" else ".4f"),
+            str(reached) if reached is not None else ("-" if target is None else f"> {s['rounds_run']}"),
+            _fmt(s.get(f"final_{metric}"), ".4f" if metric == "accuracy" else ".3e"),
             f"{s['wall_time_s']:.2f} s",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
@@ -54,14 +56,18 @@ def table(summaries: list[dict]) -> str:
 
 def candidates_table(summary: dict) -> str:
     """Algorithm 2's candidates: validation metric, final error, rounds to target."""
-    name = "final error" if "candidate_final_error" in summary else "final accuracy"
-    rows = [("k", summary["validation"], name, f"rounds to {summary['target']:g}")]
+    final_key = next(key for key in summary if key.startswith("candidate_final_"))
+    name = "final " + final_key[len("candidate_final_"):]
+    target = summary["target"]
+    rows = [("k", summary["validation"], name,
+             f"rounds to {target:g}" if target is not None else "rounds to target")]
     for k, val in summary["candidates"].items():
         reached = summary["candidate_rounds_to_target"][k]
         mark = " <- chosen" if int(k) == summary["k"] else ""
-        final = summary.get("candidate_final_error", summary.get("candidate_final_accuracy"))
+        final = summary[final_key]
         rows.append((k, f"{val:.3e}", f"{final[k]:.3e}",
-                     (str(reached) if reached is not None else f"> {summary['rounds_per_phase']}") + mark))
+                     (str(reached) if reached is not None else
+                      "-" if target is None else f"> {summary['rounds_per_phase']}") + mark))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join("  ".join(c.rjust(w) if i < 3 else c for i, (c, w) in enumerate(zip(r, widths)))
                      for r in rows)
@@ -71,6 +77,8 @@ def header(cfg, where: str) -> str:
     """First line of the printed summary: where it ran and the problem's settings."""
     if cfg.problem == "quadratic":
         detail = f"sigma2={cfg.sigma2:g}, zeta2={cfg.zeta2:g}"
+    elif ":" in cfg.problem:
+        detail = f"seed={cfg.seed}"
     else:
         detail = f"alpha={cfg.alpha:g}, batch={cfg.batch_size}, momentum={cfg.momentum:g}"
     return f"{where}, problem={cfg.problem}, {detail}, lr={cfg.lr:g}"

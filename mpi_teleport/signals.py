@@ -89,17 +89,6 @@ class Terminator:
     def __exit__(self, *exc) -> None:
         self.restore()
 
-    def agree(self, comm=None) -> int:
-        """The signal any rank got (0 if none); collective when ``comm`` is given."""
-        if comm is None:
-            return self.signum
-        from mpi4py import MPI
-
-        mine = np.array([self.signum], dtype=np.int64)
-        top = np.zeros(1, dtype=np.int64)
-        comm.Allreduce(mine, top, op=MPI.MAX)
-        return int(top[0])
-
 
 # ----------------------------------------------------------------------------- start-up
 def fingerprint(cfg) -> dict:
@@ -128,11 +117,11 @@ def fingerprint(cfg) -> dict:
     }
 
 
-def agree_on_start(comm, cfg, error: str | None) -> str | None:
+def agree_on_start(transport, cfg, error: str | None) -> str | None:
     """One allgather: returns the message every rank must stop with (rank 0 prints it),
     or None when all ranks parsed the same valid configuration and schedule."""
     mine = {"error": error, **(fingerprint(cfg) if cfg is not None and error is None else {})}
-    everyone = comm.allgather(mine)
+    everyone = transport.allgather(mine)
     refused = _first_error([info["error"] for info in everyone])
     if refused:
         return refused
@@ -159,10 +148,10 @@ def agree_on_start(comm, cfg, error: str | None) -> str | None:
     return None
 
 
-def agree_on_error(comm, error: str | None) -> str | None:
+def agree_on_error(transport, error: str | None) -> str | None:
     """One allgather: the message every rank must stop with when any rank met an error
     (data or device missing on one node only, say), else None. A collective."""
-    return _first_error(comm.allgather(error))
+    return _first_error(transport.allgather(error))
 
 
 def _first_error(errors: list) -> str | None:

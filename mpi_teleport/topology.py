@@ -208,9 +208,56 @@ def check(name: str, k: int) -> None:
         raise ValueError(f"a topology needs at least one node, got k={k}")
 
 
-def mixing(name: str, k: int, t: int) -> Mixing:
-    """W(t) of topology ``name`` over k tokens."""
+def mixing(name, k: int, t: int) -> Mixing:
+    """W(t) of topology ``name`` over k tokens; ``name`` may also be a user function
+    ``(k, t) -> W`` returning a k x k array (see :func:`from_matrix`)."""
+    if callable(name):
+        return _user_mixing(name, k, t)
     return _mixing(name, k, t % period(name, k))
+
+
+def from_matrix(w, k: int, tol: float = 1e-9) -> Mixing:
+    """A user's k x k mixing matrix as a Mixing, after checking that it is one: finite,
+    non-negative, rows and columns summing to 1 (doubly stochastic, Assumption 5)."""
+    w = np.asarray(w, dtype=np.float64)
+    if w.shape != (k, k):
+        raise ValueError(f"the topology function returned a matrix of shape {w.shape}; "
+                         f"it must be {k} x {k} (one row and column per token)")
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise ValueError("the topology function returned a matrix with a negative or "
+                         "non-finite entry; mixing weights must be finite and >= 0")
+    rows, cols = w.sum(axis=1), w.sum(axis=0)
+    if np.abs(rows - 1).max() > tol or np.abs(cols - 1).max() > tol:
+        raise ValueError("the topology function returned a matrix that is not doubly "
+                         f"stochastic (row sums {rows.min():.6g}..{rows.max():.6g}, column "
+                         f"sums {cols.min():.6g}..{cols.max():.6g}); every row and column "
+                         "must sum to 1")
+    r, c = np.nonzero(w)
+    return _from_entries(k, r, c, w[r, c])
+
+
+_USER_CACHE: dict = {}
+
+
+def _user_mixing(fn, k: int, t: int) -> Mixing:
+    """W(t) of a user function, checked once per (function, k, t) and kept a while (the
+    plan asks for the same round several times)."""
+    key = (id(fn), k, t)
+    hit = _USER_CACHE.get(key)
+    if hit is not None and hit[0] is fn:
+        return hit[1]
+    if len(_USER_CACHE) > 256:
+        _USER_CACHE.clear()
+    w = from_matrix(fn(k, t), k)
+    _USER_CACHE[key] = (fn, w)
+    return w
+
+
+def describe(topology) -> str:
+    """A name for config.json and summaries: the built-in name, or the function's."""
+    if callable(topology):
+        return f"custom:{getattr(topology, '__qualname__', type(topology).__name__)}"
+    return str(topology)
 
 
 def is_symmetric(name: str) -> bool:
@@ -218,12 +265,14 @@ def is_symmetric(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def spectral_gap(name: str, k: int) -> float | None:
+def spectral_gap(name, k: int) -> float | None:
     """p = 1 - ||W - J/k||_2^2 for static topologies; None for time-varying ones.
 
     For the symmetric (and the circulant, hence normal) graphs here this equals
     1 - max(|lambda_2|, |lambda_k|)^2 of the paper's Assumption 5.
     """
+    if callable(name):
+        return None
     check(name, k)
     if period(name, k) != 1:
         return None

@@ -26,16 +26,28 @@ class Pending:
 
 
 class Transport:
-    def __init__(self, comm):
+    def __init__(self, comm, owned: bool = False):
         from mpi4py import MPI
 
         self._mpi = MPI
         self.comm = comm
+        self._owned = owned
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
         self._rounds_per_cycle = max(1, tag_ub // N_KINDS)
         self._local: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def duplicate(cls, comm) -> "Transport":
+        """A transport on a duplicate of ``comm`` (a user's communicator is never used
+        directly: our messages cannot match theirs); :meth:`free` releases it."""
+        return cls(comm.Dup(), owned=True)
+
+    def free(self) -> None:
+        if self._owned and self.comm is not None:
+            self.comm.Free()
+            self.comm = None
 
     def tag(self, t: int, kind: int) -> int:
         return (t % self._rounds_per_cycle) * N_KINDS + kind
@@ -100,6 +112,28 @@ class Transport:
 
     def bcast(self, obj):
         return self.comm.bcast(obj, root=0)
+
+    def gather(self, obj) -> list | None:
+        """Every rank's ``obj`` on rank 0 (a list in rank order), None elsewhere."""
+        return self.comm.gather(obj, root=0)
+
+    def allgather(self, obj) -> list:
+        return self.comm.allgather(obj)
+
+    def agree_max(self, value: int) -> int:
+        """The largest ``value`` over the ranks, on every rank (one 8-byte Allreduce)."""
+        mine = np.array([value], dtype=np.int64)
+        top = np.zeros(1, dtype=np.int64)
+        self.comm.Allreduce(mine, top, op=self._mpi.MAX)
+        return int(top[0])
+
+    def local_rank(self) -> int:
+        """This rank's index among the ranks of its host (a shared-memory split)."""
+        shared = self.comm.Split_type(self._mpi.COMM_TYPE_SHARED)
+        try:
+            return shared.Get_rank()
+        finally:
+            shared.Free()
 
     def barrier(self) -> None:
         self.comm.Barrier()

@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 
 from mpi_teleport import latency, schedule
+from mpi_teleport.cli import run_spec
+from mpi_teleport.spec import LatencySettings
+from mpi_teleport.virtual_clock import for_run
 from mpi_teleport.config import UsageError, resolve
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
@@ -195,7 +198,8 @@ def oracle(tmp_path, n, spec, compute, algorithm="dsgd", k=None, **cfg):
     if k is not None:
         raw["k"] = k
     c = resolve(raw)
-    return latency.Oracle(c, algorithm, n if algorithm == "dsgd" else c.k, c.dim)
+    spec = run_spec(c, algorithm, n if algorithm == "dsgd" else c.k)
+    return for_run(spec, LatencySettings(c.latency, c.clock, c.compute_time), c.dim, 8)
 
 
 def test_ring_of_four_hand_computed_critical_path(tmp_path):

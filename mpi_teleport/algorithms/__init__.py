@@ -40,7 +40,8 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
 
     ``nodes`` are the holders of the rows of x in round t: the gradient is that of the
     *holder's* local loss. ``v`` (the token's momentum) is updated in place; y goes to
-    ``out`` when given, which may not alias x.
+    ``out`` when given, which may not alias x. A problem with an ``after_step(nodes, y)``
+    method sees y before it is gossiped (to write state its forward pass updated).
     """
     g = problem.gradient(nodes, x, t, out=out)
     d = g.shape[-1]
@@ -55,6 +56,9 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
         else:
             gb *= lr
         np.subtract(xb, gb, out=gb)
+    after_step = getattr(problem, "after_step", None)
+    if after_step is not None:  # state the forward pass updates (e.g. normalisation statistics)
+        after_step(nodes, g)
     return g
 
 
@@ -83,4 +87,51 @@ def weighted_sum(weights, inputs, out: np.ndarray, work: np.ndarray) -> np.ndarr
         for w, y in zip(weights[1:], inputs[1:]):
             np.multiply(y[a:b], w, out=tmp)
             acc += tmp
+    return out
+
+
+_WORK: dict = {}
+
+
+def _work(name: str, shape, dtype) -> np.ndarray:
+    """Reusable work arrays (no fresh allocation, hence no page faults, per round)."""
+    key = (name, tuple(shape), np.dtype(dtype).str)
+    if key not in _WORK:
+        if len(_WORK) > 32:
+            _WORK.clear()
+        _WORK[key] = np.empty(shape, dtype)
+    return _WORK[key]
+
+
+def mix(w, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """x_j = sum_m W[j, m] y_m for every token j, each sum in ascending m (Alg. 1 line 13).
+
+    In y's dtype (weights rounded to it once, every product and partial sum rounded to
+    it): exactly what a receiving rank does (:func:`weighted_sum`), float64 for the
+    quadratic problem and float32 for network tokens. ``out`` (not aliasing y) receives
+    the result. ``w`` is a :class:`mpi_teleport.topology.Mixing`.
+    """
+    k, d = y.shape
+    out = np.empty_like(y) if out is None else out
+    if w.complete:
+        coef = y.dtype.type(1.0 / w.k)
+        row, tmp = _work("row", (d,), y.dtype), _work("tmp", (d,), y.dtype)
+        np.multiply(y[0], coef, out=row)
+        for m in range(1, w.k):
+            np.multiply(y[m], coef, out=tmp)
+            row += tmp
+        out[...] = row
+        return out
+    tmp = _work("tmp", (k, d), y.dtype)
+    for s, (rows, sources, weights) in enumerate(w.slots()):
+        weights = weights.astype(y.dtype, copy=False)
+        if len(rows) == k:  # every receiver has an s-th source: no gather/scatter
+            np.take(y, sources, axis=0, out=tmp, mode="clip")
+            if s == 0:  # slot 0 covers every row (each row has itself or a source)
+                np.multiply(tmp, weights, out=out)
+            else:
+                tmp *= weights
+                out += tmp
+        else:
+            out[rows] += weights * y[sources]
     return out

@@ -7,8 +7,16 @@ import functools
 import math
 
 
-def make_problem(cfg, comm=None):
-    """The problem a Config asks for (network problems are loaded once per process)."""
+def needs_local_rank(cfg) -> bool:
+    """Whether building the problem needs this rank's index on its host (GPU mapping)."""
+    return cfg.problem in ("digits", "fashion-mnist", "cifar10") and cfg.device != "cpu"
+
+
+def make_problem(cfg, local_rank: int = 0):
+    """The problem a Config asks for (network problems are loaded once per process);
+    ``--problem module:function`` calls a user's factory (:func:`from_factory`)."""
+    if is_factory(cfg.problem):
+        return from_factory(cfg.problem, nodes=cfg.nodes, seed=cfg.seed)
     if cfg.problem == "quadratic":
         from .quadratic import Quadratic
 
@@ -17,7 +25,45 @@ def make_problem(cfg, comm=None):
 
     return _network(cfg.replace(rounds=1, k=None, algorithm="compare", lr=1.0, epochs=None,
                                 momentum=0.0, lr_schedule="constant", out=None),
-                    pick_device(cfg.device, comm))
+                    pick_device(cfg.device, local_rank))
+
+
+def is_factory(name: str) -> bool:
+    """``package.module:function`` names a user's problem factory."""
+    return ":" in str(name)
+
+
+def from_factory(name: str, *, nodes: int, seed: int):
+    """Call the factory ``package.module:function`` with keyword arguments ``nodes`` and
+    ``seed``; it must return a Problem. Anything else is a UsageError saying what."""
+    import importlib
+
+    from ..errors import UsageError
+    from ..problem import adapt
+
+    module_name, _, function_name = str(name).partition(":")
+    if not module_name or not function_name:
+        raise UsageError(f"--problem {name}: give package.module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001  (any failure to import is the user's to fix)
+        raise UsageError(f"--problem {name}: cannot import {module_name!r} "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                         f"check the name and that it is on PYTHONPATH") from None
+    factory = getattr(module, function_name, None)
+    if not callable(factory):
+        raise UsageError(f"--problem {name}: {module_name} has no function {function_name!r}")
+    try:
+        problem = factory(nodes=nodes, seed=seed)
+    except Exception as exc:  # noqa: BLE001
+        raise UsageError(f"--problem {name}: the factory failed ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    try:
+        adapt(problem)
+    except TypeError as exc:
+        raise UsageError(f"--problem {name}: the factory returned {type(problem).__name__}, "
+                         f"not a Problem ({exc})") from None
+    return problem
 
 
 @functools.lru_cache(maxsize=4)
@@ -33,12 +79,20 @@ def with_epochs(cfg, algorithm: str, k, problem):
     ceil(E * n_train / (batch_size * k)) rounds."""
     if cfg.epochs is None:
         return cfg
+    if getattr(problem, "n_train", None) is None:
+        from ..errors import UsageError
+
+        raise UsageError(f"--epochs needs a problem that knows its training-set size "
+                         f"(n_train); {cfg.problem} does not: use --rounds")
     active = cfg.nodes if algorithm == "dsgd" or k == "auto" else k
     return cfg.replace(rounds=max(1, math.ceil(cfg.epochs * problem.n_train / (cfg.batch_size * active))))
 
 
 def describe(problem) -> dict:
     """Extra facts for config.json (the per-node class histogram of a network problem)."""
+    own = getattr(problem, "describe", None)
+    if own is not None:
+        return dict(own())
     hist = getattr(problem, "class_histogram", None)
     return {} if hist is None else {"class_histogram": hist, "n_train": problem.n_train,
                                     "n_params": problem.n_params, "device": str(problem.device)}

@@ -32,24 +32,15 @@ def _load(cfg, train: bool):
     return datasets.load_cifar10(cfg.data_dir, train, download=cfg.download)
 
 
-def pick_device(requested: str, comm=None) -> str:
-    """'cpu' or 'cuda:<local rank mod GPUs>' (local rank from a shared-memory split).
-
-    With a communicator every rank takes part in the split before anything can fail, so
-    a rank that finds no GPU never leaves the others waiting in it."""
+def pick_device(requested: str, local: int = 0) -> str:
+    """'cpu' or 'cuda:<local rank mod GPUs>'; ``local`` is this rank's index on its host
+    (the transport's shared-memory split, taken by every rank before anything can fail)."""
     import torch
 
-    local = 0
-    if comm is not None and requested != "cpu":  # (requested is the same on every rank)
-        from mpi4py import MPI
-
-        shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        local = shared.Get_rank()
-        shared.Free()
     if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
         return "cpu"
     if not torch.cuda.is_available():
-        from ..config import UsageError
+        from ..errors import UsageError
 
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise UsageError(f"--device cuda: no CUDA device is visible to this process (torch "

@@ -5,10 +5,9 @@ import pytest
 from mpi4py import MPI
 
 from mpi_teleport import schedule
-from mpi_teleport.algorithms.teleportation import Node, new_state, run_overlap
-from mpi_teleport.config import resolve
-from mpi_teleport.output import RunFiles
+from mpi_teleport.backends.mpi import MpiBackend
 from mpi_teleport.problems.quadratic import Quadratic
+from mpi_teleport.spec import RunSpec
 from mpi_teleport.transport import Transport
 
 
@@ -17,18 +16,15 @@ def test_momentum_follows_its_token():
     comm = MPI.COMM_WORLD.Dup()
     n, k, rounds, mu = comm.Get_size(), 2, 12, 0.9
     problem = Quadratic(n=n, d=6, sigma2=1.0, zeta2=1.0, seed=4)
-    node = Node(comm.Get_rank(), problem, Transport(comm), lambda t: schedule.holders(4, n, k, t),
-                k, "ring", 0.01, mu)
-    state = new_state(node, problem.initial())
+    spec = RunSpec("teleportation", n, k, rounds, 0.01, mu, "ring", "overlap", seed=4)
+    node = MpiBackend(problem, spec, Transport(comm))
+    node.begin(spec.phases()[0], 0, problem.initial())
     seen = []  # (round, token, momentum) held by this rank after each round
-
-    def on_round(r, roster, x, run):
-        token = node.role(roster)[1]
+    for t in range(rounds):
+        node.step(t)
+        token = node.held[1]
         if token >= 0:
-            seen.append((r, token, state.v.copy()))
-        return False
-
-    run_overlap(node, range(rounds), state, on_round)
+            seen.append((t + 1, token, node.state.v.copy()))
     everything = comm.gather(seen, root=0)
     rank = comm.Get_rank()
     comm.Free()

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-import mpi_teleport.algorithms.teleportation as tele
+import mpi_teleport.backends.mpi as tele  # where the MPI back end looks local_step up
 from mpi_teleport import run
 
 delay = float(os.environ.get("SLOW_STEP_S", "0.005"))

@@ -1,0 +1,272 @@
+"""The public Python API: Teleportation, Decentralized SGD and Algorithm 2 on any problem.
+
+Each function runs in this process when ``comm`` is None (the simulator: every node
+here) or with one node per MPI rank when ``comm`` is an mpi4py communicator (the
+package works on a duplicate of it, freed at the end). The same call gives the same
+records, bit for bit, either way.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable
+
+from . import engine
+from . import topology as topo
+from .checkpoint import Plan, locate
+from .errors import UsageError
+from .output import RunFiles
+from .problem import adapt
+from .progress import Progress
+from .spec import LatencySettings, Logging, RunSpec
+
+__all__ = ["teleportation", "dsgd", "search_k"]
+
+
+def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Callable[[int], float],
+                  topology: str | Callable = "ring", momentum: float = 0.0,
+                  variant: str = "overlap", seed: int = 0, comm=None, log_every: int = 10,
+                  target: float | None = None, stop_at_target: bool = False,
+                  out: str | Path | None = None, checkpoint_every: int = 0,
+                  checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
+                  resume: str | Path | None = None, latency: str = "none", clock: str = "real",
+                  compute_time: float | None = None, progress: bool = False) -> engine.Result:
+    """Train with Teleportation (Takezawa & Stich, ICLR 2025).
+
+    In each round only k of the n nodes are active: they take the models (tokens) of the
+    previous round's active nodes, take an SGD step on their own data and gossip over
+    ``topology`` among themselves.
+
+    Parameters
+    ----------
+    problem : Problem
+        The training problem (:class:`mpi_teleport.Problem`, e.g. a
+        :class:`mpi_teleport.TorchProblem`). Under MPI every rank passes its own,
+        identically built instance.
+    nodes : int
+        n, the number of nodes (under MPI: the communicator's size).
+    k : int
+        Active nodes (tokens) per round, 1 <= k <= n.
+    rounds : int
+        T, rounds to run.
+    lr : float or callable
+        Step size, or a function of the round t.
+    topology : str or callable
+        ``ring``, ``torus``, ``exp``, ``onepeer-exp``, ``base2``, ``complete``, or a
+        function ``(k, t) -> W`` returning a k x k doubly stochastic matrix.
+    momentum : float
+        Heavy-ball momentum in [0, 1); it travels with its token.
+    variant : {'overlap', 'simple'}
+        Algorithm 3 (one communication phase per round) or Algorithm 1.
+    seed : int
+        Keys every random number: same seed, same numbers, on any back end.
+    comm : mpi4py communicator or None
+        None: the simulator, all n nodes in this process. A communicator: one node per
+        rank.
+    log_every : int
+        Evaluate and record every this many rounds (and the first and last).
+    target, stop_at_target
+        ``rounds_to_target`` is the first logged round whose metric reaches ``target``;
+        with ``stop_at_target`` the run ends there.
+    out : path or None
+        Directory for config.json, metrics.jsonl and summary.json (root only).
+    checkpoint_every, checkpoint_dir, keep_checkpoints, resume
+        Periodic checkpoints (default directory ``out/checkpoints``) and resuming from a
+        run, checkpoint or round-* directory; a resumed run's records equal an
+        uninterrupted run's.
+    latency, clock, compute_time
+        The latency layer (``none``, ``const:US``, ``mod:TAU``, ``matrix:FILE.csv``,
+        optionally ``,bw:GBPS``), ``real`` or ``virtual`` clock, and the modelled compute
+        time per step in microseconds. Records then carry ``virtual_time_s``.
+    progress : bool
+        A progress bar on stderr (root).
+
+    Returns
+    -------
+    Result
+        ``summary``, ``records``, the averaged final model ``x`` and ``k``.
+
+    Examples
+    --------
+    >>> import mpi_teleport as mt
+    >>> from mpi_teleport.problems.quadratic import Quadratic
+    >>> result = mt.teleportation(Quadratic(n=16, d=5, sigma2=1.0, zeta2=1.0), nodes=16,
+    ...                           k=4, rounds=200, lr=0.05)
+    >>> result.summary["k"], len(result.x)
+    (4, 5)
+    """
+    spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed)
+    return _api_run(problem, spec, locals())
+
+
+def dsgd(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], float],
+         topology: str | Callable = "ring", momentum: float = 0.0, seed: int = 0, comm=None,
+         log_every: int = 10, target: float | None = None, stop_at_target: bool = False,
+         out: str | Path | None = None, checkpoint_every: int = 0,
+         checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
+         resume: str | Path | None = None, latency: str = "none", clock: str = "real",
+         compute_time: float | None = None, progress: bool = False) -> engine.Result:
+    """Train with Decentralized SGD: every node active every round, node m always holds
+    replica m, gossip over ``topology`` among all n nodes.
+
+    Parameters are those of :func:`teleportation` (without ``k`` and ``variant``).
+
+    Examples
+    --------
+    >>> import mpi_teleport as mt
+    >>> from mpi_teleport.problems.quadratic import Quadratic
+    >>> mt.dsgd(Quadratic(n=8, d=3), nodes=8, rounds=50, lr=0.05).k
+    8
+    """
+    spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed)
+    return _api_run(problem, spec, locals())
+
+
+def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], float],
+             topology: str | Callable = "ring", momentum: float = 0.0,
+             variant: str = "overlap", seed: int = 0, comm=None, log_every: int = 10,
+             target: float | None = None, out: str | Path | None = None,
+             latency: str = "none", clock: str = "real", compute_time: float | None = None,
+             progress: bool = False) -> engine.Result:
+    """Algorithm 2: choose k with 2T rounds instead of n T.
+
+    Phase 1 runs Teleportation with k = n for T = ``rounds`` rounds; phase 2 runs every
+    candidate k in {1, 2, 4, ...} concurrently on disjoint nodes for T rounds and keeps
+    the best by the problem's validation metric (``validate``; default: the averaged
+    model's ``metric``). Parameters are those of :func:`teleportation`.
+
+    Returns
+    -------
+    Result
+        ``k`` is the chosen k, ``candidates`` every candidate's validation metric, ``x``
+        the chosen run's averaged model.
+
+    Examples
+    --------
+    >>> import mpi_teleport as mt
+    >>> from mpi_teleport.problems.quadratic import Quadratic
+    >>> result = mt.search_k(Quadratic(n=7, d=4, sigma2=1.0), nodes=7, rounds=40, lr=0.05)
+    >>> sorted(result.candidates, key=int)
+    ['1', '2', '4', '7']
+    """
+    spec = RunSpec("search", nodes, None, rounds, lr, momentum, topology, variant, seed)
+    return _api_run(problem, spec, locals())
+
+
+# ------------------------------------------------------------------------------ shared
+def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
+    check_spec(spec)
+    logging = Logging(_positive_int(args["log_every"], "log_every"), args.get("target"),
+                      bool(args.get("stop_at_target", False)))
+    latency = LatencySettings(args.get("latency") or "none", args.get("clock", "real"),
+                              args.get("compute_time"))
+    out = Path(args["out"]).resolve() if args.get("out") is not None else None
+    every = int(args.get("checkpoint_every") or 0)
+    ck_dir = args.get("checkpoint_dir")
+    ck_dir = Path(ck_dir).resolve() if ck_dir is not None else (out / "checkpoints" if out else None)
+    plan = Plan(ck_dir, every, int(args.get("keep_checkpoints", 2)))
+    if every and ck_dir is None:
+        raise UsageError("checkpoint_every needs a place to write: give out= or checkpoint_dir=")
+    if args.get("resume") is not None:
+        found = locate(Path(args["resume"]), spec.algorithm)
+        if found is None:
+            raise UsageError(f"resume={args['resume']}: no complete checkpoint of a "
+                             f"{spec.algorithm} run there")
+        plan.source, plan.manifest = found
+    settings = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.tokens,
+                "rounds": spec.rounds, "lr": spec.lr if not callable(spec.lr) else "callable",
+                "momentum": spec.momentum, "topology": topo.describe(spec.topology),
+                "variant": spec.variant, "seed": spec.seed, "latency": latency.spec,
+                "clock": latency.clock, "compute_time": latency.compute_time}
+    return run(problem, spec, logging, latency, comm=args.get("comm"), out=out, plan=plan,
+               settings=settings, progress=bool(args.get("progress")),
+               config_record={**settings, **adapt(problem).describe()})
+
+
+def check_spec(spec: RunSpec) -> None:
+    """Refuse settings no run can have, with what to do (UsageError)."""
+    n = _positive_int(spec.nodes, "nodes")
+    _positive_int(spec.rounds, "rounds")
+    if spec.algorithm == "teleportation":
+        k = spec.k
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+            raise UsageError(f"k must be an integer with 1 <= k <= nodes = {n}, got {k!r}")
+    if not callable(spec.lr) and not (isinstance(spec.lr, (int, float)) and math.isfinite(spec.lr)
+                                      and spec.lr > 0):
+        raise UsageError(f"lr must be a number > 0 or a function of the round, got {spec.lr!r}")
+    if not 0 <= spec.momentum < 1:
+        raise UsageError(f"momentum must be in [0, 1), got {spec.momentum}")
+    if spec.variant not in ("overlap", "simple"):
+        raise UsageError(f"variant must be 'overlap' (Algorithm 3) or 'simple' (Algorithm 1), "
+                         f"got {spec.variant!r}")
+    if not callable(spec.topology) and spec.topology not in topo.TOPOLOGIES:
+        raise UsageError(f"unknown topology {spec.topology!r}; choose one of "
+                         f"{', '.join(topo.TOPOLOGIES)} or pass a function (k, t) -> W")
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, comm=None,
+        transport=None, out: Path | None = None, plan: Plan | None = None,
+        settings: dict | None = None, progress: bool | Progress = False, terminator=None,
+        resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
+        config_record: dict | None = None) -> engine.Result:
+    """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
+    the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
+    communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
+    manifests, ``config_record`` into config.json (root)."""
+    from .metrics import Recorder
+    from .search import SearchRecorder
+
+    problem = adapt(problem)
+    own_transport = None
+    if transport is None and comm is not None:
+        from .transport import Transport
+
+        transport = own_transport = Transport.duplicate(comm)
+    try:
+        root = transport is None or transport.rank == 0
+        if transport is not None and spec.nodes != transport.size:
+            raise UsageError(f"nodes={spec.nodes} but the communicator has {transport.size} "
+                             f"ranks: one rank per node")
+        if files is None:
+            files = RunFiles(out if root else None)
+        if config_record is not None:
+            files.config(config_record)
+        bar = progress if isinstance(progress, Progress) else Progress(spec.algorithm, bool(progress) and root)
+        bar.total = max(1, spec.total_rounds)
+        recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
+        recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
+        backend = _backend(problem, spec, latency, transport)
+        result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
+                                settings=settings, terminator=terminator, resume_from=resume_from)
+        backend.close()
+        return result
+    finally:
+        if own_transport is not None:
+            own_transport.free()
+
+
+def _backend(problem, spec: RunSpec, latency: LatencySettings, transport):
+    if transport is None:
+        from .backends.local import LocalBackend
+
+        oracle = None
+        if latency.active:
+            from .virtual_clock import for_run
+
+            oracle = for_run(spec, latency, problem.dim, problem.dtype.itemsize)
+        return LocalBackend(problem, spec, oracle)
+    from .backends.mpi import MpiBackend
+
+    if latency.active:
+        from .latency import LatencyTransport, TimedProblem, parse_spec, warn_oversubscribed
+
+        layer = LatencyTransport(transport, parse_spec(latency.spec, spec.nodes), latency.clock)
+        warn_oversubscribed(layer)
+        transport, problem = layer, TimedProblem(problem, layer, latency.compute_time)
+    return MpiBackend(problem, spec, transport)

@@ -1,0 +1,17 @@
+"""How token vectors move: the two back ends of the one engine (:mod:`mpi_teleport.engine`).
+
+:class:`~mpi_teleport.backends.local.LocalBackend` runs every node in this process (the
+simulator, vectorised over tokens); :class:`~mpi_teleport.backends.mpi.MpiBackend` runs
+one node per MPI rank through a :class:`~mpi_teleport.transport.Transport`. Both offer
+the same small interface, which is all the engine uses:
+
+* ``begin(phase, start, x0, restore)``: place the phase's tokens (fresh from x0, or a
+  checkpoint's), ``step(t)``: one round of every run of the phase,
+* ``tokens(run)``: the run's token matrix on the root (collective), ``virtual_time_s(r)``,
+* ``root``, ``share(fn)``, ``agree(flag)``, ``barrier()``: the few collectives of logging,
+  signals and checkpoints (trivial in one process),
+* ``save(directory)``, ``clocks()``: this process's part of a checkpoint.
+
+Both share the arithmetic (:func:`mpi_teleport.algorithms.local_step`, the gossip sum in
+ascending token order), so their records agree bit for bit.
+"""

@@ -1,0 +1,110 @@
+"""The one loop: every run, in the simulator and over MPI, goes through :func:`execute`.
+
+It drives the phases of a run (one for Teleportation and DSGD, two for Algorithm 2),
+logging, checkpoints and resume, the stop on a signal and the virtual clock; the back
+end (:mod:`mpi_teleport.backends`) only moves token vectors and does the arithmetic::
+
+    for phase in spec.phases():
+        backend.begin(phase, start, x0, restore)       # tokens of round `start`
+        log(start)
+        for t in rounds of the phase:
+            backend.step(t)                             # Alg. 3 (or 1), every run at once
+            log(t + 1) on logging rounds                # gather tokens, evaluate on the root
+            keeper.after_round(t + 1)                   # signals, periodic checkpoints
+
+Logging is collective: every process gathers, the root evaluates and writes, and every
+process learns the root's verdict (stop at target, or a non-finite loss) together.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .checkpoint import Keeper, Plan
+
+
+@dataclass
+class Result:
+    """What a run returns.
+
+    Attributes
+    ----------
+    summary : dict
+        As ``summary.json``.
+    records : list of dict
+        The logged rounds, as ``metrics.jsonl``.
+    x : numpy.ndarray
+        The averaged model of the final tokens (of the chosen k for ``search_k``), on
+        every process.
+    k : int
+        The number of active nodes (n for DSGD; the chosen one for ``search_k``).
+    candidates : dict
+        ``search_k`` only: each candidate k's validation metric.
+    """
+
+    summary: dict
+    records: list = field(default_factory=list)
+    x: np.ndarray | None = None
+    k: int | None = None
+    candidates: dict = field(default_factory=dict)
+
+
+def average(x: np.ndarray) -> np.ndarray:
+    """Mean of the token rows, summed in token order in float64, rounded once."""
+    return (np.add.reduce(x.astype(np.float64), axis=0) / len(x)).astype(x.dtype)
+
+
+def execute(problem, spec, logging, backend, recorder, *, plan: Plan | None = None,
+            settings: dict | None = None, terminator=None, resume_from=None) -> Result:
+    """Run ``spec`` on ``backend``; the root writes through ``recorder``. Returns the
+    Result on every process (summary and records on the root; x everywhere)."""
+    plan = plan or Plan(None, 0, 2)
+    keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
+                    log_every=logging.every, stop_at_target=logging.stop_at_target,
+                    resume_from=resume_from)
+    x0 = problem.initial()
+    restore = keeper.restore()
+    stopped = False
+    start_clock = time.perf_counter() - keeper.wall_offset
+    backend.barrier()
+    for index, phase in enumerate(spec.phases()):
+        resuming = restore is not None and phase.start <= keeper.start <= phase.stop
+        first = keeper.start if resuming else phase.start
+        backend.begin(phase, first, x0, restore if resuming else None)
+        if not resuming:  # (a resumed run has logged its first round already)
+            stopped = _log(index, first, backend, recorder, spec)
+        for t in keeper.rounds(phase.start, phase.stop):
+            if stopped:
+                break
+            backend.step(t)
+            r = t + 1
+            if logging.is_log_round(r, phase.start, phase.stop):
+                stopped = _log(index, r, backend, recorder, spec)
+            keeper.after_round(r, stopped, spec.total_rounds)
+    wall = time.perf_counter() - start_clock
+    summary = None
+    if backend.root:
+        summary = recorder.summary(wall, {"backend": backend.name})
+    keeper.finish(summary)
+    final = recorder.final_tokens() if backend.root else None
+    x = backend.share(lambda: average(final) if final is not None else None)
+    records = list(recorder.files.records) if backend.root else []
+    k = summary["k"] if summary else None
+    candidates = dict(summary.get("candidates", {})) if summary else {}
+    return Result(summary, records, x, k, candidates)
+
+
+def _log(phase: int, r: int, backend, recorder, spec) -> bool:
+    """Round r's record (collective): returns whether the run stops here. The time spent
+    logging is excluded from ``time_s``."""
+    paused = recorder.pause()
+    elapsed = recorder.elapsed()
+    try:
+        mats = [backend.tokens(q) for q in range(len(spec.run_ks(phase)))]
+        vt = backend.virtual_time_s(r)  # collective; on the root when the layer is on
+        extra = {} if vt is None else {"virtual_time_s": vt}
+        return bool(backend.share(lambda: recorder.record(phase, r, mats, elapsed, extra)))
+    finally:
+        recorder.resume(paused)

@@ -1,0 +1,112 @@
+"""What a run is, as small immutable settings: the algorithm and its schedule (pure).
+
+:class:`RunSpec` says which algorithm runs on how many nodes, with which step size,
+topology and seed; :meth:`RunSpec.phases` turns it into the rosters of its rounds (who
+holds which token when), a pure function of (seed, n, k, t) that every process evaluates
+locally. Teleportation and DSGD have one phase; Algorithm 2 has two (k = n, then the
+candidates concurrently on disjoint nodes). Logging and latency settings are separate
+dataclasses, so each component receives only what it needs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from . import schedule
+from .virtual_clock import Phase
+
+ALGORITHMS = ("teleportation", "dsgd", "search")
+VARIANTS = ("overlap", "simple")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: ``algorithm`` is 'teleportation' (k tokens), 'dsgd' (all n nodes, fixed
+    placement) or 'search' (Algorithm 2: 2 x ``rounds`` rounds, k chosen)."""
+
+    algorithm: str
+    nodes: int
+    k: int | None
+    rounds: int
+    lr: float | Callable[[int], float]
+    momentum: float = 0.0
+    topology: str | Callable = "ring"
+    variant: str = "overlap"
+    seed: int = 0
+
+    @property
+    def tokens(self) -> int | None:
+        """k of a single run (n for DSGD); None for the search."""
+        if self.algorithm == "dsgd":
+            return self.nodes
+        return None if self.algorithm == "search" else self.k
+
+    @property
+    def moves(self) -> str:
+        """How tokens move: 'simple' (Alg. 1) only for Teleportation asked so."""
+        return "simple" if self.algorithm != "dsgd" and self.variant == "simple" else "overlap"
+
+    @property
+    def total_rounds(self) -> int:
+        return 2 * self.rounds if self.algorithm == "search" else self.rounds
+
+    def lr_at(self, t: int) -> float:
+        return self.lr(t) if callable(self.lr) else self.lr
+
+    def phases(self) -> list[Phase]:
+        n, seed, T = self.nodes, self.seed, self.rounds
+        if self.algorithm == "dsgd":
+            fixed = [schedule.fixed_holders(n)]
+            return [Phase(lambda t: fixed, 0, T)]
+        if self.algorithm == "teleportation":
+            k = self.k
+            return [Phase(lambda t: [schedule.holders(seed, n, k, t)], 0, T)]
+        return [Phase(lambda t: [schedule.holders(seed, n, n, t)], 0, T),
+                Phase(lambda t: schedule.search_blocks(seed, n, t), T, 2 * T, fresh=True)]
+
+    def run_ks(self, phase: int) -> list[int]:
+        """k of each concurrent run in phase ``phase``."""
+        if self.algorithm == "search":
+            return [self.nodes] if phase == 0 else schedule.candidate_ks(self.nodes)
+        return [self.tokens]
+
+
+@dataclass(frozen=True)
+class Logging:
+    """When to evaluate and what counts as reaching the target."""
+
+    every: int = 10
+    target: float | None = None
+    stop_at_target: bool = False
+
+    def is_log_round(self, r: int, start: int, stop: int) -> bool:
+        """Round r of a phase [start, stop): its first and last, and every ``every``."""
+        rel = r - start
+        return rel == 0 or rel % self.every == 0 or r == stop
+
+
+@dataclass(frozen=True)
+class LatencySettings:
+    """The latency layer: a model spec (``none``, ``const:US``, ``mod:TAU``,
+    ``matrix:FILE``, ``,bw:GBPS``), the clock, and the modelled compute time."""
+
+    spec: str = "none"
+    clock: str = "real"
+    compute_time: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return (str(self.spec).strip().lower() != "none" or self.clock == "virtual"
+                or self.compute_time is not None)
+
+
+def cosine_lr(lr: float, total: int) -> Callable[[int], float]:
+    """lr * (1 + cos(pi t / T)) / 2 over T rounds (``--lr-schedule cosine``)."""
+    total = max(1, total)
+
+    def cosine(t: int) -> float:
+        return lr * 0.5 * (1.0 + math.cos(math.pi * min(t, total) / total))
+
+    cosine.base = lr  # (named in messages)
+    return cosine

@@ -1,0 +1,95 @@
+"""The public API: what it exports, its errors, user topologies and problems, and the same
+calls under mpirun (tests/mpi_api, run inside the ranks) equal to the simulator."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mpi_teleport as mt
+from mpi_teleport.examples.logistic import LogisticRegression
+from mpi_teleport.output import read_jsonl
+from mpi_teleport.problems.quadratic import Quadratic
+from mpi_teleport.sim import main as sim_main
+
+
+def test_public_surface_is_short_and_documented():
+    assert set(mt.__all__) == {"teleportation", "dsgd", "search_k", "Problem", "TorchProblem",
+                               "Result", "UsageError", "NonFiniteError"}
+    for name in ("teleportation", "dsgd", "search_k"):
+        doc = getattr(mt, name).__doc__
+        assert "Parameters" in doc or "Parameters are" in doc
+        assert "Examples" in doc and ">>>" in doc
+
+
+def test_help_shows_the_api():
+    out = subprocess.run([sys.executable, "-c", "import mpi_teleport as mt; help(mt.teleportation)"],
+                         capture_output=True, text=True, timeout=60, env={"PAGER": "cat", "PATH": ""})
+    assert "Train with Teleportation" in out.stdout and "comm" in out.stdout
+
+
+def test_numpy_problem_through_the_api_and_the_cli_agree(tmp_path):
+    api = mt.teleportation(LogisticRegression(6, seed=2), nodes=6, k=2, rounds=40, lr=0.5,
+                           seed=2, log_every=10)
+    assert sim_main(["--nodes", "6", "--problem", "mpi_teleport.examples.logistic:problem",
+                     "--algorithm", "teleportation", "--k", "2", "--rounds", "40", "--lr", "0.5",
+                     "--seed", "2", "--log-every", "10", "--out", str(tmp_path)]) == 0
+    cli = read_jsonl(tmp_path / "metrics.jsonl")
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "time_s"} for r in rs]  # noqa: E731
+    assert strip(api.records) == strip(cli)
+    assert json.loads((tmp_path / "summary.json").read_text())["final_loss"] == api.summary["final_loss"]
+
+
+def test_result_carries_the_averaged_final_model():
+    p = Quadratic(n=8, d=3, sigma2=1.0, zeta2=1.0, seed=1)
+    result = mt.teleportation(p, nodes=8, k=4, rounds=30, lr=0.05, log_every=30)
+    assert result.x.shape == (3,) and result.k == 4
+    assert np.isclose(np.sum((result.x - p.x_star()) ** 2), p.validate(result.x[None]))
+
+
+def test_a_user_topology_function_is_used_and_checked():
+    def complete(k, t):
+        return np.full((k, k), 1.0 / k)
+
+    p = Quadratic(n=6, d=3, seed=1)
+    mine = mt.teleportation(p, nodes=6, k=3, rounds=20, lr=0.05, topology=complete, log_every=5)
+    builtin = mt.teleportation(p, nodes=6, k=3, rounds=20, lr=0.05, topology="complete", log_every=5)
+    assert [r["error"] for r in mine.records] == pytest.approx([r["error"] for r in builtin.records])
+    assert mine.summary["topology"].startswith("custom:")
+
+    def not_stochastic(k, t):
+        return np.eye(k) * 0.5
+
+    with pytest.raises(ValueError, match="doubly stochastic"):
+        mt.teleportation(p, nodes=6, k=3, rounds=5, lr=0.05, topology=not_stochastic)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(k=0), "k must be"),
+    (dict(k=9), "k must be"),
+    (dict(lr=-1.0), "lr must be"),
+    (dict(momentum=1.0), "momentum"),
+    (dict(variant="fast"), "variant"),
+    (dict(topology="star"), "unknown topology"),
+    (dict(rounds=0), "rounds must be"),
+    (dict(checkpoint_every=5), "needs a place to write"),
+])
+def test_bad_arguments_are_usage_errors(kwargs, match):
+    settings = {**dict(nodes=8, k=2, rounds=10, lr=0.1), **kwargs}
+    with pytest.raises(mt.UsageError, match=match):
+        mt.teleportation(Quadratic(n=8, d=2), **settings)
+
+
+def test_something_that_is_not_a_problem_is_refused():
+    with pytest.raises(TypeError, match="not a Problem"):
+        mt.dsgd(object(), nodes=4, rounds=3, lr=0.1)
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_api_under_mpirun_equals_the_simulator(mpirun, ranks):
+    proc = mpirun(ranks, ["-m", "mpi4py", "-m", "pytest", "-p", "no:cacheprovider", "--with-mpi",
+                          "-q", "--color=no", "--timeout=120", "--timeout-method=thread",
+                          "tests/mpi_api", "-o", "addopts="], timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
