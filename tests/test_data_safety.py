@@ -276,6 +276,23 @@ def test_decompress_skips_when_done_and_reports_a_bad_gz(tmp_path):
     assert "cannot decompress" in msg and "t10k-labels-idx1-ubyte.gz" in msg and "\n" not in msg
     assert not (raw / "t10k-labels-idx1-ubyte").exists()
     assert not [p for p in raw.iterdir() if p.name.endswith(".tmp")]
+    good = gzip.compress(b"x" * 1000)
+    (raw / "t10k-labels-idx1-ubyte.gz").write_bytes(good[:10] + b"\xff" * 20 + good[30:])  # bad deflate
+    with pytest.raises(DatasetMissingError, match="cannot decompress .*t10k-labels-idx1-ubyte.gz"):
+        decompress_fashion_mnist(tmp_path)
+
+
+def test_decompress_into_a_directory_that_is_not_writable(tmp_path, monkeypatch):
+    _fmnist(tmp_path, gz=True)
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(datasets.lock, "exclusive", refused)
+    with pytest.raises(DatasetMissingError) as e:
+        decompress_fashion_mnist(tmp_path)
+    msg = str(e.value)
+    assert f"{tmp_path} is not writable" in msg and "gunzip -k" in msg and "\n" not in msg
 
 
 # ------------------------------------------------------------------------ consistency

@@ -48,6 +48,7 @@ import shutil
 import socket
 import tarfile
 import tempfile
+import zlib
 
 import numpy as np
 
@@ -253,11 +254,15 @@ def decompress_fashion_mnist(data_dir) -> list:
                 done.append(f)
     except DatasetMissingError:
         raise
-    except (OSError, EOFError, ValueError) as exc:
-        what = f"cannot decompress {current}" if current else f"cannot lock {data_dir}"
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        if current is None:  # the lock file: the directory is not writable
+            raise DatasetMissingError(
+                f"Fashion-MNIST: cannot decompress the .gz files under {raw}: {data_dir} is not "
+                f"writable ({_one_line(exc)}); decompress them there by hand (gunzip -k) or "
+                "give a writable --data-dir") from None
         raise DatasetMissingError(
-            f"Fashion-MNIST: {what} ({_one_line(exc)}); replace it with a good copy, or decompress "
-            f"the files by hand (gunzip -k) into a writable --data-dir") from None
+            f"Fashion-MNIST: cannot decompress {current} ({_one_line(exc)}); replace it with a "
+            "good copy, or decompress it by hand (gunzip -k)") from None
     return done
 
 
@@ -361,7 +366,7 @@ def extract_cifar10(data_dir, verify_md5: bool = True) -> list:
                     shutil.rmtree(tmp, ignore_errors=True)
     except DatasetMissingError:
         raise
-    except (OSError, EOFError, ValueError, tarfile.TarError) as exc:
+    except (OSError, EOFError, ValueError, zlib.error, tarfile.TarError) as exc:
         raise DatasetMissingError(
             f"CIFAR-10: cannot extract {tarball} ({_one_line(exc)}); replace it with a good copy "
             "or extract it by hand into a writable --data-dir") from None
