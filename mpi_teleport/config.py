@@ -216,18 +216,42 @@ def _coerce(opt: Option, value, source: str):
         raise UsageError(f"{where}: expected {expected}, got {value!r}") from None
 
 
+_TOML_MAX_BYTES = 1 << 20  # a settings file is a few hundred bytes
+
+
 def from_toml(path: str) -> dict:
     """Raw settings from a TOML file; keys may use '-' or '_'."""
     import tomllib
 
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--config: file {path!r} not found")
     try:
+        p = Path(path)
+        if p.is_dir():
+            raise UsageError(f"--config {path}: is a directory; give a TOML file")
+        if not p.exists():
+            raise UsageError(f"--config: file {path!r} not found")
+        if not p.is_file():
+            raise UsageError(f"--config {path}: not a regular file (a FIFO, a device?); give a "
+                             "TOML file")
         with open(p, "rb") as f:
-            data = tomllib.load(f)
+            text = f.read(_TOML_MAX_BYTES + 1)
+    except (OSError, ValueError) as exc:  # unreadable, a name with NUL, too long, ...
+        if isinstance(exc, UsageError):
+            raise
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"--config {path!r}: cannot read the file ({why})") from None
+    if len(text) > _TOML_MAX_BYTES:
+        raise UsageError(f"--config {path}: larger than {_TOML_MAX_BYTES >> 20} MiB, not a "
+                         "settings file")
+    try:
+        data = tomllib.loads(text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--config {path}: not UTF-8 text (byte 0x{text[exc.start]:02x} at "
+                         f"offset {exc.start}); save it as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"--config {path}: not valid TOML ({exc})") from None
+        raise UsageError(f"--config {path}: not valid TOML ({' '.join(str(exc).split())})") from None
+    except RecursionError:
+        raise UsageError(f"--config {path}: nested too deeply to read (arrays or tables "
+                         "within each other); settings are flat keys") from None
     out = {}
     for key, value in data.items():
         name = key.replace("-", "_")

@@ -20,19 +20,27 @@ checkpoint directory), rank 0 prints one line, and every rank exits with status 
 is at most min(--log-every, --checkpoint-every) rounds plus one checkpoint write; the
 cost is one 8-byte Allreduce per logging round, next to the Gatherv of the token rows
 that logging already does.
+
+**Ctrl-C** (SIGINT) is caught the same way: the run stops at the agreed round, writes its
+final checkpoint, prints one line, exit status 75 (130 with nowhere to write). A *second*
+Ctrl-C stops the process at once: one line, then it dies of SIGINT (status 130 in the
+shell), without a final checkpoint and without a traceback. On a terminal the first one
+also says so, since the stop may take up to a logging round.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
+import sys
 import threading
 
 import numpy as np
 
 EXIT_CHECKPOINTED = 75  # stopped by a signal after a final checkpoint: requeue and --resume
 EXIT_USAGE = 2
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 class Terminated(Exception):
@@ -53,17 +61,35 @@ def exit_status(exc: Terminated) -> int:
 
 
 class Terminator:
-    """Catches SIGTERM/SIGUSR1 and remembers the first one; :meth:`agree` tells every rank
-    whether any rank got one. Use as a context manager (restores the old handlers)."""
+    """Catches SIGTERM/SIGUSR1/SIGINT and remembers the first one; :meth:`agree` tells
+    every rank whether any rank got one. A second SIGINT ends the process at once. Use as
+    a context manager (restores the old handlers)."""
 
-    def __init__(self, signals=SIGNALS):
+    def __init__(self, signals=SIGNALS, prog: str | None = None):
         self.signals = tuple(signals)
         self.signum = 0
+        self.prog = prog or _prog()
+        self._interrupts = 0
         self._old: dict = {}
 
-    def _handle(self, signum, frame) -> None:  # async-signal context: set a flag, nothing else
+    def _handle(self, signum, frame) -> None:  # between bytecodes: set a flag, little else
+        if signum == signal.SIGINT:
+            self._interrupts += 1
+            if self._interrupts > 1:
+                self._stop_now()
+            if os.isatty(2):  # someone at a terminal: say why nothing happens yet
+                _say(f"{self.prog}: Ctrl-C: stopping at the next logging or checkpoint round "
+                     "(Ctrl-C again: stop at once, without a final checkpoint)")
         if not self.signum:
             self.signum = signum
+
+    def _stop_now(self, *_) -> None:
+        """One line, then die of SIGINT as an uncaught Ctrl-C would (the shell sees 130,
+        and a script running us stops too), without a traceback."""
+        again = "a second " if self._interrupts > 1 else ""
+        _say(f"{self.prog}: stopped at once by {again}Ctrl-C (SIGINT), without a final checkpoint")
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
 
     def install(self) -> "Terminator":
         if threading.current_thread() is threading.main_thread():
@@ -78,9 +104,15 @@ class Terminator:
 
     def release(self) -> None:
         """Back to the default handlers, for work that takes no checkpoints (Algorithm 2):
-        a signal then ends it at once (one already caught is raised again)."""
+        a signal then ends it at once (one already caught is raised again); Ctrl-C too, in
+        one line rather than Python's KeyboardInterrupt traceback."""
+        handled = signal.SIGINT in self._old
         self.restore()
-        if self.signum:
+        if handled:  # (restored by the next restore(), at the end of the ``with`` block)
+            self._old[signal.SIGINT] = signal.signal(signal.SIGINT, self._stop_now)
+        if self.signum == signal.SIGINT:
+            self._stop_now()
+        elif self.signum:
             signal.raise_signal(self.signum)
 
     def __enter__(self) -> "Terminator":
@@ -88,6 +120,23 @@ class Terminator:
 
     def __exit__(self, *exc) -> None:
         self.restore()
+
+
+def _say(line: str) -> None:
+    """One line on stderr from a signal handler: a raw write, since the interrupted code
+    may be inside a print to the same stream."""
+    try:
+        os.write(2, (line + "\n").encode(errors="replace"))
+    except OSError:
+        pass
+
+
+def _prog() -> str:
+    """How this process was started, for messages: ``python -m mpi_teleport.sim``."""
+    parts = os.path.normpath(sys.argv[0] if sys.argv and sys.argv[0] else "").split(os.sep)
+    if len(parts) >= 2 and parts[-2] == "mpi_teleport" and parts[-1].endswith(".py"):
+        return f"python -m mpi_teleport.{parts[-1][:-3]}"
+    return "mpi_teleport"
 
 
 # ----------------------------------------------------------------------------- start-up
