@@ -220,4 +220,6 @@ class MpiBackend:
         return len(self.state.x)
 
     def close(self) -> None:
-        pass
+        close = getattr(type(self.transport), "close", None)  # the latency layer's
+        if close is not None:
+            close(self.transport)
