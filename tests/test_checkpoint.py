@@ -60,7 +60,7 @@ def test_checkpoint_files_are_complete_and_atomic(tmp_path):
     assert rounds_of(tmp_path / "ck") == [20, 30, 40]
     for path in (tmp_path / "ck").iterdir():
         names = sorted(p.name for p in path.iterdir())
-        assert names == ["MANIFEST.json", "v.npy", "x.npy"]  # no temporary file left behind
+        assert names == [".run_id", "MANIFEST.json", "v.npy", "x.npy"]  # no temporary file left behind
         m = checkpoint.read_manifest(path)
         assert m["layout"] == "matrix" and m["arrays"] == ["v", "x"] and m["k"] == 2
         assert [r["round"] for r in m["recorder"]["records"]][-1] == m["round"]
@@ -119,7 +119,7 @@ def test_mpi_checkpoint_resumes_in_the_other_variant_and_equals_the_simulator(tm
     assert part.returncode == 0, part.stderr
     ck = tmp_path / "mpi" / "teleportation" / "checkpoints" / "round-00000030"
     assert sorted(p.name for p in ck.iterdir()) == [
-        "MANIFEST.json", "token-000000.npz", "token-000001.npz", "token-000002.npz"]
+        ".run_id", "MANIFEST.json", "token-000000.npz", "token-000001.npz", "token-000002.npz"]
     rest = mpirun(5, ["-m", "mpi_teleport.run", "--resume", str(tmp_path / "mpi"), "--rounds", "50",
                       "--variant", "simple"])
     assert rest.returncode == 0, rest.stderr

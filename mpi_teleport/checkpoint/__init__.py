@@ -19,6 +19,14 @@ Layout (default directory ``<out>/checkpoints``; with ``compare`` one per algori
                              directory without it is incomplete and ignored
     round-00000100/          the previous one (--keep-checkpoints, default 2)
 
+Each manifest carries the run id of its lineage (a fresh run draws one, a resumed run
+keeps its source's); pruning removes only round-* directories of that id (an incomplete
+one is known by its ``.run_id`` marker, written before any array), so nothing else that
+lies in a checkpoint directory is ever deleted. A manifest or array file that is there but
+wrong (unreadable, wrong types, a round other than its directory's name, a pickled or
+object array, a wrong shape, a truncated file) stops a resume with one line naming the
+fault; it is never skipped in favour of older data.
+
 Every file is written under a temporary name in the same directory, fsync'ed and
 renamed, so a reader never sees half a file; a job killed while writing leaves an
 incomplete directory that resume skips and the next checkpoint prunes. Either backend
@@ -38,8 +46,9 @@ flags against the disk are the preflight's (:mod:`mpi_teleport.preflight`).
     python -m mpi_teleport.checkpoint newest DIR   # path of the newest complete checkpoint
     python -m mpi_teleport.checkpoint show DIR     # its manifest, without the records
 """
-from .find import any_checkpoint, complete, locate, newest, prune  # noqa: F401
+from .find import any_checkpoint, complete, locate, newest, owner, prune  # noqa: F401
 from .keeper import Keeper, Plan  # noqa: F401
-from .store import (FORMAT, LAYOUT_MATRIX, LAYOUT_TOKENS, MANIFEST, load_matrix,  # noqa: F401
+from .store import (FORMAT, LAYOUT_MATRIX, LAYOUT_TOKENS, MANIFEST, RUN_MARKER,  # noqa: F401
+                    DamagedCheckpointError, check_arrays, check_manifest, load_matrix,
                     load_token, read_manifest, restore_token, round_dir, save_matrix,
                     save_token, token_arrays, token_file, write_manifest)

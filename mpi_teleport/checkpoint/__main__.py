@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from .find import any_checkpoint
+from .store import DamagedCheckpointError
 
 
 def main(argv=None) -> int:
@@ -19,7 +20,11 @@ def main(argv=None) -> int:
     parser.add_argument("command", choices=("newest", "show"))
     parser.add_argument("dir")
     args = parser.parse_args(argv)
-    found = any_checkpoint(Path(args.dir))
+    try:
+        found = any_checkpoint(Path(args.dir))
+    except DamagedCheckpointError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
     if found is None:
         print(f"no complete checkpoint under {args.dir}", file=sys.stderr)
         return 1

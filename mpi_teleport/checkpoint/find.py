@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .store import _ROUND_RE, read_manifest
+from .store import _ROUND_RE, RUN_MARKER, read_manifest
+
 
 def _round_dirs(base: Path) -> list[Path]:
     try:
@@ -16,11 +17,12 @@ def _round_dirs(base: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def complete(base: Path) -> list[tuple[int, Path, dict]]:
-    """Complete checkpoints under ``base``, oldest first: [(round, path, manifest)]."""
+def complete(base: Path, strict: bool = True) -> list[tuple[int, Path, dict]]:
+    """Complete checkpoints under ``base``, oldest first: [(round, path, manifest)]. A
+    damaged manifest raises DamagedCheckpointError (``strict=False``: skipped)."""
     out = []
     for path in _round_dirs(base):
-        manifest = read_manifest(path)
+        manifest = read_manifest(path, strict)
         if manifest is not None:
             out.append((int(manifest["round"]), path, manifest))
     return sorted(out, key=lambda item: item[0])
@@ -68,14 +70,30 @@ def any_checkpoint(path: Path) -> tuple[Path, dict] | None:
     return None
 
 
-def prune(base: Path, keep: int) -> None:
-    """Keep the ``keep`` newest complete checkpoints; remove older ones and every
-    incomplete directory (a write that was interrupted)."""
+def owner(path: Path) -> str | None:
+    """The run id of the lineage that wrote a round-* directory: its manifest's, or for an
+    incomplete one the marker written before any array; None when neither is there (a
+    directory this package did not write, or one from before run ids)."""
+    manifest = read_manifest(path, strict=False)
+    if manifest is not None:
+        value = manifest.get("run_id")
+        return value if isinstance(value, str) else None
+    try:
+        return (Path(path) / RUN_MARKER).read_text(encoding="utf-8").strip() or None
+    except (OSError, ValueError):
+        return None
+
+
+def prune(base: Path, keep: int, run_id: str | None) -> None:
+    """Keep the ``keep`` newest complete checkpoints of the lineage ``run_id``; remove its
+    older ones and its incomplete directories (interrupted writes). Directories written
+    by anyone else (another run id, none at all: a user's own ``round-00000001/``) stay."""
     base = Path(base)
-    done = [path for _, path, _ in complete(base)]
+    if run_id is None:
+        return
+    ours = [path for path in _round_dirs(base) if owner(path) == run_id]
+    done = [path for path in ours if read_manifest(path, strict=False) is not None]
     survivors = set(done[-keep:]) if keep > 0 else set()
-    for path in _round_dirs(base):
+    for path in ours:
         if path not in survivors:
             shutil.rmtree(path, ignore_errors=True)
-
-

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Terminated
 from .find import prune
-from .store import round_dir, write_manifest
+from ..output import write_atomic
+from .store import RUN_MARKER, round_dir, write_manifest
 
 @dataclass
 class Plan:
@@ -56,6 +58,14 @@ class Keeper:
         self.wall_offset = float(plan.manifest.get("wall_s", 0.0)) if plan.manifest else 0.0
         self._t0 = time.perf_counter() - self.wall_offset
         self._last_round = None  # the latest round after which the loop ran
+        # The lineage: a resumed run continues its source's id, so pruning removes the
+        # checkpoints of this run and its ancestors only, never anyone else's.
+        source_id = (plan.manifest or {}).get("run_id")
+        self.run_id = source_id if isinstance(source_id, str) else uuid.uuid4().hex
+        layer = getattr(backend, "transport", None)
+        if terminator is not None and hasattr(layer, "interrupted"):
+            # latency layer: a signal cuts a long real-clock delay short (numbers unchanged)
+            layer.interrupted = lambda: bool(terminator.signum)
 
     @property
     def start(self) -> int:
@@ -121,6 +131,8 @@ class Keeper:
         backend = self.backend
         directory = round_dir(self.plan.dir, r)
         directory.mkdir(parents=True, exist_ok=True)
+        if backend.root:  # before any array: an interrupted write is still known as ours
+            write_atomic(directory / RUN_MARKER, self.run_id + "\n")
         arrays = backend.save(directory)
         clocks = backend.clocks(r)
         backend.barrier()  # every token file is in place
@@ -128,6 +140,7 @@ class Keeper:
             spec = self.spec
             manifest = {
                 "round": r,
+                "run_id": self.run_id,
                 "reason": reason,  # every | signal | final
                 "final": reason == "final",
                 "algorithm": spec.algorithm,
@@ -150,7 +163,7 @@ class Keeper:
             if self.rec is not None:
                 self.rec.files.flush()  # metrics.jsonl up to this round, as the checkpoint has it
             write_manifest(directory, manifest)
-            prune(self.plan.dir, self.plan.keep)
+            prune(self.plan.dir, self.plan.keep, self.run_id)
         return directory
 
 

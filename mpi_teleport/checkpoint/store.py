@@ -21,10 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UsageError
 from ..output import dumps, write_atomic, write_atomic_with
 
 FORMAT = 1
 MANIFEST = "MANIFEST.json"
+RUN_MARKER = ".run_id"  # in a round-* directory: the lineage that writes it (for pruning)
 _ROUND_RE = re.compile(r"^round-(\d{8,})$")
 LAYOUT_TOKENS, LAYOUT_MATRIX = "tokens", "matrix"
 
@@ -67,6 +69,9 @@ def restore_token(state, arrays: dict[str, np.ndarray]) -> None:
     for name, target in targets.items():
         if name not in arrays:
             raise ValueError(f"checkpoint lacks array {name!r} of the token")
+        if arrays[name].size != target.size:
+            raise ValueError(f"checkpoint array {name!r} has {arrays[name].size} values, the "
+                             f"token {target.size}")
         np.copyto(target, arrays[name].reshape(target.shape))
 
 
@@ -91,42 +96,207 @@ def write_manifest(directory: Path, manifest: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- reading
-_manifests: dict = {}  # (path, mtime, size) -> manifest: start-up reads each one once
+class DamagedCheckpointError(UsageError):
+    """A checkpoint whose manifest or array files are not what its writer leaves: one
+    line naming the directory and the fault (never a silent fallback to older data)."""
 
 
-def read_manifest(directory: Path) -> dict | None:
-    """The manifest of a complete checkpoint, or None (missing, unreadable, other format)."""
-    path = Path(directory) / MANIFEST
-    try:
-        st = path.stat()
-        key = (str(path), st.st_mtime_ns, st.st_size)
-        if key not in _manifests:
-            with open(path) as f:
-                _manifests[key] = json.load(f)
-        data = _manifests[key]
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or "round" not in data:
-        return None
+def _damaged(directory, reason: str) -> DamagedCheckpointError:
+    return DamagedCheckpointError(
+        f"checkpoint {directory} is damaged: {reason}; resume from another round-* "
+        f"directory or start afresh")
+
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")  # an array name: no path in it
+# field -> (accepted types, description); bool is excluded from int explicitly below
+_FIELDS = {
+    "round": (int, "an integer >= 0"),
+    "k": (int, "an integer >= 1"),
+    "n": (int, "an integer >= 1"),
+    "dim": (int, "an integer >= 1"),
+    "layout": (str, f"'{LAYOUT_TOKENS}' or '{LAYOUT_MATRIX}'"),
+    "arrays": (list, "a list of array names"),
+    "config": (dict, "an object"),
+}
+
+
+def check_manifest(directory, data) -> dict:
+    """``data`` (a parsed MANIFEST.json) if every field a reader uses has the right type
+    and value, else :class:`DamagedCheckpointError`. The round must equal the number in
+    the directory's name, so a renamed or copied checkpoint never resumes at a wrong round."""
+    if not isinstance(data, dict):
+        raise _damaged(directory, f"{MANIFEST} is not a JSON object")
+    if data.get("format") != FORMAT:
+        raise _damaged(directory, f"{MANIFEST} has format {data.get('format')!r}, this version "
+                                  f"reads format {FORMAT}")
+    for name, (kind, what) in _FIELDS.items():
+        if name not in data:
+            if name in ("round", "k", "n"):
+                raise _damaged(directory, f"{MANIFEST} lacks {name!r}")
+            continue
+        value = data[name]
+        ok = isinstance(value, kind) and not isinstance(value, bool)
+        if ok and kind is int:
+            ok = value >= (0 if name == "round" else 1)
+        if ok and name == "layout":
+            ok = value in (LAYOUT_TOKENS, LAYOUT_MATRIX)
+        if ok and name == "arrays":
+            ok = all(isinstance(a, str) and _NAME_RE.match(a) for a in value) and len(value) > 0
+        if not ok:
+            raise _damaged(directory, f"{MANIFEST} field {name!r} is {value!r}, not {what}")
+    for name in ("recorder", "summary"):
+        if data.get(name) is not None and not isinstance(data[name], dict):
+            raise _damaged(directory, f"{MANIFEST} field {name!r} is not an object")
+    clocks = data.get("clocks_us")
+    if clocks is not None and not (isinstance(clocks, list) and all(
+            isinstance(c, (int, float)) and not isinstance(c, bool) for c in clocks)):
+        raise _damaged(directory, f"{MANIFEST} field 'clocks_us' is not a list of numbers")
+    m = _ROUND_RE.match(Path(directory).name)
+    if m and int(m.group(1)) != data["round"]:
+        raise _damaged(directory, f"{MANIFEST} says round {data['round']} but the directory is "
+                                  f"named for round {int(m.group(1))}")
     return data
 
 
+_manifests: dict = {}  # (path, mtime, size) -> manifest: start-up reads each one once
+
+
+def read_manifest(directory: Path, strict: bool = True) -> dict | None:
+    """The manifest of a complete checkpoint, or None when ``directory`` has none (an
+    incomplete checkpoint). A manifest that is there but unreadable or wrong raises
+    :class:`DamagedCheckpointError` (``strict=False``: None, for pruning)."""
+    path = Path(directory) / MANIFEST
+    try:
+        st = path.stat()
+    except (OSError, ValueError):
+        return None
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    try:
+        if key not in _manifests:
+            if st.st_size > MAX_MANIFEST:
+                raise _damaged(directory, f"{MANIFEST} is {st.st_size} bytes, larger than any "
+                                          f"this package writes")
+            try:
+                with open(path, "rb") as f:
+                    text = f.read().decode("utf-8")
+                data = json.loads(text)
+            except (OSError, ValueError, RecursionError) as exc:
+                raise _damaged(directory, f"{MANIFEST} is not readable JSON "
+                                          f"({type(exc).__name__})") from None
+            _manifests[key] = check_manifest(directory, data)
+        return _manifests[key]
+    except DamagedCheckpointError:
+        if strict:
+            raise
+        return None
+
+
+MAX_MANIFEST = 256 << 20  # records of a very long run stay far below this
+
+
+def _load_npy(path: Path, what: str, directory, mmap: bool = False) -> np.ndarray:
+    try:
+        arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise _damaged(directory, f"{what} cannot be read ({_reason(exc)})") from None
+    if not isinstance(arr, np.ndarray):
+        raise _damaged(directory, f"{what} is not a single array")
+    return arr
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:160]
+
+
+def _check_array(directory, what: str, arr, shape: tuple) -> None:
+    if arr.dtype.hasobject or arr.dtype.kind not in "fiucb":
+        raise _damaged(directory, f"{what} holds {arr.dtype} values, not numbers")
+    if tuple(arr.shape) != shape:
+        raise _damaged(directory, f"{what} has shape {tuple(arr.shape)}, expected {shape}")
+
+
+def check_arrays(directory: Path, manifest: dict) -> None:
+    """Read the header of every array file of a checkpoint (cheap: no data) and raise
+    :class:`DamagedCheckpointError` for a file that is missing, empty, truncated, pickled,
+    of objects or of the wrong shape. Run by every process before any communication."""
+    import zipfile
+
+    directory = Path(directory)
+    k, dim = manifest["k"], manifest.get("dim")
+    sized = ("x", "v")  # arrays of the model's length; buffers may be shaped otherwise
+    if manifest.get("layout") == LAYOUT_MATRIX:
+        for name in manifest.get("arrays", []):
+            what = f"{name}.npy"
+            arr = _load_npy(directory / what, what, directory, mmap=True)
+            if name in sized and dim is not None:
+                _check_array(directory, what, arr, (k, dim))
+            elif arr.ndim < 1 or arr.shape[0] != k:
+                raise _damaged(directory, f"{what} has shape {arr.shape}, expected {k} rows")
+            else:
+                _check_array(directory, what, arr, arr.shape)
+        return
+    for m in range(k):
+        what = token_file(m)
+        path = directory / what
+        try:
+            with zipfile.ZipFile(path) as z:
+                members = {info.filename: info for info in z.infolist()}
+                for name in manifest.get("arrays", []):
+                    info = members.get(f"{name}.npy")
+                    if info is None:
+                        raise _damaged(directory, f"{what} lacks array {name!r}")
+                    with z.open(info) as f:
+                        version = np.lib.format.read_magic(f)
+                        header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                  else np.lib.format.read_array_header_2_0)(f)
+                        shape, _, dtype = header
+                        if dtype.hasobject or dtype.kind not in "fiucb":
+                            raise _damaged(directory, f"{what} holds {dtype} values in "
+                                                      f"{name!r}, not numbers")
+                        need = f.tell() + int(np.prod(shape)) * dtype.itemsize
+                    if info.file_size != need:
+                        raise _damaged(directory, f"{what}: array {name!r} is {info.file_size} "
+                                                  f"bytes, its header promises {need}")
+                    if name in sized and dim is not None and tuple(shape) != (dim,):
+                        raise _damaged(directory, f"{what} array {name!r} has shape "
+                                                  f"{tuple(shape)}, expected ({dim},)")
+        except DamagedCheckpointError:
+            raise
+        except FileNotFoundError:
+            raise _damaged(directory, f"{what} is missing") from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+            raise _damaged(directory, f"{what} cannot be read ({_reason(exc)})") from None
+
+
 def load_token(directory: Path, manifest: dict, m: int) -> dict[str, np.ndarray]:
-    """Token m's arrays from either layout."""
+    """Token m's arrays from either layout (never unpickling anything)."""
+    import zipfile
+
     directory = Path(directory)
     if manifest.get("layout") == LAYOUT_MATRIX:
-        return {name: np.array(np.load(directory / f"{name}.npy", mmap_mode="r")[m])
+        return {name: np.array(_load_npy(directory / f"{name}.npy", f"{name}.npy", directory,
+                                         mmap=True)[m])
                 for name in manifest["arrays"]}
-    with np.load(directory / token_file(m)) as data:
-        return {name: data[name] for name in data.files}
+    try:
+        with np.load(directory / token_file(m), allow_pickle=False) as data:
+            out = {name: data[name] for name in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise _damaged(directory, f"{token_file(m)} cannot be read ({_reason(exc)})") from None
+    for name, arr in out.items():
+        if arr.dtype.hasobject:
+            raise _damaged(directory, f"{token_file(m)} holds objects in {name!r}")
+    return out
 
 
 def load_matrix(directory: Path, manifest: dict) -> dict[str, np.ndarray]:
     """All tokens' arrays as (k, d) matrices, from either layout."""
     directory = Path(directory)
     if manifest.get("layout") == LAYOUT_MATRIX:
-        return {name: np.load(directory / f"{name}.npy") for name in manifest["arrays"]}
+        return {name: _load_npy(directory / f"{name}.npy", f"{name}.npy", directory)
+                for name in manifest["arrays"]}
     rows = [load_token(directory, manifest, m) for m in range(int(manifest["k"]))]
-    return {name: np.stack([row[name] for row in rows]) for name in manifest["arrays"]}
-
-
+    try:
+        return {name: np.stack([row[name] for row in rows]) for name in manifest["arrays"]}
+    except (KeyError, ValueError) as exc:
+        raise _damaged(directory, f"the token files disagree ({_reason(exc)})") from None
