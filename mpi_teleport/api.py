@@ -178,9 +178,11 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
                 "momentum": spec.momentum, "topology": topo.describe(spec.topology),
                 "variant": spec.variant, "seed": spec.seed, "latency": latency.spec,
                 "clock": latency.clock, "compute_time": latency.compute_time}
+    hold = [(path, what) for path, what in ((out, "out"), (ck_dir, "checkpoint_dir"))
+            if path is not None and (what == "out" or every)]
     return run(problem, spec, logging, latency, comm=args.get("comm"), out=out, plan=plan,
                settings=settings, progress=bool(args.get("progress")),
-               config_record={**settings, **adapt(problem).describe()})
+               config_record={**settings, **adapt(problem).describe()}, hold=hold)
 
 
 def check_spec(spec: RunSpec) -> None:
@@ -214,22 +216,25 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
         transport=None, out: Path | None = None, plan: Plan | None = None,
         settings: dict | None = None, progress: bool | Progress = False, terminator=None,
         resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
-        config_record: dict | None = None) -> engine.Result:
+        config_record: dict | None = None, hold=()) -> engine.Result:
     """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
     the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
     communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
-    manifests, ``config_record`` into config.json (root)."""
+    manifests, ``config_record`` into config.json (root). ``hold``: (directory, name)
+    pairs the root locks for the run (a directory another job holds is a UsageError on
+    every process)."""
     from .metrics import Recorder
     from .search import SearchRecorder
 
     problem = adapt(problem)
-    own_transport = None
+    own_transport, release = None, None
     if transport is None and comm is not None:
         from .transport import Transport
 
         transport = own_transport = Transport.duplicate(comm)
     try:
         root = transport is None or transport.rank == 0
+        release = _hold(hold, transport, root)
         if transport is not None and spec.nodes != transport.size:
             raise UsageError(f"nodes={spec.nodes} but the communicator has {transport.size} "
                              f"ranks: one rank per node")
@@ -247,8 +252,31 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
         backend.close()
         return result
     finally:
+        if release is not None:
+            release()
         if own_transport is not None:
             own_transport.free()
+
+
+def _hold(dirs, transport, root: bool):
+    """Lock ``dirs`` on the root; every process learns a refusal together (UsageError)."""
+    if not dirs:
+        return None
+    from . import preflight
+
+    release, error = None, None
+    if root:
+        try:
+            release = preflight.hold_dirs(dirs)
+        except UsageError as exc:
+            error = str(exc)
+    if transport is not None:  # (as signals.agree_on_error: one allgather)
+        error = next((e for e in transport.allgather(error) if e), None)
+    if error:
+        if release is not None:
+            release()
+        raise UsageError(error)
+    return release
 
 
 def _backend(problem, spec: RunSpec, latency: LatencySettings, transport):

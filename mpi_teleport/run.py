@@ -13,8 +13,9 @@ import io
 import sys
 import time
 import traceback
+import warnings
 
-from . import cli, report, signals
+from . import cli, preflight, report, signals
 from .errors import DatasetMissingError, NonFiniteError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles
@@ -59,10 +60,11 @@ def main(argv=None) -> int:
         "--topology base2 --out runs/x\n"
         "Outputs (with --out, written by rank 0): config.json, metrics.jsonl, summary.json.",
     )
-    cfg, error = None, None
+    cfg, error, release = None, None, lambda: None
     try:
         quiet = contextlib.redirect_stdout(io.StringIO()) if rank else contextlib.nullcontext()
-        with quiet:  # --help prints once
+        with quiet, warnings.catch_warnings():  # --help prints once; no warning ahead of a refusal
+            warnings.simplefilter("ignore")
             cfg = cli.parse(parser, argv, world_size=comm.Get_size())
     except UsageError as exc:  # (reported below, after every rank has had its say)
         error = str(exc)
@@ -72,6 +74,16 @@ def main(argv=None) -> int:
         # The first communication: every rank valid, same config and schedule as rank 0.
         transport = Transport(comm)
         refused = signals.agree_on_start(transport, cfg, error)
+        if refused:
+            return cli.fail(PROG, refused, show=rank == 0)
+        # Rank 0 holds --out and --checkpoint-dir for the job; every rank learns a refusal
+        # (another job holds them) in the same collective, so none waits for the others.
+        if rank == 0:
+            try:
+                release = preflight.hold(cfg)
+            except UsageError as exc:
+                error = str(exc)
+        refused = signals.agree_on_error(transport, error)
         if refused:
             return cli.fail(PROG, refused, show=rank == 0)
         if any(k == "auto" for _, k in report.runs_requested(cfg)):
@@ -91,6 +103,8 @@ def main(argv=None) -> int:
         sys.stderr.flush()
         comm.Abort(1)
         return 1
+    finally:
+        release()
     if rank == 0:
         print(report.finish(cfg, summaries, report.header(cfg, f"MPI, n={cfg.nodes} ranks")), flush=True)
     return 0

@@ -46,6 +46,15 @@ SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 from .errors import Terminated  # noqa: E402,F401  (raised at the agreed round)
 
 
+_caught = 0  # the first signal any installed Terminator caught (for long set-up loops)
+
+
+def pending() -> int:
+    """The signal a :class:`Terminator` caught in this process, or 0: set-up work that has
+    nothing to checkpoint yet (a long sum over all nodes) polls it to stop at once."""
+    return _caught
+
+
 def exit_status(exc: Terminated) -> int:
     """75 when a checkpoint was written (requeue and resume), else 128 + the signal."""
     return EXIT_CHECKPOINTED if exc.checkpoint is not None else 128 + exc.signum
@@ -73,6 +82,8 @@ class Terminator:
                      "(Ctrl-C again: stop at once, without a final checkpoint)")
         if not self.signum:
             self.signum = signum
+        global _caught
+        _caught = _caught or signum
 
     def _stop_now(self, *_) -> None:
         """One line, then die of SIGINT as an uncaught Ctrl-C would (the shell sees 130,

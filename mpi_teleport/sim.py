@@ -10,8 +10,9 @@ at hand.
 from __future__ import annotations
 
 import sys
+import warnings
 
-from . import cli, report, signals
+from . import cli, preflight, report, signals
 from .algorithms import mix  # noqa: F401  (the simulator's gossip sum, for tests)
 from .errors import DatasetMissingError, NonFiniteError, UsageError
 from .memory import keep_freed_memory
@@ -42,9 +43,13 @@ def main(argv=None) -> int:
         "Outputs (with --out): config.json, metrics.jsonl, summary.json "
         "(compare: one subdirectory per algorithm).",
     )
+    release = None
     try:
         with signals.Terminator() as terminator:  # SIGTERM/SIGUSR1: checkpoint, exit 75
-            cfg = cli.parse(parser, argv)
+            with warnings.catch_warnings():  # nothing printed ahead of a refusal's one line
+                warnings.simplefilter("ignore")
+                cfg = cli.parse(parser, argv)
+            release = preflight.hold(cfg)  # --out, --checkpoint-dir: this job's alone
             summaries = []
             for algorithm, k in report.runs_requested(cfg):
                 progress = Progress.for_run(cfg, algorithm)
@@ -55,6 +60,9 @@ def main(argv=None) -> int:
     except signals.Terminated as exc:
         print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         return signals.exit_status(exc)
+    finally:
+        if release is not None:
+            release()
     print(report.finish(cfg, summaries, report.header(cfg, f"simulator, n={cfg.nodes}")))
     return 0
 

@@ -25,6 +25,7 @@ only its point-to-point and request methods.
 from __future__ import annotations
 
 import heapq
+import math
 import os
 import sys
 import time
@@ -33,6 +34,7 @@ import numpy as np
 
 from .model import CLOCKS, LatencyModel
 
+_SLICE_S = 0.05  # longest uninterrupted sleep: a signal is honoured within this
 _SPIN_MARGIN_S = 5e-4  # sleep no closer than this to a due time (time.sleep overshoots ~0.1 ms)
 
 
@@ -62,6 +64,10 @@ class LatencyTransport:
         self._seq = 0
         self._inflight: list = []  # posted deferred sends (req, req, data, stamp), completed lazily
         self._oversubscribed = self.size > (os.cpu_count() or 1)
+        # Whether a stop was asked (a signal): the run's Keeper sets it. A waiting rank then
+        # posts its deferred sends at once, so the round ends and the ranks reach the round
+        # where they agree to stop and checkpoint; latency changes time, never numbers.
+        self.interrupted = lambda: False
 
     # the Transport interface ------------------------------------------------
     def tag(self, t: int, kind: int) -> int:
@@ -113,7 +119,7 @@ class LatencyTransport:
             if self.real and self._deferred:
                 testall = self.inner.testall
                 while True:  # busy-poll: post due sends, test the requests
-                    self._post_due(time.perf_counter())
+                    self._post_due(math.inf if self.interrupted() else time.perf_counter())
                     if testall(reqs):
                         break
                     os.sched_yield()  # cheap when idle; on a shared host it keeps us schedulable
@@ -139,9 +145,12 @@ class LatencyTransport:
     def flush(self) -> None:
         """Post every deferred send, waiting (sleep, then spin) until each is due."""
         while self._deferred:
+            if self.interrupted():
+                self._post_due(math.inf)
+                break
             gap = self._deferred[0][0] - time.perf_counter()
-            if gap > _SPIN_MARGIN_S:
-                time.sleep(gap - _SPIN_MARGIN_S)
+            if gap > _SPIN_MARGIN_S:  # in slices, so that a signal is seen within one
+                time.sleep(min(gap - _SPIN_MARGIN_S, _SLICE_S))
             elif gap > 0:
                 os.sched_yield()
             self._post_due(time.perf_counter())

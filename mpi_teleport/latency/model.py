@@ -23,6 +23,11 @@ import numpy as np
 from ..errors import UsageError
 
 MOD_BASE = 24  # the paper's mod(|i - j|, 24)
+# A delay the real clock cannot sensibly wait for (one hour per message) is refused: a run
+# would sit in a sleep that looks like a hang. The virtual clock could model it, but no
+# network in this package's scope is that slow, so such a value is a typo (ms vs us).
+MAX_DELAY_US = 3.6e9
+MIN_BW_GBPS = 1e-6  # 1 kbit/s: below it a 1 MB token takes over two hours per message
 CLOCKS = ("real", "virtual")
 _USAGE = ("use none, const:US, mod:TAU or matrix:FILE.csv (microseconds), optionally "
           "followed by ,bw:GBPS")
@@ -81,19 +86,45 @@ def _number(text: str, what: str, spec: str) -> float:
     return value
 
 
+def _too_long(what: str, value_us: float, spec: str) -> None:
+    if value_us > MAX_DELAY_US:
+        raise UsageError(f"--latency {spec!r}: {what} is {value_us:g} microseconds "
+                         f"({value_us / 3.6e9:.3g} hours) per message, more than a run can "
+                         f"wait for (at most {MAX_DELAY_US:g} us = 1 hour); give microseconds")
+
+
 def _load_matrix(path: str, n: int | None, spec: str) -> np.ndarray:
-    p = Path(path).expanduser()
+    import warnings
+
     if not path:
         raise UsageError(f"--latency {spec!r}: give the CSV file, e.g. matrix:delays.csv")
-    if not p.is_file():
+    if "\0" in path:
+        raise UsageError(f"--latency {spec!r}: the file name contains a NUL byte")
+    try:
+        p = Path(path).expanduser()
+    except (RuntimeError, KeyError):
+        raise UsageError(f"--latency {spec!r}: cannot expand {path.split('/')[0]} (no such "
+                         f"user); give the CSV file's path") from None
+    try:
+        is_file = p.is_file()
+    except OSError as exc:
+        raise UsageError(f"--latency {spec!r}: {path!r}: {exc.strerror}") from None
+    if not is_file:
         raise UsageError(f"--latency {spec!r}: file {path!r} not found; give an n x n CSV of "
                          f"microseconds (row = sender, column = receiver)")
     try:
-        m = np.loadtxt(p, delimiter=",", dtype=np.float64, ndmin=2, comments="#")
-    except ValueError as exc:
+        with warnings.catch_warnings():  # an empty file warns before it returns: say it once
+            warnings.simplefilter("ignore")
+            m = np.loadtxt(p, delimiter=",", dtype=np.float64, ndmin=2, comments="#")
+    except (ValueError, UnicodeDecodeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else "unreadable"
-        raise UsageError(f"--latency {spec!r}: {path} is not a numeric CSV ({first}); give an "
-                         f"n x n table of microseconds, comma-separated") from None
+        raise UsageError(f"--latency {spec!r}: {path} is not a numeric CSV ({first[:120]}); give "
+                         f"an n x n table of microseconds, comma-separated") from None
+    except OSError as exc:
+        raise UsageError(f"--latency {spec!r}: cannot read {path} ({exc.strerror})") from None
+    if m.size == 0:
+        raise UsageError(f"--latency {spec!r}: {path} holds no numbers (empty, or comments "
+                         f"only); give an n x n table of microseconds, comma-separated")
     if m.ndim != 2 or m.shape[0] != m.shape[1] or m.size == 0:
         raise UsageError(f"--latency {spec!r}: {path} is {m.shape[0]} x {m.shape[1]}, not square; "
                          f"give an n x n table (row = sender, column = receiver)")
@@ -110,6 +141,9 @@ def _load_matrix(path: str, n: int | None, spec: str) -> np.ndarray:
                          f"column {j}; delays must be >= 0")
     m = m.copy()
     np.fill_diagonal(m, 0.0)  # self-messages are free
+    if m.max() > MAX_DELAY_US:
+        i, j = np.unravel_index(int(np.argmax(m)), m.shape)
+        _too_long(f"{path} row {i}, column {j}", float(m[i, j]), spec)
     m.setflags(write=False)
     return m
 
@@ -136,6 +170,9 @@ def parse_spec(spec, n: int | None = None, load: bool = True) -> LatencyModel:
         bw = _number(value.strip(), "the bandwidth (bw:GBPS, gigabit/s)", text)
         if bw <= 0:
             raise UsageError(f"--latency {spec!r}: the bandwidth must be > 0 Gbit/s, got {value.strip()}")
+        if bw < MIN_BW_GBPS:
+            raise UsageError(f"--latency {spec!r}: a bandwidth of {bw:g} Gbit/s cannot be waited "
+                             f"for (a 1 MB token would take hours); give at least {MIN_BW_GBPS:g}")
     name, sep, arg = model_part.partition(":")
     name = name.strip().lower()
     arg = arg.strip()
@@ -152,6 +189,8 @@ def parse_spec(spec, n: int | None = None, load: bool = True) -> LatencyModel:
         value = _number(arg, what, text)
         if value < 0:
             raise UsageError(f"--latency {spec!r}: {what} must be >= 0 microseconds, got {arg}")
+        _too_long(what if name == "const" else f"the largest delay {MOD_BASE - 1} * tau",
+                  value * (1 if name == "const" else MOD_BASE - 1), text)
         return LatencyModel(name, value_us=value, bw_gbps=bw, spec=text)
     if name == "matrix":
         if not load:

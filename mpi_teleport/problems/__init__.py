@@ -21,11 +21,15 @@ def make_problem(cfg, local_rank: int = 0):
         from .quadratic import Quadratic
 
         return Quadratic(n=cfg.nodes, d=cfg.dim, sigma2=cfg.sigma2, zeta2=cfg.zeta2, seed=cfg.seed)
+    from .datasets import NotEnoughSamplesError
     from .network import pick_device
 
-    return _network(cfg.replace(rounds=1, k=None, algorithm="compare", lr=1.0, epochs=None,
+    try:
+        return _network(cfg.replace(rounds=1, k=None, algorithm="compare", lr=1.0, epochs=None,
                                 momentum=0.0, lr_schedule="constant", out=None),
-                    pick_device(cfg.device, local_rank))
+                        pick_device(cfg.device, local_rank))
+    except NotEnoughSamplesError as exc:  # (datasets.check_enough_samples, at the partition)
+        raise NotEnoughSamplesError(f"--problem {cfg.problem}: {exc}") from None
 
 
 def is_factory(name: str) -> bool:

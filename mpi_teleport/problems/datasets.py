@@ -554,8 +554,7 @@ def dirichlet_partition(labels, n_nodes: int, alpha: float, seed: int) -> list:
         raise ValueError(f"n_nodes must be >= 1, got {n_nodes}")
     if not (alpha > 0 and np.isfinite(alpha)):
         raise ValueError(f"alpha must be a positive finite number, got {alpha}")
-    if len(labels) < n_nodes:
-        raise ValueError(f"cannot give {n_nodes} nodes a sample each from {len(labels)} samples")
+    check_enough_samples(len(labels), n_nodes, "the training split")
     gen = np.random.default_rng(np.random.SeedSequence([int(seed), _TAG_DIRICHLET]))
     chunks = [[] for _ in range(n_nodes)]
     for c in np.unique(labels):

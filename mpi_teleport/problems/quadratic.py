@@ -18,6 +18,12 @@ from .. import rng
 # so Teleportation with n = 10^6 nodes still needs O(k d) memory.
 _CACHE_LIMIT = 4_000_000
 _CHUNK = 8192
+# x* = sum_i i^2 b_i / sum_i i^2 needs every node's b_i: n * d normal draws at set-up (a
+# few million per second). Above this many (n = 5.4 million nodes at d = 50) the problem
+# is refused with the estimate instead of computing for minutes to days; with zeta2 = 0
+# (all b_i = 0) x* = 0 and any n starts at once.
+MAX_X_STAR_DRAWS = 1 << 28
+_DRAWS_PER_S = 4e6  # a conservative rate for the estimate in the message
 
 
 @dataclass
@@ -33,6 +39,18 @@ class Quadratic:
 
     metric = "error"  # smaller is better; target reached when error <= target
     dtype = np.float64
+
+    def __post_init__(self):
+        from ..errors import UsageError
+
+        draws = int(self.n) * int(self.d)
+        if self.zeta2 != 0 and draws > MAX_X_STAR_DRAWS:
+            hours = draws / _DRAWS_PER_S / 3600
+            raise UsageError(
+                f"the quadratic problem with n={self.n} nodes, d={self.d} and zeta2={self.zeta2:g} "
+                f"needs n*d = {draws:.3g} normal draws for its minimiser x* (about {hours:.3g} h "
+                f"at start-up); the limit is {MAX_X_STAR_DRAWS} (n*d): use fewer nodes, a "
+                f"smaller --dim, or --zeta2 0 (then x* = 0 and any n starts at once)")
 
     @property
     def dim(self) -> int:
@@ -86,12 +104,25 @@ class Quadratic:
 
     def x_star(self) -> np.ndarray:
         """Minimiser of f = mean f_i: x* = sum_i i^2 b_i / sum_i i^2."""
+        if self._x_star is None and self.zeta2 == 0:
+            self._x_star = np.zeros(self.d)  # every b_i = 0: no sum over n needed
         if self._x_star is None:
+            from ..signals import pending
+
             acc = np.zeros(self.d)
             for start in range(0, self.n, _CHUNK):
+                if pending():  # a signal during set-up: nothing to checkpoint yet, stop now
+                    from ..errors import Terminated
+
+                    raise Terminated(pending(), 0)
                 nodes = np.arange(start, min(self.n, start + _CHUNK), dtype=np.int64)
                 acc += np.sum(self.curvature(nodes) * self.b(nodes), axis=0)
-            self._x_star = acc / np.sum(self.curvature(np.arange(self.n)))
+            n = int(self.n)
+            if n <= 1 << 22:  # (as always computed: the committed results keep their bits)
+                total = np.sum(self.curvature(np.arange(n)))
+            else:  # sum_{i=1}^n i^2 / n in closed form, not an O(n) array
+                total = n * (n + 1) * (2 * n + 1) // 6 / n
+            self._x_star = acc / total
         return self._x_star
 
     def evaluate(self, x: np.ndarray) -> dict:
