@@ -134,7 +134,7 @@ def test_signal_writes_a_complete_checkpoint_and_resume_equals_uninterrupted(tmp
     assert len(ours) == 1 and f"stopped by {name} at round" in ours[0], err[-3000:]
     path, manifest = checkpoint.locate(out)
     assert manifest["reason"] == "signal" and sorted(p.name for p in path.iterdir()) == [
-        "MANIFEST.json", "token-000000.npz", "token-000001.npz"]
+        ".run_id", "MANIFEST.json", "token-000000.npz", "token-000001.npz"]
     r = manifest["round"]
     assert r % 20 == 0  # the agreement happens at logging (and checkpoint) rounds
     assert read_jsonl(out / "metrics.jsonl")[-1]["round"] == r
@@ -234,7 +234,7 @@ BAD_MPI = [  # (flags with {placeholders}, fragment of the one line); 3 ranks
     (["--resume", "{base}/nowhere"], "no such directory"),
     (["--resume", "{file}"], "not a directory"),
     (["--resume", "{empty}"], "no complete checkpoint there"),
-    (["--resume", "{partial}"], "no complete checkpoint there"),
+    (["--resume", "{partial}"], "MANIFEST.json is not readable JSON"),
     (["--resume", "{run5}"], "the checkpoint has n=5 nodes but there are 3 MPI ranks; resume with mpirun -n 5"),
     (["--resume", "{run3}", "--lr", "0.5"], "written with --lr 0.001, not 0.5"),
     (["--resume", "{run3}", "--rounds", "15"], "at round 20, beyond --rounds 15"),

@@ -70,7 +70,7 @@ def test_ctrl_c_writes_a_complete_checkpoint_exit_75(tmp_path):
     assert f"continue with --resume {out}" in lines[0]
     path, manifest = checkpoint.locate(out)
     assert manifest["reason"] == "signal" and f"checkpoint written to {path}" in lines[0]
-    assert sorted(p.name for p in path.iterdir()) == ["MANIFEST.json", "v.npy", "x.npy"]
+    assert sorted(p.name for p in path.iterdir()) == [".run_id", "MANIFEST.json", "v.npy", "x.npy"]
     # the simulator stops at the next round; metrics.jsonl holds the logging rounds up to it
     assert 0 <= manifest["round"] - read_jsonl(out / "metrics.jsonl")[-1]["round"] < 20
 
