@@ -146,10 +146,13 @@ def absolute_paths(raw: dict) -> dict:
         if raw.get(name) is not None:
             text = check_path(name, raw[name])
             try:
-                text = os.path.expanduser(text)
-            except (RuntimeError, KeyError):  # ~nosuchuser
+                expanded = os.path.expanduser(text)
+            except (RuntimeError, KeyError):
+                expanded = text
+            if text.startswith("~") and expanded == text:  # ~nosuchuser: not a literal name
                 raise UsageError(f"{_flag(name)} {show(text)}: cannot expand "
-                                 f"{text.split('/')[0]} (no such user)") from None
+                                 f"{text.split('/')[0]} (no such user); give the path")
+            text = expanded
             raw[name] = os.path.abspath(text)
     return raw
 

@@ -1,0 +1,432 @@
+"""Bad inputs and faults, one table: each row is a command, the exit status it must end
+with, the start of (or a phrase in) its one line on stderr, and the files that must come
+out untouched. No row may print a traceback, a warning or a second line; each runs under
+a timeout, so a hang fails its row. Simulator rows run ``python -m mpi_teleport.sim``;
+MPI rows ``mpirun -n 2 python -m mpi_teleport.run``; ``ckpt`` rows ``python -m
+mpi_teleport.checkpoint``.
+
+Placeholders in a command: ``{base}`` is the table's scratch directory (also the working
+directory), ``{good}`` a run with complete checkpoints, ``{name}`` any file a row's
+``setup`` made.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpi_teleport import lock
+from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM = ["-m", "mpi_teleport.sim"]
+RUN = ["-m", "mpi_teleport.run"]
+SMALL = ["--nodes", "4", "--k", "2", "--rounds", "2", "--algorithm", "teleportation"]
+MPI_SMALL = ["--k", "2", "--rounds", "2", "--algorithm", "teleportation"]
+LONG_NAME = "n" * 300
+
+
+@dataclass
+class Case:
+    id: str
+    args: list  # after the program
+    status: int = 2
+    says: str | None = None  # a phrase of the one line (None: no line expected)
+    where: str = "sim"  # sim | mpi | ckpt
+    setup: str | None = None  # a function of SETUPS, run before the command
+    untouched: list = field(default_factory=list)  # paths under {base} that must not change
+    timeout: float = 60
+    starts: str | None = None  # the line must start with this
+
+
+# ----------------------------------------------------------------------------- set-ups
+def _copy_good(base: Path, name: str, source: str = "good") -> Path:
+    target = base / name
+    if source == "good2" and not (base / "good2").exists():  # two nodes, for two MPI ranks
+        _run_sim(base, ["--nodes", "2", "--k", "2", "--algorithm", "teleportation",
+                        "--rounds", "10", "--checkpoint-every", "5", "--out", "good2"])
+    if not target.exists():
+        shutil.copytree(base / source, target)
+    return target
+
+
+def _round(run: Path) -> Path:
+    return sorted((run / "checkpoints").glob("round-*"))[-1]
+
+
+def _edit_manifest(base, name, change):
+    ck = _round(_copy_good(base, name))
+    path = ck / "MANIFEST.json"
+    data = json.loads(path.read_text())
+    result = change(data, ck)
+    if isinstance(result, str):
+        path.write_text(result)
+    else:
+        path.write_text(json.dumps(data))
+
+
+def _as_tokens(base: Path, name: str, source: str = "good") -> Path:
+    """A copy of a good run in the MPI layout (one token-*.npz per token)."""
+    ck = _round(_copy_good(base, name, source))
+    manifest = json.loads((ck / "MANIFEST.json").read_text())
+    x = np.load(ck / "x.npy")
+    for m in range(len(x)):
+        np.savez(ck / f"token-{m:06d}.npz", x=x[m])
+    (ck / "x.npy").unlink()
+    manifest.update(layout="tokens", arrays=["x"])
+    (ck / "MANIFEST.json").write_text(json.dumps(manifest))
+    return ck
+
+
+def _write(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data)
+
+
+SETUPS = {
+    "empty_csv": lambda b: _write(b / "empty.csv", ""),
+    "comments_csv": lambda b: _write(b / "comments.csv", "# only a comment\n"),
+    "huge_csv": lambda b: _write(b / "huge.csv", "\n".join(",".join(
+        "0" if i == j else ("9e12" if (i, j) == (1, 2) else "5") for j in range(4)) for i in range(4))),
+    "ragged_csv": lambda b: _write(b / "ragged.csv", "0,1,2\n1,0,2\n"),
+    "words_csv": lambda b: _write(b / "words.csv", "a,b\nc,d\n"),
+    "binary_csv": lambda b: _write(b / "binary.csv", b"\xff\xfe\x00\x01" * 10),
+    "a_file": lambda b: _write(b / "a_file", "not a directory\n"),
+    "nul_toml": lambda b: _write(b / "nul.toml", 'out = "x\\u0000y"\nnodes = 4\nk = 2\n'),
+    "long_toml": lambda b: _write(b / "long.toml", f'checkpoint-dir = "{LONG_NAME}"\n'
+                                                   f'checkpoint-every = 1\nnodes = 4\nk = 2\n'),
+    "latin1_toml": lambda b: _write(b / "latin1.toml", "lr = 0.1 # caf\xe9\n".encode("latin-1")),
+    "deep_toml": lambda b: _write(b / "deep.toml", "x = " + "[" * 100000 + "]" * 100000 + "\n"),
+    "dir_toml": lambda b: (b / "dir.toml").mkdir(exist_ok=True),
+    # damaged simulator checkpoints (copies of the good run)
+    "ck_truncated": lambda b: _truncate(_round(_copy_good(b, "ck_truncated")) / "x.npy"),
+    "ck_empty": lambda b: _write(_round(_copy_good(b, "ck_empty")) / "x.npy", b""),
+    "ck_pickled": lambda b: _write(_round(_copy_good(b, "ck_pickled")) / "x.npy",
+                                   pickle.dumps({"x": [1.0, 2.0]})),
+    "ck_object": lambda b: np.save(_round(_copy_good(b, "ck_object")) / "x.npy",
+                                   np.array([[1.0, "a"]] * 2, dtype=object), allow_pickle=True),
+    "ck_shape": lambda b: np.save(_round(_copy_good(b, "ck_shape")) / "x.npy", np.zeros((2, 7))),
+    "ck_rows": lambda b: np.save(_round(_copy_good(b, "ck_rows")) / "x.npy", np.zeros((3, 50))),
+    "ck_text": lambda b: np.save(_round(_copy_good(b, "ck_text")) / "x.npy",
+                                 np.array([["a"] * 50] * 2)),
+    "ck_round_str": lambda b: _edit_manifest(b, "ck_round_str", lambda d, _: d.update(round="10")),
+    "ck_round_neg": lambda b: _edit_manifest(b, "ck_round_neg", lambda d, _: d.update(round=-10)),
+    "ck_round_other": lambda b: _edit_manifest(b, "ck_round_other", lambda d, _: d.update(round=4)),
+    "ck_round_bool": lambda b: _edit_manifest(b, "ck_round_bool", lambda d, _: d.update(round=True)),
+    "ck_k_float": lambda b: _edit_manifest(b, "ck_k_float", lambda d, _: d.update(k=2.0)),
+    "ck_n_str": lambda b: _edit_manifest(b, "ck_n_str", lambda d, _: d.update(n="4")),
+    "ck_dim_neg": lambda b: _edit_manifest(b, "ck_dim_neg", lambda d, _: d.update(dim=-1)),
+    "ck_arrays_path": lambda b: _edit_manifest(b, "ck_arrays_path",
+                                               lambda d, _: d.update(arrays=["../../x"])),
+    "ck_arrays_str": lambda b: _edit_manifest(b, "ck_arrays_str", lambda d, _: d.update(arrays="x")),
+    "ck_layout": lambda b: _edit_manifest(b, "ck_layout", lambda d, _: d.update(layout="zip")),
+    "ck_config_list": lambda b: _edit_manifest(b, "ck_config_list", lambda d, _: d.update(config=[1])),
+    "ck_recorder_str": lambda b: _edit_manifest(b, "ck_recorder_str",
+                                                lambda d, _: d.update(recorder="x")),
+    "ck_clocks": lambda b: _edit_manifest(b, "ck_clocks", lambda d, _: d.update(clocks_us=["a"])),
+    "ck_format": lambda b: _edit_manifest(b, "ck_format", lambda d, _: d.update(format=99)),
+    "ck_not_json": lambda b: _edit_manifest(b, "ck_not_json", lambda d, _: "{not json"),
+    "ck_list": lambda b: _edit_manifest(b, "ck_list", lambda d, _: "[1, 2]"),
+    "ck_no_round": lambda b: _edit_manifest(b, "ck_no_round", lambda d, _: d.pop("round")),
+    # damaged MPI-layout checkpoints
+    "tk_truncated": lambda b: _truncate(_as_tokens(b, "tk_truncated") / "token-000001.npz"),
+    "tk_empty": lambda b: _write(_as_tokens(b, "tk_empty") / "token-000000.npz", b""),
+    "tk_pickled": lambda b: _write(_as_tokens(b, "tk_pickled") / "token-000000.npz",
+                                   pickle.dumps({"x": 1})),
+    "tk_object": lambda b: np.savez(_as_tokens(b, "tk_object") / "token-000000.npz",
+                                    x=np.array([None] * 50, dtype=object)),
+    "tk_shape": lambda b: np.savez(_as_tokens(b, "tk_shape") / "token-000001.npz", x=np.zeros(3)),
+    "tk_lacks": lambda b: np.savez(_as_tokens(b, "tk_lacks") / "token-000001.npz", y=np.zeros(50)),
+    "tk_missing": lambda b: (_as_tokens(b, "tk_missing") / "token-000001.npz").unlink(),
+    # where a resume writes
+    "apart": lambda b: _run_sim(b, [*SMALL, "--rounds", "4", "--checkpoint-every", "2", "--out",
+                                    "apart/out", "--checkpoint-dir", "apart/ck"]),
+    "other_run": lambda b: _run_sim(b, [*SMALL, "--rounds", "4", "--checkpoint-every", "2",
+                                        "--out", "other_run"]),
+    "foreign_lock": lambda b: _write(b / "foreign" / lock.RUN_LOCK, json.dumps(
+        {"host": "another-host.example", "pid": 1, "started": "2026-01-01T00:00:00Z"})),
+}
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _env():
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="default")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _run_sim(base: Path, args: list) -> None:
+    res = subprocess.run([sys.executable, *SIM, *args], cwd=base, env=_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+
+# ----------------------------------------------------------------------------- the table
+def _damaged(name: str, says: str, where: str = "sim") -> Case:
+    args = (["--resume", f"{{base}}/{name}", "--rounds", "20"] if where == "sim" else
+            ["--resume", f"{{base}}/{name}", "--rounds", "20"])
+    return Case(f"{where}-{name}", args, 2, says, where, setup=name, untouched=[name])
+
+
+CASES = [
+    # paths the operating system will not take
+    Case("out-name-too-long", [*SMALL, "--out", LONG_NAME], says="longer than the 255"),
+    Case("out-path-too-long", [*SMALL, "--out", "/".join(["d" * 200] * 25)],
+         says="longer than the 4095"),
+    Case("out-nul-from-toml", ["--config", "nul.toml", "--rounds", "2"], says="NUL byte",
+         setup="nul_toml"),
+    Case("checkpoint-dir-long-from-toml", ["--config", "long.toml", "--rounds", "2"],
+         says="longer than the 255", setup="long_toml"),
+    Case("out-in-proc", [*SMALL, "--out", "/proc/x"], says="takes no new directories"),
+    Case("checkpoint-dir-in-proc", [*SMALL, "--checkpoint-dir", "/proc/x/y",
+                                    "--checkpoint-every", "1"], says="takes no new directories"),
+    Case("out-in-sys", [*SMALL, "--out", "/sys/x"], says="takes no new directories"),
+    Case("out-is-a-file", [*SMALL, "--out", "a_file"], says="exists and is not a directory",
+         setup="a_file", untouched=["a_file"]),
+    Case("out-under-a-file", [*SMALL, "--out", "a_file/x"], says="is not a directory",
+         setup="a_file", untouched=["a_file"]),
+    Case("out-no-such-user", [*SMALL, "--out", "~nosuchuser/x"], says="no such user"),
+    Case("resume-missing", ["--resume", "nowhere"], says="no such directory"),
+    Case("resume-a-file", ["--resume", "a_file"], says="not a directory", setup="a_file"),
+    # latency
+    Case("latency-no-such-user", [*SMALL, "--latency", "matrix:~nosuchuser/x.csv"],
+         says="no such user"),
+    Case("latency-empty-matrix", [*SMALL, "--latency", "matrix:empty.csv"],
+         says="holds no numbers", setup="empty_csv"),
+    Case("latency-comments-only", [*SMALL, "--latency", "matrix:comments.csv"],
+         says="holds no numbers", setup="comments_csv"),
+    Case("latency-ragged-matrix", [*SMALL, "--latency", "matrix:ragged.csv"],
+         says="not square", setup="ragged_csv"),
+    Case("latency-words", [*SMALL, "--latency", "matrix:words.csv"], says="not a numeric CSV",
+         setup="words_csv"),
+    Case("latency-binary", [*SMALL, "--latency", "matrix:binary.csv"], says="not a numeric CSV",
+         setup="binary_csv"),
+    Case("latency-huge-entry", [*SMALL, "--latency", "matrix:huge.csv"],
+         says="more than a run can wait for", setup="huge_csv"),
+    Case("latency-const-hours", [*SMALL, "--latency", "const:5000000000"],
+         says="more than a run can wait for"),
+    Case("latency-mod-hours", [*SMALL, "--latency", "mod:200000000"],
+         says="more than a run can wait for"),
+    Case("latency-bw-tiny", [*SMALL, "--latency", "const:5,bw:0.0000000001"],
+         says="cannot be waited for"),
+    Case("latency-control-character", [*SMALL, "--latency", "matrix:a\x01b"], says="not found"),
+    Case("latency-empty", [*SMALL, "--latency", ""], says="--latency is empty"),
+    # sizes that cannot fit
+    Case("dim-too-large", [*SMALL, "--dim", "10000000000"], says="GiB"),
+    Case("dsgd-too-many-tokens", ["--nodes", "100000000", "--dim", "1000", "--rounds", "2",
+                                  "--algorithm", "dsgd"], says="GiB"),
+    Case("batch-size-absurd", [*SMALL, "--problem", "digits", "--batch-size", "1000000000000"],
+         says="GiB", timeout=120),
+    Case("more-nodes-than-samples", ["--problem", "digits", "--nodes", "2000", "--k", "4",
+                                     "--rounds", "2", "--algorithm", "teleportation"],
+         says="too few for 2000 nodes", timeout=120),
+    Case("nodes-1e12-refused", ["--nodes", "1000000000000", "--algorithm", "teleportation",
+                                "--k", "4"], says="normal draws", timeout=30),
+    Case("nodes-1e12-zeta0-starts", ["--nodes", "1000000000000", "--algorithm", "teleportation",
+                                     "--k", "4", "--zeta2", "0", "--rounds", "3"], status=0,
+         timeout=30),
+    # TOML files
+    Case("toml-not-utf8", ["--config", "latin1.toml", *SMALL], says="UTF-8", setup="latin1_toml"),
+    Case("toml-deep", ["--config", "deep.toml", *SMALL], says="deep", setup="deep_toml"),
+    Case("toml-directory", ["--config", "dir.toml", *SMALL], says="directory", setup="dir_toml"),
+    # data
+    Case("data-dir-missing", [*SMALL, "--problem", "fashion-mnist", "--data-dir", "nodata"],
+         says="does not exist"),
+    # checkpoint flags
+    Case("keep-zero", [*SMALL, "--out", "k0", "--checkpoint-every", "1", "--keep-checkpoints", "0"],
+         says="--keep-checkpoints must be at least 1"),
+    Case("every-without-place", [*SMALL, "--checkpoint-every", "1"], says="needs a place"),
+    # locks: another job holds the directory
+    Case("lock-out-held", [*SMALL, "--out", "held"], says="is in use by pid",
+         setup="hold:held", untouched=["held"]),
+    Case("lock-checkpoint-dir-held", [*SMALL, "--checkpoint-dir", "held_ck",
+                                      "--checkpoint-every", "1"], says="is in use by pid",
+         setup="hold:held_ck", untouched=["held_ck"]),
+    Case("lock-other-host", [*SMALL, "--out", "foreign"], says="another-host.example",
+         setup="foreign_lock", untouched=["foreign"]),
+    # where a resume writes
+    Case("resume-apart-needs-out", ["--resume", "apart/ck", "--rounds", "6"],
+         says="kept its checkpoints apart", setup="apart", untouched=["apart"]),
+    Case("resume-into-another-run", ["--resume", "{good}", "--rounds", "20", "--out", "other_run"],
+         says="already holds checkpoints", setup="other_run", untouched=["other_run", "good"]),
+    # damaged checkpoints (simulator layout)
+    _damaged("ck_truncated", "x.npy cannot be read"),
+    _damaged("ck_empty", "x.npy cannot be read"),
+    _damaged("ck_pickled", "x.npy cannot be read"),
+    _damaged("ck_object", "x.npy cannot be read"),
+    _damaged("ck_shape", "expected (2, 50)"),
+    _damaged("ck_rows", "expected (2, 50)"),
+    _damaged("ck_text", "not numbers"),
+    _damaged("ck_round_str", "field 'round' is '10'"),
+    _damaged("ck_round_neg", "field 'round' is -10"),
+    _damaged("ck_round_other", "says round 4 but the directory is named for round 10"),
+    _damaged("ck_round_bool", "field 'round' is True"),
+    _damaged("ck_k_float", "field 'k' is 2.0"),
+    _damaged("ck_n_str", "field 'n' is '4'"),
+    _damaged("ck_dim_neg", "field 'dim' is -1"),
+    _damaged("ck_arrays_path", "field 'arrays'"),
+    _damaged("ck_arrays_str", "field 'arrays'"),
+    _damaged("ck_layout", "field 'layout'"),
+    _damaged("ck_config_list", "field 'config'"),
+    _damaged("ck_recorder_str", "field 'recorder'"),
+    _damaged("ck_clocks", "clocks_us"),
+    _damaged("ck_format", "format 99"),
+    _damaged("ck_not_json", "not readable JSON"),
+    _damaged("ck_list", "not a JSON object"),
+    _damaged("ck_no_round", "lacks 'round'"),
+    # damaged checkpoints (MPI layout, read by the simulator)
+    _damaged("tk_truncated", "token-000001.npz cannot be read"),
+    _damaged("tk_empty", "token-000000.npz cannot be read"),
+    _damaged("tk_pickled", "token-000000.npz cannot be read"),
+    _damaged("tk_object", "not numbers"),
+    _damaged("tk_shape", "expected (50,)"),
+    _damaged("tk_lacks", "lacks array 'x'"),
+    _damaged("tk_missing", "missing"),
+    # python -m mpi_teleport.checkpoint on bad manifests
+    Case("show-round-str", ["show", "{base}/ck_round_str"], says="field 'round'", where="ckpt",
+         setup="ck_round_str", untouched=["ck_round_str"]),
+    Case("show-not-json", ["show", "{base}/ck_not_json"], says="not readable JSON", where="ckpt",
+         setup="ck_not_json", untouched=["ck_not_json"]),
+    Case("newest-round-other", ["newest", "{base}/ck_round_other"], says="named for round 10",
+         where="ckpt", setup="ck_round_other", untouched=["ck_round_other"]),
+    Case("show-list", ["show", "{base}/ck_list"], says="not a JSON object", where="ckpt",
+         setup="ck_list"),
+    # the same faults under MPI (two ranks; every rank stops, rank 0 says it once)
+    Case("mpi-dim-too-large", [*MPI_SMALL, "--dim", "10000000000"], says="GiB", where="mpi"),
+    Case("mpi-latency-hours", [*MPI_SMALL, "--latency", "const:5000000000"],
+         says="more than a run can wait for", where="mpi"),
+    Case("mpi-latency-empty-matrix", [*MPI_SMALL, "--latency", "matrix:empty.csv"],
+         says="holds no numbers", where="mpi", setup="empty_csv"),
+    Case("mpi-out-in-proc", [*MPI_SMALL, "--out", "/proc/x"], says="takes no new directories",
+         where="mpi"),
+    Case("mpi-lock-out-held", [*MPI_SMALL, "--out", "held_mpi"], says="is in use by pid",
+         where="mpi", setup="hold:held_mpi", untouched=["held_mpi"]),
+    Case("mpi-damaged-token", ["--resume", "{base}/tk_shape_mpi", "--rounds", "20"],
+         says="expected (50,)", where="mpi", setup="tk_shape_mpi", untouched=["tk_shape_mpi"]),
+    Case("mpi-round-other", ["--resume", "{base}/ck_round_other", "--rounds", "20"],
+         says="named for round 10", where="mpi", setup="ck_round_other",
+         untouched=["ck_round_other"]),
+]
+SETUPS["tk_shape_mpi"] = lambda b: np.savez(
+    _as_tokens(b, "tk_shape_mpi", "good2") / "token-000001.npz", x=np.zeros(3))
+
+
+# ----------------------------------------------------------------------------- running
+def _snapshot(base: Path, names: list) -> dict:
+    out = {}
+    for name in names:
+        root = base / name
+        paths = [root] if root.is_file() else sorted(p for p in root.rglob("*"))
+        for p in paths:
+            key = str(p.relative_to(base))
+            out[key] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+    return out
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    base = tmp_path_factory.mktemp("bad_inputs")
+    # the good run: 4 nodes, k = 2, d = 50, checkpoints at rounds 5 and 10 (simulator layout)
+    _run_sim(base, [*SMALL, "--rounds", "10", "--checkpoint-every", "5", "--out", "good"])
+    return base
+
+
+def _run(case: Case, base: Path) -> tuple[int, str, float]:
+    args = [a.replace("{base}", str(base)).replace("{good}", str(base / "good"))
+            for a in case.args]
+    start = time.monotonic()
+    if case.where == "mpi":
+        cmd = mpirun_command(2, [sys.executable, *RUN, *args], find_mpirun())
+        env = mpi_env(_env())
+    else:
+        prog = SIM if case.where == "sim" else ["-m", "mpi_teleport.checkpoint"]
+        cmd, env = [sys.executable, *prog, *args], _env()
+    proc = subprocess.Popen(cmd, cwd=base, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=case.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        pytest.fail(f"{case.id}: still running after {case.timeout} s (a hang)")
+    return proc.returncode, err, time.monotonic() - start
+
+
+def _ours(err: str) -> list[str]:
+    """stderr without Open MPI's own notices (mpirun reports a nonzero exit of its ranks)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    if not any(line.startswith("---") or line.startswith("prterun") or line.startswith("mpirun")
+               and "error:" not in line for line in lines):
+        return lines
+    return [line for line in lines if "mpi_teleport" in line or "Traceback" in line
+            or "Warning" in line or "Error" in line and "error:" not in line]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.where != "mpi"], ids=lambda c: c.id)
+def test_bad_input_one_line(case: Case, base: Path):
+    _check(case, base)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.where == "mpi"], ids=lambda c: c.id)
+def test_bad_input_one_line_under_mpi(case: Case, base: Path):
+    if find_mpirun() is None:
+        pytest.skip("no mpirun")
+    _check(case, base)
+
+
+_DONE: set = set()
+
+
+def _check(case: Case, base: Path) -> None:
+    held = None
+    if case.setup and case.setup.startswith("hold:"):
+        held = lock.acquire(base / case.setup.split(":", 1)[1], "--out")  # "another job"
+        (base / case.setup.split(":", 1)[1] / "config.json").write_text("{}\n")
+    elif case.setup and (base, case.setup) not in _DONE:  # (rows may share a set-up)
+        SETUPS[case.setup](base)
+        _DONE.add((base, case.setup))
+    before = _snapshot(base, case.untouched)
+    try:
+        status, err, _ = _run(case, base)
+    finally:
+        if held is not None:
+            held.release()
+    assert "Traceback" not in err, f"{case.id}: traceback\n{err[-3000:]}"
+    assert "Warning" not in err, f"{case.id}: a warning was printed\n{err[-2000:]}"
+    assert status == case.status, f"{case.id}: status {status}, not {case.status}\n{err[-2000:]}"
+    lines = _ours(err)
+    if case.says is None:
+        assert lines == [] or case.status == 0, f"{case.id}: {lines}"
+    else:
+        assert len(lines) == 1, f"{case.id}: {len(lines)} lines\n{err[-3000:]}"
+        assert case.says in lines[0], f"{case.id}: {lines[0]!r} lacks {case.says!r}"
+        assert ": error: " in lines[0], lines[0]
+    if held is not None:
+        before.pop(str(Path(case.setup.split(":", 1)[1]) / lock.RUN_LOCK), None)
+    after = _snapshot(base, case.untouched)
+    if held is not None:
+        after.pop(str(Path(case.setup.split(":", 1)[1]) / lock.RUN_LOCK), None)
+    assert after == before, f"{case.id}: files changed: " + ", ".join(
+        sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)))
+
+
+def test_the_table_is_large_enough():
+    assert len(CASES) >= 60
+    assert len({c.id for c in CASES}) == len(CASES)
