@@ -271,20 +271,17 @@ def inherit(raw: dict) -> dict:
 
 def _where_resumed(given: str, round_path: Path, saved: dict, derive_ck: bool):
     """(out, checkpoint_dir) of a resume that names no ``--out``: the run it resumes, found
-    from where its checkpoint lies (not from the manifest's text)."""
+    from where its checkpoint lies on disk (never from the manifest's text)."""
     ck = Path(round_path).resolve().parent
     compare = saved.get("algorithm") == "compare"
-    if saved.get("checkpoint_dir") is None:  # default layout: <out>[/<algorithm>]/checkpoints
-        if ck.name == "checkpoints":
-            run = ck.parent.parent if compare else ck.parent
-            return str(run), None
-        raise UsageError(f"--resume {given}: its checkpoints are not in a run directory's "
-                         f"checkpoints/ (moved?); give --out DIR for this run's files")
+    if ck.name == "checkpoints" and (ck.parent / "config.json").is_file():
+        # the default layout: <out>[/<algorithm>]/checkpoints beside the run's files
+        return str(ck.parent.parent if compare else ck.parent), None
     ck_dir = str(ck.parent if compare else ck) if derive_ck else None
     if saved.get("out") is not None:
         raise UsageError(f"--resume {given}: that run kept its checkpoints apart from its "
-                         f"files (--out {show(saved['out'])}); give --out for this run's files "
-                         f"(that directory, to continue there)")
+                         f"files (--out {show(saved['out'])} then); give --out DIR for this "
+                         f"run's files")
     return None, ck_dir
 
 
