@@ -92,6 +92,8 @@ def main(argv=None) -> int:
         for algorithm, k in report.runs_requested(cfg):
             progress = Progress.for_run(cfg, algorithm, rank0=rank == 0)
             summaries.append(execute(cfg, algorithm, k, transport, progress, terminator))
+        if rank == 0:  # (comparison.json too is written while the directory is held)
+            text = report.finish(cfg, summaries, report.header(cfg, f"MPI, n={cfg.nodes} ranks"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:  # every rank alike
         return cli.fail(PROG, str(exc), show=rank == 0)
     except signals.Terminated as exc:  # every rank, at the same round
@@ -106,7 +108,7 @@ def main(argv=None) -> int:
     finally:
         release()
     if rank == 0:
-        print(report.finish(cfg, summaries, report.header(cfg, f"MPI, n={cfg.nodes} ranks")), flush=True)
+        print(text, flush=True)
     return 0
 
 

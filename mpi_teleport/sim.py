@@ -55,6 +55,8 @@ def main(argv=None) -> int:
                 progress = Progress.for_run(cfg, algorithm)
                 files = RunFiles(report.out_dir(cfg, algorithm))
                 summaries.append(simulate(cfg, algorithm, k, files, progress, terminator))
+            # (comparison.json too is written while the directory is held)
+            text = report.finish(cfg, summaries, report.header(cfg, f"simulator, n={cfg.nodes}"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:
         return cli.fail(PROG, str(exc))
     except signals.Terminated as exc:
@@ -63,7 +65,7 @@ def main(argv=None) -> int:
     finally:
         if release is not None:
             release()
-    print(report.finish(cfg, summaries, report.header(cfg, f"simulator, n={cfg.nodes}")))
+    print(text)
     return 0
 
 
