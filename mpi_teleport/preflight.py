@@ -262,18 +262,21 @@ def inherit(raw: dict) -> dict:
               if name in saved and name not in _NOT_INHERITED}
     merged.update(raw)
     if raw.get("out") is None:
-        out, ck_dir = _where_resumed(path, found[0], saved, raw.get("checkpoint_dir") is None)
+        out, ck_dir = _where_resumed(path, found[0], saved, raw.get("checkpoint_dir") is None,
+                                     merged.get("algorithm") == "compare")
         merged["out"] = out
         if raw.get("checkpoint_dir") is None:
             merged["checkpoint_dir"] = ck_dir
     return merged
 
 
-def _where_resumed(given: str, round_path: Path, saved: dict, derive_ck: bool):
+def _where_resumed(given: str, round_path: Path, saved: dict, derive_ck: bool, compare: bool):
     """(out, checkpoint_dir) of a resume that names no ``--out``: the run it resumes, found
-    from where its checkpoint lies on disk (never from the manifest's text)."""
+    from where its checkpoint lies on disk (never from the manifest's text). ``compare``:
+    this resume runs both algorithms (one leg of a compare run resumed alone writes into
+    that leg's directory)."""
     ck = Path(round_path).resolve().parent
-    compare = saved.get("algorithm") == "compare"
+    compare = compare and saved.get("algorithm") == "compare"
     if ck.name == "checkpoints" and (ck.parent / "config.json").is_file():
         # the default layout: <out>[/<algorithm>]/checkpoints beside the run's files
         return str(ck.parent.parent if compare else ck.parent), None

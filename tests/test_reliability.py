@@ -211,3 +211,16 @@ def test_sigterm_during_a_long_latency_delay_checkpoints(tmp_path):
     assert elapsed < 60
     path, manifest = checkpoint.locate(out)
     assert manifest["reason"] == "signal" and manifest["round"] >= 1
+
+
+def test_resuming_one_leg_of_compare_writes_into_that_leg(tmp_path):
+    assert _sim(["--nodes", "4", "--k", "2", "--rounds", "10", "--checkpoint-every", "5",
+                 "--out", "cmp"], tmp_path).returncode == 0
+    before = sorted(os.listdir(tmp_path / "cmp"))
+    leg = tmp_path / "cmp" / "teleportation"
+    rest = _sim(["--resume", str(leg / "checkpoints" / "round-00000010"), "--rounds", "12",
+                 "--algorithm", "teleportation"], tmp_path / "cmp")
+    assert rest.returncode == 0, rest.stderr
+    assert sorted(os.listdir(tmp_path / "cmp")) == before  # nothing beside the legs
+    assert read_jsonl(leg / "metrics.jsonl")[-1]["round"] == 12
+    assert checkpoint.newest(leg / "checkpoints")[1]["round"] == 12
