@@ -324,6 +324,33 @@ CASES = [
          says="named for round 10", where="mpi", setup="ck_round_other",
          untouched=["ck_round_other"]),
 ]
+def _fmnist_rows(name: str, override_of) -> None:
+    from test_data_safety import _fmnist, _idx, _labels  # the data-safety tests' writers
+
+    def setup(base: Path) -> None:
+        _fmnist(base / name, **override_of(_idx, _labels))
+
+    SETUPS[name] = setup
+
+
+_fmnist_rows("fm_label_range", lambda idx, labels: {
+    "train-labels-idx1-ubyte": idx(np.array([3] * 11 + [12], np.uint8))})
+_fmnist_rows("fm_more_labels", lambda idx, labels: {"train-labels-idx1-ubyte": idx(labels(13))})
+_fmnist_rows("fm_fewer_labels", lambda idx, labels: {"train-labels-idx1-ubyte": idx(labels(7))})
+FM = ["--problem", "fashion-mnist", "--nodes", "2", "--k", "1", "--rounds", "1", "--algorithm",
+      "teleportation", "--device", "cpu"]
+CASES += [
+    # data files whose contents disagree (see also tests/test_data_safety.py)
+    Case("data-label-out-of-range", [*FM, "--data-dir", "fm_label_range"],
+         says="label 12 of sample 11 is outside 0..9", setup="fm_label_range", timeout=240,
+         untouched=["fm_label_range"]),
+    Case("data-more-labels-than-images", [*FM, "--data-dir", "fm_more_labels"],
+         says="hold 13 labels for 12 images", setup="fm_more_labels", timeout=240,
+         untouched=["fm_more_labels"]),
+    Case("data-fewer-labels-than-images", [*FM, "--data-dir", "fm_fewer_labels"],
+         says="hold 7 labels for 12 images", setup="fm_fewer_labels", timeout=240,
+         untouched=["fm_fewer_labels"]),
+]
 SETUPS["tk_shape_mpi"] = lambda b: np.savez(
     _as_tokens(b, "tk_shape_mpi", "good2") / "token-000001.npz", x=np.zeros(3))
 
