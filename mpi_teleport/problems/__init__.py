@@ -1,30 +1,42 @@
 """Training problems. Each maps the rows of a token matrix to stochastic gradients of the
-holders' local losses and evaluates a token matrix (DESIGN.md §4)."""
-from __future__ import annotations
+holders' local losses and evaluates a token matrix (:class:`mpi_teleport.problem.Problem`).
 
+Built-in problems are factories called with keyword arguments ``nodes`` and ``seed``
+(the ``--problem`` convention): :func:`.quadratic.quadratic`, and over
+:class:`.torch_problem.TorchProblem` :func:`.network.digits`,
+:func:`.network.fashion_mnist`, :func:`.network.cifar10`. Importing this package imports
+neither torch nor mpi4py.
+"""
+from __future__ import annotations
 
 import functools
 import math
 
 
-def make_problem(cfg, comm=None):
-    """The problem a Config asks for (network problems are loaded once per process)."""
-    if cfg.problem == "quadratic":
-        from .quadratic import Quadratic
+def make_problem(cfg, comm=None, local_rank: int = 0):
+    """The problem a Config asks for (network problems are loaded once per process).
 
-        return Quadratic(n=cfg.nodes, d=cfg.dim, sigma2=cfg.sigma2, zeta2=cfg.zeta2, seed=cfg.seed)
-    from .network import pick_device
+    ``local_rank`` (this process's rank among those on its machine; the MPI layer
+    computes it) picks the GPU under ``--device auto/cuda``. ``comm`` is accepted for
+    existing callers and not used: problems never talk MPI.
+    """
+    if cfg.problem == "quadratic":
+        from .quadratic import quadratic
+
+        return quadratic(nodes=cfg.nodes, seed=cfg.seed, dim=cfg.dim, sigma2=cfg.sigma2,
+                         zeta2=cfg.zeta2)
+    from .device import pick_device
 
     return _network(cfg.replace(rounds=1, k=None, algorithm="compare", lr=1.0, epochs=None,
                                 momentum=0.0, lr_schedule="constant", out=None),
-                    pick_device(cfg.device, comm))
+                    pick_device(cfg.device, local_rank))
 
 
 @functools.lru_cache(maxsize=4)
 def _network(data_cfg, device):
-    from .network import NetworkProblem
+    from .network import from_config
 
-    return NetworkProblem(data_cfg, device)
+    return from_config(data_cfg, device)
 
 
 def with_epochs(cfg, algorithm: str, k, problem):
@@ -38,7 +50,7 @@ def with_epochs(cfg, algorithm: str, k, problem):
 
 
 def describe(problem) -> dict:
-    """Extra facts for config.json (the per-node class histogram of a network problem)."""
-    hist = getattr(problem, "class_histogram", None)
-    return {} if hist is None else {"class_histogram": hist, "n_train": problem.n_train,
-                                    "n_params": problem.n_params, "device": str(problem.device)}
+    """Extra facts for config.json: the problem's ``describe()`` when it has one (a
+    torch problem: per-node class histogram, n_train, n_params, device), else none."""
+    facts = getattr(problem, "describe", None)
+    return {} if facts is None else dict(facts())

@@ -1,0 +1,235 @@
+"""What a training problem is to the engine: the :class:`Problem` protocol, and
+:func:`with_defaults`, which fills in the parts a problem may leave out.
+
+A problem maps the rows of a token matrix to stochastic gradients of the holders' local
+losses and reports metrics of a token matrix. It needs numpy only; torch models come
+through :class:`mpi_teleport.problems.torch_problem.TorchProblem`, which implements the
+same protocol. This module imports numpy alone.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Problem", "ProblemWithDefaults", "with_defaults", "REQUIRED_MEMBERS"]
+
+REQUIRED_MEMBERS = ("dim", "dtype", "metric", "higher_is_better", "initial", "gradient",
+                    "evaluate")
+
+
+@runtime_checkable
+class Problem(Protocol):
+    """A decentralised training problem over ``nodes`` nodes (structural type).
+
+    Attributes
+    ----------
+    dim : int
+        Length of a token vector (the model's state).
+    dtype : numpy dtype
+        Token dtype: ``np.float64`` (numpy problems) or ``np.float32`` (torch models).
+        Tokens travel, are averaged and stepped in this dtype.
+    metric : str
+        The headline key of :meth:`evaluate`'s dict (e.g. ``"error"``, ``"accuracy"``):
+        what the target, the summary and the progress line refer to.
+    higher_is_better : bool
+        Whether larger values of ``metric`` are better (accuracy: True, error: False).
+
+    Optional members (:func:`with_defaults` supplies them when absent)
+    ------------------------------------------------------------------
+    validate(x) -> float
+        Algorithm 2's selection metric of a token matrix, on data held out from training
+        (never the test set). Default: ``evaluate(x)[metric]``.
+    validation : str
+        Name of that metric (default: ``"validation"`` with ``validate``, else ``metric``).
+    validation_higher_is_better : bool
+        Default: ``higher_is_better``.
+    n_train : int
+        Training samples over all nodes (turns epochs into rounds). Default: None.
+    after_step(nodes, y) -> None
+        Called right after the local step ``y = x - lr * v`` with the rows of the last
+        :meth:`gradient` call, before ``y`` is sent: lets a problem write state that is
+        not trained by gradients (BatchNorm running statistics the forward pass updated)
+        into the token rows. Default: nothing.
+    reached(metrics, target) -> bool, finite(metrics) -> bool
+        Whether a target is met / the metrics are finite. Defaults: ``metrics[metric]``
+        compared with ``target`` in the better direction; every number finite.
+    describe() -> dict
+        Extra facts for ``config.json``. Default: ``{}``.
+
+    Examples
+    --------
+    A numpy problem: node i's loss is ``||x - i||^2 / 2``.
+
+    >>> import numpy as np
+    >>> from mpi_teleport.problem import Problem, with_defaults
+    >>> class Mean:
+    ...     dim, dtype, metric, higher_is_better = 3, np.float64, "error", False
+    ...     def initial(self):
+    ...         return np.zeros(3)
+    ...     def gradient(self, nodes, x, t, out=None):
+    ...         target = np.asarray(nodes, dtype=np.float64)[:, None]
+    ...         return np.subtract(x, target, out=out)
+    ...     def evaluate(self, x):
+    ...         return {"error": float(np.mean((x - 1.5) ** 2))}
+    >>> isinstance(Mean(), Problem)
+    True
+    >>> p = with_defaults(Mean())
+    >>> p.validation, p.reached({"error": 0.1}, 0.5), p.n_train
+    ('error', True, None)
+    """
+
+    dim: int
+    dtype: Any
+    metric: str
+    higher_is_better: bool
+
+    def initial(self) -> np.ndarray:
+        """The initial token ``x0``, shape ``(dim,)``, identical in every process."""
+
+    def gradient(self, nodes, x: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Row r: the stochastic gradient of node ``nodes[r]``'s local loss at ``x[r]`` in
+        round ``t`` (``x``: ``(len(nodes), dim)``). Randomness is keyed by (seed, node, t)
+        only, so a row is the same bits whether computed alone (an MPI rank) or among k
+        rows (the simulator). Written into ``out`` when given."""
+
+    def evaluate(self, x: np.ndarray) -> dict:
+        """Metrics of a token matrix (rows are tokens in token order); must hold
+        ``metric``."""
+
+
+class ProblemWithDefaults:
+    """A problem with every optional member of :class:`Problem` present.
+
+    Required members and any other attribute are the wrapped problem's own (attribute
+    access falls through to it); the optional ones are its own when it has them, else
+    the defaults documented on :class:`Problem`. Build it with :func:`with_defaults`.
+    """
+
+    def __init__(self, problem):
+        self.problem = problem
+
+    def __getattr__(self, name):  # only reached for names not defined on this class
+        if name == "problem":  # not set yet (copy/pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.problem, name)
+
+    # -- required: straight from the problem
+    @property
+    def dim(self) -> int:
+        return int(self.problem.dim)
+
+    @property
+    def dtype(self):
+        return self.problem.dtype
+
+    @property
+    def metric(self) -> str:
+        return self.problem.metric
+
+    @property
+    def higher_is_better(self) -> bool:
+        return bool(self.problem.higher_is_better)
+
+    def initial(self) -> np.ndarray:
+        return self.problem.initial()
+
+    def gradient(self, nodes, x, t, out=None) -> np.ndarray:
+        return self.problem.gradient(nodes, x, t, out=out)
+
+    def evaluate(self, x) -> dict:
+        return self.problem.evaluate(x)
+
+    # -- optional: the problem's own, else a default
+    def _has(self, name: str) -> bool:
+        return hasattr(self.problem, name)
+
+    @property
+    def validation(self) -> str:
+        if self._has("validation"):
+            return self.problem.validation
+        return "validation" if self._has("validate") else self.metric
+
+    @property
+    def validation_higher_is_better(self) -> bool:
+        if self._has("validation_higher_is_better"):
+            return bool(self.problem.validation_higher_is_better)
+        return self.higher_is_better
+
+    @property
+    def n_train(self) -> int | None:
+        return getattr(self.problem, "n_train", None)
+
+    def validate(self, x) -> float:
+        if self._has("validate"):
+            return float(self.problem.validate(x))
+        return float(self.problem.evaluate(x)[self.metric])
+
+    def after_step(self, nodes, y) -> None:
+        if self._has("after_step"):
+            self.problem.after_step(nodes, y)
+
+    def reached(self, metrics: dict, target: float) -> bool:
+        if self._has("reached"):
+            return bool(self.problem.reached(metrics, target))
+        value = metrics[self.metric]
+        return value >= target if self.higher_is_better else value <= target
+
+    def finite(self, metrics: dict) -> bool:
+        if self._has("finite"):
+            return bool(self.problem.finite(metrics))
+        return all(math.isfinite(v) for v in metrics.values()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    def describe(self) -> dict:
+        return dict(self.problem.describe()) if self._has("describe") else {}
+
+    def __repr__(self) -> str:
+        return f"with_defaults({self.problem!r})"
+
+
+def with_defaults(problem) -> ProblemWithDefaults:
+    """Check that ``problem`` implements :class:`Problem` and fill in its optional parts.
+
+    Parameters
+    ----------
+    problem : object
+        Anything with the required members of :class:`Problem`.
+
+    Returns
+    -------
+    ProblemWithDefaults
+        ``problem`` itself behind a view that has every optional member (the same view
+        when ``problem`` already is one).
+
+    Raises
+    ------
+    TypeError
+        One line naming what is missing or wrong: a required member absent or not
+        callable, ``dim`` not a positive integer, ``dtype`` not float32/float64,
+        ``metric`` not a string.
+    """
+    if isinstance(problem, ProblemWithDefaults):
+        return problem
+    name = type(problem).__name__
+    missing = [m for m in REQUIRED_MEMBERS if not hasattr(problem, m)]
+    if missing:
+        raise TypeError(f"{name} is not a Problem: it lacks {', '.join(missing)} "
+                        f"(a Problem needs {', '.join(REQUIRED_MEMBERS)})")
+    for m in ("initial", "gradient", "evaluate"):
+        if not callable(getattr(problem, m)):
+            raise TypeError(f"{name}.{m} must be a method")
+    dim = problem.dim
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+        raise TypeError(f"{name}.dim must be a positive integer, got {dim!r}")
+    try:
+        dtype = np.dtype(problem.dtype)
+    except TypeError:
+        dtype = None
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"{name}.dtype must be float32 or float64, got {problem.dtype!r}")
+    if not isinstance(problem.metric, str):
+        raise TypeError(f"{name}.metric must be a string (a key of evaluate()'s dict), "
+                        f"got {problem.metric!r}")
+    return ProblemWithDefaults(problem)
