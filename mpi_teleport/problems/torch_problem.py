@@ -27,6 +27,8 @@ the same layout on every device.
   a cumulative average over ``num_batches_tracked``, therefore keeps the last batch's
   statistics.)
 * Evaluation runs in ``eval()`` mode on the averaged token, buffers included.
+* Random layers (dropout) draw from torch's generator seeded from (seed, node, t) for
+  each row's forward pass, so they too are the same in every back end.
 
 Determinism
 -----------
@@ -366,6 +368,7 @@ class TorchProblem:
         self._other_initial = [(m, name, b.detach().clone())
                                for m, name, b in self._layout.other_buffers]
         self._pending = None  # (nodes, buffer rows) of the last gradient() call
+        self._rng_devices = [self.device] if self.device.type == "cuda" else []
 
         # -- what the engine reads
         if self.classification:
@@ -413,7 +416,11 @@ class TorchProblem:
         """Mini-batch gradients at the rows of ``x``, one row after another (``train()``
         mode). Row r: node ``nodes[r]``'s batch of round ``t`` (:meth:`batch`); buffer
         slots get zero gradient, and the buffers the forward pass updated are kept for
-        :meth:`after_step`."""
+        :meth:`after_step`. torch's generator is seeded from (seed, node, t) before each
+        row's pass (random layers such as dropout draw the same numbers in every
+        back end) and restored afterwards."""
+        import torch
+
         nodes = np.atleast_1d(np.asarray(nodes, dtype=np.int64))
         if x.ndim != 2 or x.shape != (len(nodes), self.dim):
             raise ValueError(f"gradient: x must have shape ({len(nodes)}, {self.dim}) for "
@@ -421,15 +428,17 @@ class TorchProblem:
         out = np.zeros_like(x) if out is None else out
         pending = np.empty((len(nodes), self.n_buffers), np.float32) if self.n_buffers else None
         self.model.train()
-        for r, node in enumerate(nodes):
-            node = int(node)
-            positions = self._local_positions(node)
-            xb, yb = self._train.take(positions[self._draw(node, t)])
-            self._load(x[r])
-            out[r, :self.n_params] = self._loss_and_grad(xb, yb)
-            out[r, self.n_params:] = 0.0
-            if pending is not None:
-                pending[r] = self._buffer_values()
+        with torch.random.fork_rng(devices=self._rng_devices):  # the caller's RNG untouched
+            for r, node in enumerate(nodes):
+                node = int(node)
+                positions = self._local_positions(node)
+                xb, yb = self._train.take(positions[self._draw(node, t)])
+                self._load(x[r])
+                torch.manual_seed(rng.key(self.seed, rng.STREAM_TORCH, t, node))
+                out[r, :self.n_params] = self._loss_and_grad(xb, yb)
+                out[r, self.n_params:] = 0.0
+                if pending is not None:
+                    pending[r] = self._buffer_values()
         self._pending = (nodes.copy(), pending)
         return out
 
@@ -529,7 +538,7 @@ class TorchProblem:
         n, size = len(data), self.eval_batch_size
         hi = n if hi is None else int(hi)
         lo = int(lo)
-        if not (0 <= lo <= hi <= n) or lo % size or (hi % size and hi != n):
+        if not (0 <= lo <= hi <= n) or (lo % size and lo != n) or (hi % size and hi != n):
             raise ValueError(f"evaluation slice [{lo}, {hi}) of {n} samples must lie within "
                              f"the set, with bounds multiples of {size} (or the set's end)")
         self._load(vector)
