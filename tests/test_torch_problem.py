@@ -195,6 +195,9 @@ def test_batchnorm_running_statistics_travel_in_the_token():
     assert int(p.model[1].num_batches_tracked) == 1
     with pytest.raises(ValueError, match="must follow gradient"):
         p.after_step([0], y[:1])
+    p.gradient([1], rows[1:2], t=2)  # another run's rows, same node: refused, not mixed up
+    with pytest.raises(ValueError, match="not the stepped rows"):
+        p.after_step([1], y[:1].copy())
     # evaluation (eval mode) uses the averaged running statistics
     shifted = y.copy()
     shifted[:, n0:n0 + 5] += 1.0
@@ -335,3 +338,18 @@ def test_defaults_fill_the_optional_members():
     bad.dtype = np.int32
     with pytest.raises(TypeError, match="float32 or float64"):
         with_defaults(bad)
+
+
+def test_problem_modules_import_neither_torch_nor_mpi4py():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; import mpi_teleport.problem, mpi_teleport.problems, "
+            "mpi_teleport.problems.network, mpi_teleport.problems.torch_problem, "
+            "mpi_teleport.problems.device; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'mpi4py')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root, timeout=120,
+                   env={**os.environ, "PYTHONPATH": root})

@@ -445,18 +445,26 @@ class TorchProblem:
                 out[r, self.n_params:] = 0.0
                 if pending is not None:
                     pending[r] = self._buffer_values()
-        self._pending = (nodes.copy(), pending)
+        if pending is not None:  # with the rows' buffers as given, to check after_step's y
+            self._pending = (nodes.copy(), pending, x[:, self.n_params:].copy())
         return out
 
     def after_step(self, nodes, y: np.ndarray) -> None:
         """Write the floating buffers updated by the last :meth:`gradient` call (same
-        nodes, same row order) into the buffer slots of the stepped rows ``y``. Nothing
-        to do for a model without floating buffers."""
+        nodes, same row order) into the buffer slots of the stepped rows ``y``. Call it
+        once after each gradient call, before the next one (concurrent runs, e.g.
+        Algorithm 2's, each step and call it in turn). Nothing to do for a model without
+        floating buffers."""
         if not self.n_buffers:
             return
         nodes = np.atleast_1d(np.asarray(nodes, dtype=np.int64))
         if self._pending is None or not np.array_equal(self._pending[0], nodes):
             raise ValueError("after_step(nodes, y) must follow gradient() for the same nodes")
+        # The step leaves buffer slots as they were (zero gradient, zero momentum there):
+        # rows whose buffers changed are not the rows the pending statistics belong to.
+        if not np.array_equal(y[:, self.n_params:], self._pending[2]):
+            raise ValueError("after_step(nodes, y): y's rows are not the stepped rows of the last "
+                             "gradient() call (call it once per gradient() call, before the next)")
         y[:, self.n_params:] = self._pending[1]
         self._pending = None
 
