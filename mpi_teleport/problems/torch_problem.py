@@ -335,7 +335,8 @@ class TorchProblem:
         else:  # keep only the local nodes' samples; positions re-indexed into them
             kept = np.unique(np.concatenate([self.parts[i] for i in self.local_nodes]))
             self._train = samples.subset(kept)
-            self._local_parts = [np.searchsorted(kept, p) if i in set(self.local_nodes) else None
+            local = set(self.local_nodes)
+            self._local_parts = [np.searchsorted(kept, p) if i in local else None
                                  for i, p in enumerate(self.parts)]
         self._val = val
         self._test = _samples(test, "test") if test is not None else val
@@ -362,12 +363,12 @@ class TorchProblem:
             self.model.to(self.device)
             self._layout = models.StateLayout(self.model)  # the moved tensors
         else:
-            self.flat = models.FlatState(self.model)
+            self.flat = models.FlatState(self.model.cpu())
             self._layout = self.flat.layout
             self._initial = self.flat.vector.copy()
         self._other_initial = [(m, name, b.detach().clone())
                                for m, name, b in self._layout.other_buffers]
-        self._pending = None  # (nodes, buffer rows) of the last gradient() call
+        self._pending = None  # last gradient(): nodes, updated buffers, buffers as given
         self._rng_devices = [self.device] if self.device.type == "cuda" else []
         self._generators = [torch.default_generator]
         if self.device.type == "cuda":
