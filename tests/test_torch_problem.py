@@ -353,3 +353,16 @@ def test_problem_modules_import_neither_torch_nor_mpi4py():
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root, timeout=120,
                    env={**os.environ, "PYTHONPATH": root})
+
+
+def test_chunked_evaluation_equals_models_evaluate():
+    """The per-chunk sums, added in chunk order, are what models.evaluate computes in
+    batches of the same size (the built-in problems' numbers before TorchProblem)."""
+    from mpi_teleport.problems.models import evaluate
+
+    p = problem(eval_batch_size=16)
+    vector = p.average(tokens(p, 3))
+    xt, yt = data(50, seed=1)
+    p._load(vector)
+    p.model.eval()
+    assert p.metrics_from_sums(p.evaluation_sums(vector)) == evaluate(p.model, xt, yt, batch_size=16)
