@@ -36,8 +36,10 @@ class Problem(Protocol):
     higher_is_better : bool
         Whether larger values of ``metric`` are better (accuracy: True, error: False).
 
-    Optional members (:func:`with_defaults` supplies them when absent)
-    ------------------------------------------------------------------
+    Notes
+    -----
+    Optional members; :func:`with_defaults` supplies them when absent:
+
     validate(x) -> float
         Algorithm 2's selection metric of a token matrix, on data held out from training
         (never the test set). Default: ``evaluate(x)[metric]``.
@@ -57,6 +59,12 @@ class Problem(Protocol):
         compared with ``target`` in the better direction; every number finite.
     describe() -> dict
         Extra facts for ``config.json``. Default: ``{}``.
+    evaluation_sums(vector, lo, hi) -> ndarray, metrics_from_sums(sums, x) -> dict, n_test
+        Evaluation shared by processes: each evaluates the averaged model on a slice of
+        the test set aligned to fixed chunks, giving one row of sums per chunk; the rows
+        of all slices, concatenated in order, give ``evaluate``'s metrics bit for bit
+        (:class:`~mpi_teleport.problems.torch_problem.TorchProblem` has them). A problem
+        without them is evaluated whole by one process.
 
     Examples
     --------
