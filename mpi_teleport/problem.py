@@ -129,8 +129,8 @@ class ProblemWithDefaults:
         return int(self.problem.dim)
 
     @property
-    def dtype(self):
-        return self.problem.dtype
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.problem.dtype)
 
     @property
     def metric(self) -> str:
