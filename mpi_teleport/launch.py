@@ -53,12 +53,33 @@ def mpi_env(base: dict | None = None, flavor: Flavor | None = None) -> dict:
     return env
 
 
+# What ranks on other hosts need from the launcher's environment (Open MPI hands on only
+# what -x names; Hydra hands on everything).
+FORWARDED_ENV = ("PYTHONPATH", "OMP_NUM_THREADS", "MPI_TELEPORT_TEST_TAG")
+
+
+def ranks_per_host(n: int, hosts: str | None) -> int:
+    """The most ranks one host gets: n on this machine; with "a:2,b:3", at most the slots."""
+    if not hosts:
+        return n
+    slots = [int(h.rsplit(":", 1)[1]) if ":" in h else 1 for h in hosts.split(",") if h]
+    return min(n, max(slots)) if sum(slots) >= n else n  # (more than the slots: oversubscribed)
+
+
 def mpirun_command(n: int, argv: list[str], mpirun: str | None = None,
-                   flavor: Flavor | None = None) -> list[str]:
-    """mpirun -n N [what this implementation needs for N ranks here] <argv>."""
+                   flavor: Flavor | None = None, hosts: str | None = None,
+                   rsh_agent: str | None = None, env: dict | None = None) -> list[str]:
+    """mpirun -n N [what this implementation needs for N ranks here] <argv>; with `hosts`
+    ("host:slots,..."), ranks go there, started through `rsh_agent` (default: ssh), and the
+    variables of FORWARDED_ENV set in `env` (default os.environ) go with them."""
     launcher = mpirun or find_mpirun()
     flavor = flavor or flavor_of_launcher(launcher)
-    return [launcher, "-n", str(n), *flavor.oversubscribe_flags(n, os.cpu_count() or 1), *argv]
+    cmd = [launcher, "-n", str(n)]
+    if hosts:
+        env = os.environ if env is None else env
+        cmd += flavor.host_flags(hosts, rsh_agent)
+        cmd += flavor.export_env_flags([name for name in FORWARDED_ENV if name in env])
+    return cmd + flavor.oversubscribe_flags(ranks_per_host(n, hosts), os.cpu_count() or 1) + argv
 
 
 def main(argv=None) -> int:
@@ -70,6 +91,10 @@ def main(argv=None) -> int:
     )
     parser.add_argument("-n", "--ranks", type=int, default=25, help="number of ranks = nodes (default 25)")
     parser.add_argument("--mpirun", help="the launcher to use (default: beside this Python, else on PATH)")
+    parser.add_argument("--hosts", help="place ranks on these hosts: host:slots,host:slots,... "
+                                        "(default: all on this machine)")
+    parser.add_argument("--rsh", help="with --hosts: the program that starts processes on another "
+                                      "host, called like ssh (default: ssh)")
     parser.add_argument("run_args", nargs=argparse.REMAINDER, help="flags for mpi_teleport.run")
     args = parser.parse_args(argv)
     if args.ranks < 1:
@@ -84,9 +109,12 @@ def main(argv=None) -> int:
     if not (os.sep in launcher and os.access(launcher, os.X_OK)) and not shutil.which(launcher):
         print(f"{parser.prog}: error: --mpirun {launcher}: no such program", file=sys.stderr)
         return 2
+    if args.rsh and not args.hosts:
+        print(f"{parser.prog}: error: --rsh needs --hosts (the hosts it reaches)", file=sys.stderr)
+        return 2
     flavor = flavor_of_launcher(launcher)
     cmd = mpirun_command(args.ranks, [sys.executable, "-m", "mpi_teleport.run", *run_args],
-                         launcher, flavor)
+                         launcher, flavor, hosts=args.hosts, rsh_agent=args.rsh)
     print(f"+ {' '.join(cmd)}    ({flavor.name})", file=sys.stderr, flush=True)
     return subprocess.call(cmd, env=mpi_env(flavor=flavor))
 

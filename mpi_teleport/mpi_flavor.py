@@ -56,6 +56,13 @@ class Flavor:
     def wdir_flag(self) -> str:
         return "-wdir" if self.is_hydra else "--wdir"
 
+    def host_flags(self, hosts: str, rsh_agent: str | None = None) -> list[str]:
+        """Flags that place ranks on `hosts` ("a:2,b:2": host:slots) and start the remote
+        ones through `rsh_agent` (a program called like ssh: AGENT HOST COMMAND...)."""
+        if self.name == OPENMPI:
+            return ["--host", hosts] + (["--mca", "plm_rsh_agent", rsh_agent] if rsh_agent else [])
+        return ["-hosts", hosts] + (["-launcher", "ssh", "-launcher-exec", rsh_agent] if rsh_agent else [])
+
     def export_env_flags(self, names: list[str]) -> list[str]:
         """Flags that hand these environment variables to ranks started on other hosts
         (Hydra hands on the whole environment by default; Open MPI only what -x names)."""
@@ -65,7 +72,7 @@ class Flavor:
 
     @property
     def srun_mpi(self) -> str:
-        return SRUN_MPI.get(self.name, "pmi2")
+        return SRUN_MPI.get(self.name, "")  # unknown: srun's own default
 
 
 def flavor_of_version_text(text: str) -> Flavor:

