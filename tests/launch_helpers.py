@@ -84,7 +84,7 @@ def _site_packages(prefix: Path) -> Path:
     return prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
 
-def mpich_library(python: str) -> str:
+def library_version(python: str) -> str:
     """First line of MPI.Get_library_version() in that Python ('' if mpi4py fails)."""
     code = ("import mpi4py; mpi4py.rc.initialize = False\n"
             "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])")
@@ -113,7 +113,7 @@ def ensure_mpich_venv(venv: Path = MPICH_VENV) -> MPIImpl:
     # MPICH venv's own: its mpi4py and libmpi come first
     base = _site_packages(Path(sys.prefix))
     (_site_packages(venv) / "zz-base-venv.pth").write_text(f"{ROOT}\n{base}\n")
-    library = mpich_library(str(python))
+    library = library_version(str(python))
     if not library.startswith("MPICH"):
         raise RuntimeError(f"mpi4py in {venv} does not load MPICH (it says {library!r})")
     mpirun = find_mpirun(str(python))

@@ -62,6 +62,27 @@ def test_missing_launcher_is_one_line_exit_2(capsys):
     assert len(err) == 1 and "no such program" in err[0]
 
 
+def test_rsh_without_hosts_is_one_line_exit_2(capsys):
+    assert launch.main(["-n", "2", "--rsh", "ssh"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--rsh needs --hosts" in err[0]
+
+
+def test_host_placement_per_implementation(monkeypatch):
+    """Open MPI: --host, the agent as plm_rsh_agent, -x for what remote ranks need (it hands
+    on nothing else); Hydra: -hosts, the agent as ssh launcher, the whole environment."""
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 2)
+    env = {"PYTHONPATH": "/repo", "OMP_NUM_THREADS": "1"}
+    cmd = launch.mpirun_command(4, ["py"], "mpirun", Flavor(OPENMPI), hosts="a:2,b:2", rsh_agent="agent", env=env)
+    assert cmd == ["mpirun", "-n", "4", "--host", "a:2,b:2", "--mca", "plm_rsh_agent", "agent",
+                   "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "py"]
+    cmd = launch.mpirun_command(4, ["py"], "mpiexec", Flavor(MPICH), hosts="a:2,b:2", rsh_agent="agent", env=env)
+    assert cmd == ["mpiexec", "-n", "4", "-hosts", "a:2,b:2", "-launcher", "ssh", "-launcher-exec", "agent", "py"]
+    # 3 ranks per host on 2 cores: Open MPI must oversubscribe each host
+    assert "--oversubscribe" in launch.mpirun_command(6, ["py"], "mpirun", Flavor(OPENMPI), hosts="a:3,b:3", env={})
+    assert "--oversubscribe" not in launch.mpirun_command(4, ["py"], "mpirun", Flavor(OPENMPI), hosts="a:2,b:2", env={})
+
+
 @pytest.mark.parametrize("ranks", [8, 25])
 def test_launch_runs_the_demo_under_each_implementation(mpi_impl, ranks, tmp_path):
     """`python -m mpi_teleport.launch -n N` with the Python of each wheel: the launcher
@@ -75,3 +96,14 @@ def test_launch_runs_the_demo_under_each_implementation(mpi_impl, ranks, tmp_pat
     assert f"{mpi_impl.mpirun} -n {ranks} " in shown[0]
     assert ("--oversubscribe" in shown[0]) == (mpi_impl.name == OPENMPI and ranks > launch.os.cpu_count())
     assert proc.stdout.startswith(f"MPI, n={ranks} ranks") and "Teleportation" in proc.stdout
+
+
+def test_each_environment_s_mpi4py_loads_its_own_library(mpi_impl):
+    """The MPICH venv sees this venv's packages too (.pth): its mpi4py must still be its own."""
+    from launch_helpers import library_version
+
+    expected = {"openmpi": "Open MPI", "mpich": "MPICH"}[mpi_impl.name]
+    assert library_version(mpi_impl.python).startswith(expected)
+    proc = subprocess.run([mpi_impl.python, "-m", "mpi_teleport.mpi_flavor", "--srun-mpi"],
+                          env=mpi_impl.env(), capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == {"openmpi": "pmix", "mpich": "pmi2"}[mpi_impl.name], proc.stderr
