@@ -50,6 +50,21 @@ def bed():
         subprocess.run([*BED, "stop"], capture_output=True, timeout=120)
 
 
+def bed_env(impl: MPIImpl, tag: str | None = None) -> dict:
+    """The launcher's environment on the bed. The MPICH wheel's UCX would find the other
+    "host" on the same kernel and use shared memory / CMA; UCX_TLS=tcp,self makes hosts talk
+    TCP as real ones do (MPICH's own shared memory still serves ranks of one host)."""
+    env = impl.env(tag=tag)
+    env.setdefault("UCX_TLS", "tcp,self")
+    return env
+
+
+def eth0_bytes(host: str) -> int:
+    """Bytes a host has sent through its link."""
+    return int(subprocess.run(["ip", "netns", "exec", host, "cat", "/sys/class/net/eth0/statistics/tx_bytes"],
+                              capture_output=True, text=True, timeout=30).stdout)
+
+
 def hosts(per_host: int) -> str:
     return ",".join(f"{h}:{per_host}" for h in HOSTS)
 
@@ -61,7 +76,7 @@ def bed_command(impl: MPIImpl, n: int, args: list[str], env: dict) -> list[str]:
 
 def start(impl: MPIImpl, n: int, args: list[str], tmp_path: Path) -> subprocess.Popen:
     tag = new_tag()
-    env = impl.env(tag=tag)
+    env = bed_env(impl, tag)
     out, err = open(tmp_path / "stdout", "w"), open(tmp_path / "stderr", "w")
     proc = subprocess.Popen(bed_command(impl, n, args, env), cwd=ROOT, env=env, stdout=out, stderr=err,
                             start_new_session=True)
@@ -96,8 +111,12 @@ def numbers(path):
 
 
 def test_ranks_spread_over_two_hosts_and_talk_over_tcp(bed, mpi_impl, tmp_path):
+    sent = [eth0_bytes(h) for h in ("mtp-h0", "mtp-h1")]
     status, out, err = run_on_bed(mpi_impl, 4, [str(ROOT / "tests" / "scripts" / "where_am_i.py")], tmp_path)
     assert status == 0, err[-3000:]
+    # ranks 1 -> 2 and 3 -> 0 cross hosts with 2 MiB each: through the links, not around them
+    sent = [eth0_bytes(h) - before for h, before in zip(("mtp-h0", "mtp-h1"), sent)]
+    assert min(sent) >= 2 * 2**20, f"bytes sent by mtp-h0, mtp-h1: {sent}"
     facts = json.loads(out)
     assert [f["hostname"] for f in facts] == ["mtp-h0", "mtp-h0", "mtp-h1", "mtp-h1"]
     assert [f["processor"] for f in facts] == ["mtp-h0", "mtp-h0", "mtp-h1", "mtp-h1"]
@@ -109,7 +128,7 @@ def test_demo_through_the_launcher_on_two_hosts_equals_the_simulator(bed, mpi_im
     """`python -m mpi_teleport.launch -n 4 --hosts ... --rsh ...` on mtp-h0: the command for
     this implementation, the comparison table, and both algorithms' numbers = simulator's."""
     flags = ["--rounds", "60", "--log-every", "10", "--progress", "off"]
-    env = mpi_impl.env()
+    env = bed_env(mpi_impl)
     proc = subprocess.run([*BED, "exec", "mtp-h0", mpi_impl.python, "-m", "mpi_teleport.launch", "-n", "4",
                            "--mpirun", mpi_impl.mpirun, "--hosts", hosts(2), "--rsh", AGENT, "--",
                            *flags, "--out", str(tmp_path / "mpi")],
