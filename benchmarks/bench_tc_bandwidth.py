@@ -17,6 +17,11 @@ its own link), DSGD with 4 ranks on a ring 0-1-2-3-0 (two per host: two messages
 each host's link, which the model, with independent links, does not know), and
 Teleportation with 4 ranks and k = 2 (tokens hop between hosts in some rounds only).
 
+``--openmpi-eager``: Open MPI only, with its TCP eager limit raised to 1 MiB (messages up
+to 1 MiB go without the rendezvous handshake whose small control messages otherwise queue
+behind the other direction's data on a rate-limited link); writes
+bench_tc_bandwidth_openmpi_eager.*.
+
 Writes bench_tc_bandwidth{,_quick}.csv (one row per run), .json (settings, machine) and
 .png (measured vs predicted seconds per round) into --out.
 """
@@ -51,9 +56,16 @@ CONFIGS = {  # name -> (ranks, flags)
 }
 
 
-def implementations() -> list[tuple[str, str]]:
+EAGER_1MIB = {"OMPI_MCA_btl_tcp_eager_limit": "1048576", "OMPI_MCA_btl_tcp_rndv_eager_limit": "1048576",
+              "OMPI_MCA_btl_tcp_max_send_size": "1048576"}
+
+
+def implementations(openmpi_eager: bool = False) -> list[tuple[str, str]]:
     """(name, python) of each MPI environment here."""
     found = [("openmpi", sys.executable)]
+    if openmpi_eager:
+        os.environ.update(EAGER_1MIB)  # prterun hands OMPI_MCA_* on to every host
+        return found
     mpich = ROOT / ".venv-mpich" / "bin" / "python"
     if mpich.exists():
         found.append(("mpich", str(mpich)))
@@ -144,6 +156,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dims", default="62500,250000", help="quadratic dimensions (8 d bytes a message)")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--openmpi-eager", action="store_true",
+                        help="Open MPI only, TCP eager limit 1 MiB (no rendezvous below it)")
     args = parser.parse_args(argv)
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         print("bench_tc_bandwidth: needs root (namespaces, tc)", file=sys.stderr)
@@ -158,9 +172,11 @@ def main(argv=None) -> int:
         for mbit in rates:
             set_rate(mbit)
             for dim in dims:
-                for name, python in implementations():
+                for name, python in implementations(args.openmpi_eager):
                     for config, (ranks, flags) in configs.items():
                         got = one_run(python, ranks, flags, dim, args.rounds, mbit, args.timeout)
+                        if args.openmpi_eager:
+                            got["implementation"] += "+eager1MiB"
                         row = {"config": config, "ranks": ranks, "dim": dim, "message_bytes": 8 * dim,
                                "rate_mbit": mbit, **got,
                                "measured_over_predicted": got["measured_s_per_round"] / got["predicted_s_per_round"]}
@@ -172,7 +188,7 @@ def main(argv=None) -> int:
         set_rate(None)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "bench_tc_bandwidth" + ("_quick" if args.quick else "")
+    stem = "bench_tc_bandwidth" + ("_quick" if args.quick else "") + ("_openmpi_eager" if args.openmpi_eager else "")
     with open(out / f"{stem}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -180,7 +196,8 @@ def main(argv=None) -> int:
     (out / f"{stem}.json").write_text(json.dumps({
         "what": "seconds per round over tc-limited links (2 namespace hosts) vs the latency layer's "
                 "bw: model (virtual clock: measured compute + bytes * 8 / rate per message)",
-        "rounds": args.rounds, "rates_mbit": rates, "dims": dims, "configs": {k: v[1] for k, v in configs.items()},
+        "rounds": args.rounds, "rates_mbit": rates,
+        "openmpi_env": EAGER_1MIB if args.openmpi_eager else {}, "dims": dims, "configs": {k: v[1] for k, v in configs.items()},
         "tc": "tbf rate RATE burst 64kb latency 200ms on both ends of every host's veth",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_average_at_end": os.getloadavg()},
