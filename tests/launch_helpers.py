@@ -71,11 +71,6 @@ def this_venv_impl() -> MPIImpl:
     return MPIImpl(sys.executable, mpirun, flavor_of_launcher(mpirun))
 
 
-def mpmd_command(apps) -> list[str]:
-    """(kept for callers of old) :meth:`MPIImpl.mpmd_command` of this venv's MPI."""
-    return this_venv_impl().mpmd_command(apps)
-
-
 # ------------------------------------------------------------------ the MPICH environment
 MPICH_VENV = ROOT / ".venv-mpich"
 
