@@ -1,4 +1,4 @@
-"""The synthetic problem of the paper's Sec. 5.1 (DESIGN.md §4).
+"""The synthetic problem of the paper's Sec. 5.1 (mpi_teleport/DESIGN.md §5.1).
 
 f_i(x) = 1/2 ||A_i (x - b_i)||^2 with A_i = (i / sqrt(n)) I_d for i = 1..n (node id i-1),
 b_i ~ N(0, zeta2 / i^2 I_d), stochastic gradient = exact gradient + N(0, sigma2 / d I_d).
@@ -38,6 +38,7 @@ class Quadratic:
     _row_cache: dict = field(default_factory=dict, repr=False)
 
     metric = "error"  # smaller is better; target reached when error <= target
+    higher_is_better = False
     dtype = np.float64
 
     def __post_init__(self):
@@ -152,3 +153,11 @@ class Quadratic:
 
     def finite(self, metrics: dict) -> bool:
         return math.isfinite(metrics["error"])
+
+
+def quadratic(nodes: int, seed: int = 0, *, dim: int = 50, sigma2: float = 0.0,
+              zeta2: float = 0.0) -> Quadratic:
+    """The paper's synthetic problem as a factory (the ``--problem`` calling convention:
+    keyword arguments ``nodes`` and ``seed``, then its own settings)."""
+    return Quadratic(n=int(nodes), d=int(dim), sigma2=float(sigma2), zeta2=float(zeta2),
+                     seed=int(seed))
