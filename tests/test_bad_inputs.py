@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from mpi_teleport import lock
-from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command
+from launch_helpers import this_venv_impl
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ["-m", "mpi_teleport.sim"]
@@ -380,8 +380,8 @@ def _run(case: Case, base: Path) -> tuple[int, str, float]:
             for a in case.args]
     start = time.monotonic()
     if case.where == "mpi":
-        cmd = mpirun_command(2, [sys.executable, *RUN, *args], find_mpirun())
-        env = mpi_env(_env())
+        impl = this_venv_impl()
+        cmd, env = impl.command(2, [*RUN, *args]), impl.env(_env())
     else:
         prog = SIM if case.where == "sim" else ["-m", "mpi_teleport.checkpoint"]
         cmd, env = [sys.executable, *prog, *args], _env()
@@ -413,8 +413,6 @@ def test_bad_input_one_line(case: Case, base: Path):
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.where == "mpi"], ids=lambda c: c.id)
 def test_bad_input_one_line_under_mpi(case: Case, base: Path):
-    if find_mpirun() is None:
-        pytest.skip("no mpirun")
     _check(case, base)
 
 

@@ -18,7 +18,9 @@ from mpi_teleport import checkpoint, lock
 from mpi_teleport.errors import UsageError
 from mpi_teleport.output import read_jsonl
 
-from test_failures import finish, kill_session, rank_pids, start_mpi, wait_for
+from conftest import run_mpi
+from launch_helpers import this_venv_impl
+from test_failures import finish, kill_job, rank_pids, start_mpi, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = ["--nodes", "4", "--k", "2", "--algorithm", "teleportation", "--rounds", "100000000",
@@ -72,15 +74,17 @@ def test_second_simulator_job_on_the_same_directory_is_refused(tmp_path, flag):
     assert again.returncode == 0, again.stderr
 
 
-def test_second_mpi_job_on_the_same_out_is_refused_on_every_rank(tmp_path, mpirun):
+def test_second_mpi_job_on_the_same_out_is_refused_on_every_rank(tmp_path):
     out = tmp_path / "shared"
     args = ["-m", "mpi_teleport.run", "--k", "1", "--algorithm", "teleportation", "--rounds",
             "100000000", "--log-every", "50", "--progress", "off", "--out", str(out)]
-    first = start_mpi(2, args, tmp_path)
+    impl = this_venv_impl()
+    first = start_mpi(2, args, tmp_path, impl)
     try:
         wait_for(out / lock.RUN_LOCK, timeout=120)
         holder = lock.holder(str(out / lock.RUN_LOCK))
-        second = mpirun(2, [*args[:-2], "--rounds", "4", "--out", str(out)], timeout=120)
+        second = run_mpi(2, [*args[:-2], "--rounds", "4", "--out", str(out)], timeout=120,
+                         impl=impl)
         # the simulator is refused by the MPI job's lock as well
         sim = _sim(["--nodes", "2", "--k", "1", "--rounds", "2", "--algorithm", "teleportation",
                     "--out", str(out)], tmp_path)
@@ -89,7 +93,7 @@ def test_second_mpi_job_on_the_same_out_is_refused_on_every_rank(tmp_path, mpiru
         for pid in rank_pids(first, 2):
             os.kill(pid, signal.SIGTERM)
         status, err = finish(first, tmp_path, timeout=120)
-        kill_session(first)
+        kill_job(first)
     assert second.returncode == 2, second.stderr[-2000:]
     ours = [line for line in second.stderr.splitlines() if "mpi_teleport.run: error:" in line]
     assert len(ours) == 1 and f"is in use by pid {holder['pid']}" in ours[0], second.stderr[-2000:]
@@ -195,7 +199,8 @@ def test_sigterm_during_a_long_latency_delay_checkpoints(tmp_path):
     out = tmp_path / "run"
     proc = start_mpi(2, ["-m", "mpi_teleport.run", "--k", "2", "--algorithm", "teleportation",
                          "--rounds", "50", "--log-every", "1", "--progress", "off",
-                         "--latency", "const:600000000", "--out", str(out)], tmp_path)
+                         "--latency", "const:600000000", "--out", str(out)], tmp_path,
+                     this_venv_impl())
     try:
         wait_for(out / "config.json", timeout=120)
         pids = rank_pids(proc, 2)
@@ -206,7 +211,7 @@ def test_sigterm_during_a_long_latency_delay_checkpoints(tmp_path):
         status, err = finish(proc, tmp_path, timeout=120)
         elapsed = time.monotonic() - start
     finally:
-        kill_session(proc)
+        kill_job(proc)
     assert status == 75, err[-2000:]
     assert elapsed < 60
     path, manifest = checkpoint.locate(out)
