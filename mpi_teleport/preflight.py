@@ -126,7 +126,7 @@ def check_path(flag: str, value) -> str:
         raise UsageError(f"{_flag(flag)} is empty; give a directory")
     if "\0" in text:
         raise UsageError(f"{_flag(flag)} {show(text)}: contains a NUL byte; give a plain path")
-    encoded = os.fsencode(text) if text.isascii() else text.encode("utf-8", "surrogateescape")
+    encoded = os.fsencode(text)
     if len(encoded) > _PATH_MAX:
         raise UsageError(f"{_flag(flag)} {show(text)}: the path is {len(encoded)} bytes, longer "
                          f"than the {_PATH_MAX} a path may have; choose a shorter one")

@@ -7,7 +7,8 @@
     ...,bw:GBPS          plus a per-link bandwidth term: bytes * 8 / (GBPS * 1e9) seconds
                          (``bw:GBPS`` alone: bandwidth only). GBPS is in gigabit/s.
 
-Self-messages are always free. :func:`parse_spec` with ``load=False`` checks the text
+Self-messages are always free. A delay above one hour per message (``MAX_DELAY_US``) or a
+bandwidth below 1 kbit/s is refused: no run could wait for it. :func:`parse_spec` with ``load=False`` checks the text
 only (configuration validation stays pure); with the default it also reads and checks a
 matrix file.
 """
