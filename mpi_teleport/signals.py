@@ -46,13 +46,13 @@ SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 from .errors import Terminated  # noqa: E402,F401  (raised at the agreed round)
 
 
-_caught = 0  # the first signal any installed Terminator caught (for long set-up loops)
+_installed: list = []  # the Terminators whose handlers are in place, innermost last
 
 
 def pending() -> int:
-    """The signal a :class:`Terminator` caught in this process, or 0: set-up work that has
+    """The signal the installed :class:`Terminator` caught, or 0: set-up work that has
     nothing to checkpoint yet (a long sum over all nodes) polls it to stop at once."""
-    return _caught
+    return _installed[-1].signum if _installed else 0
 
 
 def exit_status(exc: Terminated) -> int:
@@ -82,8 +82,6 @@ class Terminator:
                      "(Ctrl-C again: stop at once, without a final checkpoint)")
         if not self.signum:
             self.signum = signum
-        global _caught
-        _caught = _caught or signum
 
     def _stop_now(self, *_) -> None:
         """One line, then die of SIGINT as an uncaught Ctrl-C would (the shell sees 130,
@@ -97,12 +95,15 @@ class Terminator:
         if threading.current_thread() is threading.main_thread():
             for s in self.signals:
                 self._old[s] = signal.signal(s, self._handle)
+            _installed.append(self)
         return self
 
     def restore(self) -> None:
         for s, old in self._old.items():
             signal.signal(s, old)
         self._old.clear()
+        if self in _installed:
+            _installed.remove(self)
 
     def release(self) -> None:
         """Back to the default handlers, for work that takes no checkpoints (Algorithm 2):
