@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import plan
+from .. import evaluation, plan
 from ..algorithms import local_step, weighted_sum, work_buffer
 from ..checkpoint import LAYOUT_TOKENS, load_token, restore_token, save_token, token_arrays
 from ..transport import KIND_MODEL, KIND_MOMENTUM, KIND_Y
@@ -171,6 +171,25 @@ class MpiBackend:
         s = self.state
         mine = s.x if self.held[0] == run and self.held[1] >= 0 else None
         return self.transport.gather_rows(mine, self.holding[run], len(s.x), s.x.dtype)
+
+    def evaluate(self, problem, x: np.ndarray | None, split: str = "test"):
+        """Collective: ``problem.evaluate(x)`` ("test") or ``problem.validate(x)``
+        ("validation") of the root's token matrix x, on the root (None elsewhere).
+
+        A problem with chunked evaluation (:mod:`mpi_teleport.evaluation`) is evaluated
+        by every rank: the averaged model is broadcast, each rank evaluates its
+        chunk-aligned slice, the chunk rows come back to the root in rank order; the
+        numbers are those of one process evaluating everything, bit for bit."""
+        if not evaluation.is_shared(problem, split):
+            if not self.root:
+                return None
+            return problem.evaluate(x) if split == "test" else problem.validate(x)
+        tr = self.transport
+        vector = problem.average(x) if self.root else np.empty(problem.dim, problem.dtype)
+        tr.bcast_array(vector)
+        lo, hi = evaluation.part(problem, split, self.rank, tr.size)
+        rows = tr.gather_rows_in_order(problem.evaluation_sums(vector, lo, hi, split))
+        return evaluation.result(problem, rows, x, split) if self.root else None
 
     def virtual_time_s(self, r: int) -> float | None:
         top = getattr(self.transport, "virtual_time_s", None)
