@@ -264,6 +264,11 @@ class TorchProblem:
         arrays (``np.memmap``, :class:`.datasets.ImageRows`; the built-in data sets
         are) it never reads the rest. The Dirichlet split still sees every label, so
         every node gets the samples it gets in the simulator.
+    device_tokens : bool, optional
+        Under MPI, hold the rank's token, momentum and receive buffers as torch tensors
+        on ``device`` and do the momentum step and the gossip sum there
+        (:mod:`mpi_teleport.backends.device`). Default: on for a GPU device, off on the
+        CPU (``True`` on the CPU runs the same code path on CPU tensors).
     evaluation_part : (part, parts), optional
         Keep only the ``part``-th of ``parts`` chunk-aligned slices
         (:func:`chunk_slices`) of the test and validation sets: what an MPI rank
@@ -308,7 +313,8 @@ class TorchProblem:
                  validation=None, validation_fraction: float = 0.0,
                  n_classes: int | None = None, device="cpu", local_nodes=None,
                  eval_batch_size: int = EVAL_BATCH_SIZE, staged: bool | None = None,
-                 threads: int | None = 1, evaluation_part=None):
+                 threads: int | None = 1, evaluation_part=None,
+                 device_tokens: bool | None = None):
         import torch
 
         from . import datasets, models
@@ -400,6 +406,8 @@ class TorchProblem:
                                for m, name, b in self._layout.other_buffers]
         self._pending = None  # last gradient(): nodes, updated buffers, buffers as given
         self._rng_devices = [self.device] if self.device.type == "cuda" else []
+        on = self.device.type != "cpu" if device_tokens is None else bool(device_tokens)
+        self.token_device = str(self.device) if on else None  # read by the MPI back end
         self._generators = [torch.default_generator]
         if self.device.type == "cuda":
             index = self.device.index if self.device.index is not None else torch.cuda.current_device()
