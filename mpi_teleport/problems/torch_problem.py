@@ -611,7 +611,7 @@ class TorchProblem:
         if lo < hi and not (start <= lo and hi <= stop):
             raise ValueError(f"evaluation slice [{lo}, {hi}) of the {split} set is not held "
                              f"here (this problem keeps [{start}, {stop}), evaluation_part="
-                             f"{self.evaluation_part})")
+                             f"{self.evaluation_part}; (0, 1) keeps the whole set)")
         self._load(vector)
         self.model.eval()
         rows = []
