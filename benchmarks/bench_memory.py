@@ -10,7 +10,9 @@ written to a temporary directory; then
   Teleportation k=2, ``--rounds`` rounds, logging every 10) runs once with this checkout
   and, with ``--before REF``, once with the package as of git commit REF (extracted to a
   temporary folder): every rank reports its peak resident memory (``ru_maxrss``) when the
-  run is over. Target: at most 40 % of the 1,090 MB per rank measured before the change.
+  run is over, the floor (peak RSS after importing torch and setting it up as the run
+  does, before the run), the difference, and its proportional set size at the end.
+  Target (issue 14): at most 40 % of the 1,090 MB per rank measured before the change.
 * **evaluation**: for each number of ranks in ``--eval-ranks``, every rank builds the
   problem as the command line does (``local_nodes=[rank]``) and the MPI back end
   evaluates the averaged model on the 10,000 test images (``MpiBackend.evaluate``: each
@@ -70,14 +72,30 @@ def worker_train(args) -> None:
     from mpi_teleport import run
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    from mpi_teleport.problems import models  # torch, set up as the run sets it up: the floor
+
+    models.configure_torch_threads(1)
+    floor_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     start = time.perf_counter()
     status = run.main(["--problem", "fashion-mnist", "--data-dir", args.data_dir,
                        "--algorithm", "teleportation", "--k", "2", "--rounds", str(args.rounds),
                        "--log-every", "10", "--lr", "0.01", "--device", "cpu"])
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     Path(args.report, f"rank{rank}.json").write_text(json.dumps(
-        {"rank": rank, "peak_rss_mb": peak_kb / 1024, "status": status,
+        {"rank": rank, "peak_rss_mb": peak_mb, "torch_floor_mb": floor_mb,
+         "above_floor_mb": peak_mb - floor_mb, "pss_end_mb": _pss_mb(), "status": status,
          "wall_s": time.perf_counter() - start}))
+
+
+def _pss_mb() -> float | None:
+    """Proportional set size now (shared library pages divided among their users)."""
+    try:
+        for line in open("/proc/self/smaps_rollup"):
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def worker_eval(args) -> None:
@@ -203,9 +221,19 @@ def main() -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     after = [r["peak_rss_mb"] for r in rows if r["kind"] == "memory" and r["code"] == "after"]
+    mem = {code: [r for r in rows if r["kind"] == "memory" and r["code"] == code]
+           for code in ("before", "after")}
+    above = {code: max((r["above_floor_mb"] for r in got), default=None) for code, got in mem.items()}
     summary = {"peak_rss_mb_max_rank": max(after), "before_mb": BEFORE_MB,
                "fraction_of_before": max(after) / BEFORE_MB,
                "target_fraction": TARGET, "pass": max(after) <= TARGET * BEFORE_MB,
+               "torch_floor_mb_max_rank": max(r["torch_floor_mb"] for r in mem["after"]),
+               "above_floor_mb_max_rank": above,
+               "above_floor_fraction": (above["after"] / above["before"]
+                                        if above["before"] else None),
+               "note": "peak RSS counts torch itself (import + thread set-up, measured as "
+                       "torch_floor_mb in each rank before the run): the target cannot be met "
+                       "while that floor alone exceeds it; above_floor_mb is what the run adds",
                "gpu": "none: no GPU was available; no GPU rows (not estimated)",
                "host": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end"}
     out = Path(args.out)
