@@ -172,10 +172,13 @@ def plot(rows: list, path: Path) -> None:
     for i, label in enumerate(labels):
         vals = [r["peak_rss_mb"] for r in mem if r["code"] == label]
         a.bar([i * (len(vals) + 1) + j for j in range(len(vals))], vals, label=label)
+    floors = [r["torch_floor_mb"] for r in mem if "torch_floor_mb" in r]
+    if floors:
+        a.axhline(max(floors), color="black", ls="-.", label=f"torch alone ({max(floors):.0f} MB)")
     a.axhline(BEFORE_MB, color="grey", ls=":", label=f"{BEFORE_MB:.0f} MB (issue 14)")
     a.axhline(TARGET * BEFORE_MB, color="red", ls="--", label=f"target {TARGET:.0%}")
     a.set_ylabel("peak RSS per rank (MB)")
-    a.set_title("Fashion-MNIST full size, LeNet-5: one bar per rank")
+    a.set_title("Fashion-MNIST full size, LeNet-5, 4 ranks: a bar per rank")
     a.legend(fontsize=8)
     ev = sorted((r for r in rows if r["kind"] == "evaluation"), key=lambda r: r["ranks"])
     n = [r["ranks"] for r in ev]
