@@ -51,23 +51,47 @@ class SearchRecorder:
             raise NonFiniteError(f"the loss became non-finite at round {r} (run k={k}); "
                                  f"lower --lr (now {lr_text(self.spec.lr)})")
 
-    def record(self, phase: int, r: int, mats: list, time_s: float, extra: dict) -> bool:
-        if phase == 0:
-            self.phase1(r, mats[0], time_s, extra)
-        else:
-            self.phase2(r, mats, time_s, extra)
+    def validates(self, phase: int, r: int) -> bool:
+        """Whether round r of ``phase`` uses the validation metric (the phase's last)."""
+        return r == (phase + 1) * self.spec.rounds
+
+    def record(self, phase: int, r: int, mats: list, time_s: float, extra: dict,
+               evaluated=None) -> bool:
+        """``evaluated``: the back end's :class:`~mpi_teleport.evaluation.Evaluations`
+        (metrics, and validation on :meth:`validates` rounds); else evaluated here."""
+        if evaluated is not None:
+            self._given = evaluated
+        try:
+            if phase == 0:
+                self.phase1(r, mats[0], time_s, extra)
+            else:
+                self.phase2(r, mats, time_s, extra)
+        finally:
+            self._given = None
         return False
+
+    _given = None
+
+    def _evaluate(self, q: int, x: np.ndarray) -> dict:
+        given = self._given
+        return self.problem.evaluate(x) if given is None else given.metrics[q]
+
+    def _validate(self, q: int, x: np.ndarray) -> float:
+        given = self._given
+        if given is None or given.validation is None:
+            return self.problem.validate(x)
+        return given.validation[q]
 
     def phase1(self, r: int, x: np.ndarray, time_s: float, extra: dict) -> None:
         """Round r of phase 1 (k = n), r in 0..T."""
         metric, target = self.problem.metric, self.logging.target
-        m = self.problem.evaluate(x)
+        m = self._evaluate(0, x)
         self._check(m, r, self.n)
         if self.reached[self.n] is None and self.problem.reached(m, target):
             self.reached[self.n] = r
         self.files.metric({"round": r, "time_s": time_s, "phase": 1, "k": self.n, **m, **extra})
         if r == self.spec.rounds:
-            self.candidates[self.n] = self.problem.validate(x)
+            self.candidates[self.n] = self._validate(0, x)
             self.final_error[self.n] = m[metric]
             self.final_x[self.n] = x
         if self.progress:
@@ -77,14 +101,14 @@ class SearchRecorder:
         """Global round r of phase 2 (T..2T); xs[q] = token rows of the run k = 2^q."""
         T, metric, target = self.spec.rounds, self.problem.metric, self.logging.target
         errors, consensus = {}, {}
-        for k, x in zip(self.ks, xs):
-            m = self.problem.evaluate(x)
+        for q, (k, x) in enumerate(zip(self.ks, xs)):
+            m = self._evaluate(q, x)
             self._check(m, r, k)
             errors[str(k)], consensus[str(k)] = m[metric], m.get("consensus")
             if self.reached[k] is None and self.problem.reached(m, target):
                 self.reached[k] = r - T
             if r == 2 * T:
-                self.candidates[k] = self.problem.validate(x)
+                self.candidates[k] = self._validate(q, x)
                 self.final_error[k] = m[metric]
                 self.final_x[k] = x
         self.files.metric({"round": r, "time_s": time_s, "phase": 2,
