@@ -65,11 +65,12 @@ def candidates_table(summary: dict) -> str:
     criteria = list(by_criterion)
     rows = [("k", *(c + ("*" if c == chosen_by else "") for c in criteria), name,
              f"rounds to {target:g}" if target is not None else "rounds to target")]
+    spec = ".4f" if "accuracy" in str(summary.get("validation")) else ".3e"
     for k in summary["candidates"]:
         reached = summary["candidate_rounds_to_target"][k]
         mark = " <- chosen" if int(k) == summary["k"] else ""
         final = summary[final_key]
-        rows.append((k, *(f"{by_criterion[c][k]:.3e}" for c in criteria), f"{final[k]:.3e}",
+        rows.append((k, *(_fmt(by_criterion[c][k], spec) for c in criteria), _fmt(final[k], spec),
                      (str(reached) if reached is not None else
                       "-" if target is None else f"> {summary['rounds_per_phase']}") + mark))
     cols = len(rows[0])

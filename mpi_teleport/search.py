@@ -94,7 +94,7 @@ def phase_rounds(cfg, rounds_given: int, n_train) -> dict:
     out["rounds_per_phase_from"] = (
         f"--epochs: ceil(epochs * n_train / (batch_size * n)) = ceil({cfg.epochs:g} * {n_train} "
         f"/ ({cfg.batch_size} * {cfg.nodes})) = {cfg.rounds}; phase 1 (k = n) processes "
-        f"{cfg.epochs:g} epochs in these rounds, phase 2 runs as many rounds, in which "
+        f"{cfg.epochs:g} epoch(s) in these rounds, phase 2 runs as many rounds, in which "
         f"candidate k processes k/n of that")
     return out
 
