@@ -133,20 +133,25 @@ def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], fl
     Phase 1 runs Teleportation with k = n for T = ``rounds`` rounds; phase 2 runs every
     candidate k in {1, 2, 4, ...} concurrently on disjoint nodes for T rounds and keeps
     the best by the problem's validation metric (``validate``; default: the averaged
-    model's ``metric``) under the criterion ``select``. Other parameters are those of
-    :func:`teleportation`.
+    model's ``metric``) under the criterion ``select``. Averaging k tokens removes their
+    noise, which favours large k under ``'averaged'``; ``'tokens'`` also counts how far the
+    tokens are from each other. Every criterion is computed whichever chooses:
+    ``summary["candidates_by_criterion"]`` and ``summary["k_by_criterion"]``.
 
-    ``select`` (the command line's ``--k-select``) says which number decides, since the
-    paper leaves "best" open: ``'averaged'`` (default) the averaged model's validation
-    metric at the candidate's last round; ``'tokens'`` the mean over the candidate's
-    tokens of each token's own validation metric (``validate`` of a one-row matrix; for
-    the synthetic problem the mean of ||x_m - x*||^2, which is what ``target`` measures);
-    ``'time-average'`` the averaged model's validation metric averaged over the logged
-    rounds of the candidate's phase after its first step (every round with
-    ``log_every=1``; the nearest to the paper's theory criterion). Averaging k tokens
-    removes their noise, which favours large k under ``'averaged'``; ``'tokens'`` also
-    counts how far the tokens are from each other. Every criterion is computed either
-    way: ``summary["candidates_by_criterion"]`` and ``summary["k_by_criterion"]``.
+    Parameters
+    ----------
+    select : {'averaged', 'tokens', 'time-average'}
+        Which number decides, since the paper leaves "best" open (the command line's
+        ``--k-select``): ``'averaged'`` (default) the averaged model's validation metric at
+        the candidate's last round; ``'tokens'`` the mean over the candidate's tokens of
+        each token's own validation metric (``validate`` of a one-row matrix; for the
+        synthetic problem the mean of ||x_m - x*||^2, what ``target`` measures);
+        ``'time-average'`` the averaged model's validation metric averaged over the
+        logged rounds of the candidate's phase after its first step (every round with
+        ``log_every=1``; the nearest to the paper's theory criterion, a time-averaged
+        gradient norm).
+
+    Parameters are otherwise those of :func:`teleportation`.
 
     Returns
     -------
