@@ -34,7 +34,9 @@ Every criterion is computed for every candidate whichever one chooses, and the s
 reports all of them; ties go to the smaller k. Each logged round after a phase's first
 step records the averaged model's validation metric (``validation`` in phase 1,
 ``validation_by_k`` in phase 2), so the time-average can be recomputed from
-``metrics.jsonl``.
+``metrics.jsonl``. The cost, on the root: one ``validate`` per candidate and logged round,
+plus k more per candidate at its last round (cheap for the synthetic problem; for a
+network, a pass over the validation split each: raise ``--log-every`` if it shows).
 
 With ``--epochs E`` each phase runs T = ceil(E * n_train / (batch_size * n)) rounds: the
 rounds in which phase 1's n active nodes process E epochs; phase 2 runs as many rounds
