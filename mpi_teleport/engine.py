@@ -120,7 +120,11 @@ def _evaluate(backend, recorder, phase: int, r: int, mats: list) -> Evaluations:
     problem = recorder.problem
     validates = getattr(recorder, "validates", None)
     metrics = [backend.evaluate(problem, x) for x in mats]
-    validation = None
+    validation = tokens = None
     if validates is not None and validates(phase, r):
         validation = [backend.evaluate(problem, x, "validation") for x in mats]
-    return Evaluations(metrics, validation)
+    validates_tokens = getattr(recorder, "validates_tokens", None)
+    if validates_tokens is not None and validates_tokens(phase, r):  # each token alone
+        tokens = [[backend.evaluate(problem, None if x is None else x[m:m + 1], "validation")
+                   for m in range(k)] for x, k in zip(mats, recorder.spec.run_ks(phase))]
+    return Evaluations(metrics, validation, tokens)

@@ -20,10 +20,13 @@ class Evaluations:
     """What the recorder gets with a logging round's token matrices (root only).
 
     ``metrics[q]``: ``problem.evaluate`` of run q's matrix; ``validation[q]``:
-    ``problem.validate`` of it, or None on rounds where it is not asked for."""
+    ``problem.validate`` of it, or None on rounds where it is not asked for;
+    ``token_validation[q][m]``: ``problem.validate`` of token m alone (Algorithm 2's
+    ``tokens`` criterion), or None."""
 
     metrics: list
     validation: list | None = None
+    token_validation: list | None = None
 
 
 def chunk_slices(n_samples: int, chunk: int, parts: int) -> list:
