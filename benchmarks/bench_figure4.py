@@ -68,7 +68,7 @@ METHODS = {  # key: (label, algorithm, topology)
 COLORS = {"teleportation": "tab:red", "dsgd-ring": "tab:blue", "dsgd-base2": "tab:green"}
 N_TRAIN_DIGITS = 1293  # 1797 samples: 80 % train part, minus 10 % validation
 REFERENCE = {"tau_us": 5.0, "compute_us": 20.0}  # the clock every training run records
-LEVELS = (0.90, 0.92, 0.95)
+LEVELS = (0.90, 0.92, 0.95)  # digits; --levels for other problems
 
 
 def label(method: str, k: int, nodes: int) -> str:
@@ -220,13 +220,104 @@ def analyse(args, runs_dir: Path, compute_times: list[float]):
                                "final_accuracy_max": float(acc[:, -1].max()),
                                "virtual_time_total_s": float(mean_t[-1]),
                                "virtual_time_per_round_us": float(mean_t[-1] / rounds[-1] * 1e6)}
-                        for level in LEVELS:
+                        for level in args.levels:
                             row[f"time_to_{round(100 * level)}_s"] = first_time(mean_t, mean_a, level)
                         rows.append(row)
             best[(alpha, method)] = max(args.lrs, key=lambda lr: (finals[lr], -lr))
     for row in rows:
         row["best_lr"] = row["lr"] == best[(row["alpha"], row["method"])]
     return rows, curves, best, replay_ok
+
+
+MEASURED_BY_RANKS = "measured by each rank"
+
+
+def analyse_job(args, job: Path):
+    """The finished runs of jobs/figure4.sbatch (``tau<T>/alpha<A>/lr<LR>/seed<S>/<method>``,
+    each with its own recorded ``virtual_time_s``): the same rows, curves and best step sizes
+    as :func:`analyse`, with the compute time the runs used (modelled or measured)."""
+    groups = {}
+    for summary in sorted(job.glob("tau*/alpha*/lr*/seed*/*/summary.json")):
+        d = summary.parent
+        method = d.name
+        if method not in METHODS:
+            continue
+        run = load(d)
+        cfg = run["cfg"]
+        tau = float(d.parents[3].name[len("tau"):])
+        key = (float(cfg["alpha"]), tau, method, float(cfg["lr"]))
+        groups.setdefault(key, []).append(run)
+    if not groups:
+        raise ValueError(f"no finished run (summary.json) under {job}/tau*/alpha*/lr*/seed*/"
+                         "<method>; run jobs/figure4.sbatch first (it writes that layout)")
+    any_cfg = next(iter(groups.values()))[0]["cfg"]
+    c = any_cfg.get("compute_time") or MEASURED_BY_RANKS
+    args.alphas = sorted({a for a, _, _, _ in groups})
+    args.taus = sorted({t for _, t, _, _ in groups})
+    args.methods = [m for m in METHODS if any(k[2] == m for k in groups)]
+    args.lrs = sorted({lr for _, _, _, lr in groups}, reverse=True)
+    args.nodes, args.k = any_cfg["nodes"], next(
+        (g[0]["cfg"]["k"] for (_, _, m, _), g in groups.items() if m == "teleportation"), args.k)
+    args.epochs = any_cfg.get("epochs")
+    args.seeds = sorted({g["cfg"]["seed"] for runs in groups.values() for g in runs})
+    rows, curves, finals = [], {}, {}
+    for (alpha, tau, method, lr), runs in sorted(groups.items()):
+        length = min(len(r["rounds"]) for r in runs)
+        rounds = runs[0]["rounds"][:length]
+        acc = np.stack([r["accuracy"][:length] for r in runs])
+        times = np.array([r["recorded_virtual_time_s"][:length] for r in runs], dtype=float)
+        mean_t, mean_a = times.mean(axis=0), acc.mean(axis=0)
+        finals.setdefault((alpha, method, lr), []).extend(acc[:, -1].tolist())
+        curves[(alpha, tau, c, method, lr)] = {
+            "round": rounds, "epoch": np.array(rounds, dtype=float), "time_s": mean_t,
+            "mean": mean_a, "min": acc.min(axis=0), "max": acc.max(axis=0)}
+        row = {"alpha": alpha, "tau_us": tau, "compute_us": c, "method": method, "lr": lr,
+               "seeds": len(runs), "epochs": args.epochs, "rounds": rounds[-1],
+               "final_accuracy_mean": float(acc[:, -1].mean()),
+               "final_accuracy_min": float(acc[:, -1].min()),
+               "final_accuracy_max": float(acc[:, -1].max()),
+               "virtual_time_total_s": float(mean_t[-1]),
+               "virtual_time_per_round_us": float(mean_t[-1] / max(1, rounds[-1]) * 1e6)}
+        for level in args.levels:
+            row[f"time_to_{round(100 * level)}_s"] = first_time(mean_t, mean_a, level)
+        rows.append(row)
+    best = {}
+    for alpha in args.alphas:
+        for method in args.methods:
+            options = {lr: float(np.mean(v)) for (a, m, lr), v in finals.items()
+                       if a == alpha and m == method}
+            if options:
+                best[(alpha, method)] = max(options, key=lambda lr: (options[lr], -lr))
+    for row in rows:
+        row["best_lr"] = row["lr"] == best.get((row["alpha"], row["method"]))
+    return rows, curves, best, c
+
+
+def from_job(args) -> int:
+    """Tables and the figure of a jobs/figure4.sbatch output directory, written into it."""
+    job = Path(args.from_job)
+    try:
+        rows, curves, best, c = analyse_job(args, job)
+    except ValueError as err:
+        print(f"bench_figure4.py: error: {err}", file=sys.stderr)
+        return 2
+    table = winners(args, rows, [c])
+    write_csv(job / "figure4.csv", rows)
+    write_csv(job / "figure4_curves.csv", curve_rows(curves, best))
+    plot_panels(args, curves, best, [c], job / "figure4.png",
+                f"Figure 4: n = {args.nodes}, delay tau * mod(|i-j|, 24) us, {args.epochs} epochs, "
+                f"batch 32, momentum 0.9, best lr of {'/'.join(f'{x:g}' for x in args.lrs)}, "
+                f"seeds {args.seeds} (mean; band min..max), compute {compute_name(c)}")
+    md = markdown(args, table, None)
+    (job / "figure4.json").write_text(json.dumps({
+        "job": str(job), "nodes": args.nodes, "k": args.k, "epochs": args.epochs,
+        "taus_us": args.taus, "alphas": args.alphas, "lrs": args.lrs, "seeds": args.seeds,
+        "methods": args.methods, "compute": c, "levels": list(args.levels),
+        "best_lr": {f"alpha={a:g} | {m}": lr for (a, m), lr in best.items()},
+        "first_to_level": table, "table_markdown": md}, indent=2) + "\n")
+    print("\n".join(md))
+    print(f"wrote {job}/figure4.{{csv,json,png}}, figure4_curves.csv")
+    return 0
 
 
 def winners(args, rows, compute_times):
@@ -239,7 +330,7 @@ def winners(args, rows, compute_times):
                 picked = [r for r in rows if r["alpha"] == alpha and r["tau_us"] == tau
                           and r["compute_us"] == c and r["best_lr"]]
                 entry = {"alpha": alpha, "tau_us": tau, "compute_us": c, "levels": {}}
-                for level in LEVELS:
+                for level in args.levels:
                     key = f"time_to_{round(100 * level)}_s"
                     times = {r["method"]: r[key] for r in picked}
                     reached = sorted((t, m) for m, t in times.items() if t is not None)
@@ -249,6 +340,11 @@ def winners(args, rows, compute_times):
                 entry["total_time_s"] = {r["method"]: r["virtual_time_total_s"] for r in picked}
                 table.append(entry)
     return table
+
+
+def compute_name(c) -> str:
+    """A compute time per step in us, or MEASURED_BY_RANKS (a job's runs measured theirs)."""
+    return c if isinstance(c, str) else f"{c:g} us"
 
 
 def fmt_time(t) -> str:
@@ -261,11 +357,11 @@ def markdown(args, table, measured: float) -> list[str]:
     short = {"teleportation": "Tele", "dsgd-ring": "ring", "dsgd-base2": "base2"}
     lines = ["| alpha | tau | compute/step | " + " | ".join(
         f"to {lvl} %: first (" + " / ".join(short[m] for m in args.methods) + ")"
-        for lvl in (round(100 * x) for x in LEVELS)) + " |",
-        "| ---: | ---: | ---: | " + " | ".join("---" for _ in LEVELS) + " |"]
+        for lvl in (round(100 * x) for x in args.levels)) + " |",
+        "| ---: | ---: | ---: | " + " | ".join("---" for _ in args.levels) + " |"]
     for e in table:
         c = e["compute_us"]
-        cname = f"{c:g} us" + (" (measured)" if c == measured else "")
+        cname = compute_name(c) + (" (measured)" if c == measured else "")
         cells = []
         for lvl, v in e["levels"].items():
             first = short[v["first"]] if v["first"] else "none"
@@ -289,14 +385,17 @@ def plot_panels(args, curves, best, compute_times, path: Path, title: str) -> No
         for j, (alpha, tau) in enumerate(cols):
             ax = axes[i][j]
             for method in args.methods:
-                lr = best[(alpha, method)]
-                cv = curves[(alpha, tau, c, method, lr)]
+                lr = best.get((alpha, method))
+                cv = curves.get((alpha, tau, c, method, lr))
+                if cv is None:  # a job's partial results
+                    continue
                 x = cv["time_s"]
                 ax.plot(x, 100 * cv["mean"], color=COLORS[method],
                         label=f"{label(method, args.k, args.nodes)}, lr {lr:g}")
                 ax.fill_between(x, 100 * cv["min"], 100 * cv["max"], color=COLORS[method], alpha=0.15)
-            ax.set_ylim(max(0, 100 * min(LEVELS) - 30), 100)
-            ax.set_title(f"alpha = {alpha:g}, tau = {tau:g} us, compute {c:g} us/step", fontsize=9)
+            ax.set_ylim(max(0, 100 * min(args.levels) - 30), 100)
+            ax.set_title(f"alpha = {alpha:g}, tau = {tau:g} us, compute {compute_name(c)}/step",
+                         fontsize=9)
             ax.set_xlabel("virtual wall-clock time (s)")
             ax.set_ylabel("test accuracy (%)")
             ax.grid(alpha=0.3)
@@ -317,10 +416,10 @@ def plot_crossover(args, rows, compute_times, measured: float, path: Path, title
     import matplotlib.pyplot as plt
 
     cols = [(a, t) for t in sorted(args.taus, reverse=True) for a in sorted(args.alphas, reverse=True)]
-    fig, axes = plt.subplots(len(LEVELS), len(cols), squeeze=False,
-                             figsize=(4.2 * len(cols), 3.2 * len(LEVELS)))
+    fig, axes = plt.subplots(len(args.levels), len(cols), squeeze=False,
+                             figsize=(4.2 * len(cols), 3.2 * len(args.levels)))
     xs = sorted(compute_times)
-    for i, level in enumerate(LEVELS):
+    for i, level in enumerate(args.levels):
         key = f"time_to_{round(100 * level)}_s"
         for j, (alpha, tau) in enumerate(cols):
             ax = axes[i][j]
@@ -443,10 +542,22 @@ def main(argv=None) -> int:
                    "(default 20 50 200 500 2000 5000)")
     p.add_argument("--points", type=int, default=None,
                    help="evaluations per run, about (default 100; --quick 10)")
+    p.add_argument("--levels", type=float, nargs="+", default=list(LEVELS),
+                   help="accuracy levels for the time-to-level table (default 0.9 0.92 0.95)")
+    p.add_argument("--from-job", metavar="DIR", default=None,
+                   help="only tabulate and plot the runs of jobs/figure4.sbatch in DIR "
+                   "(tau*/alpha*/lr*/seed*/<method>), into DIR/figure4.{csv,json,png}")
     p.add_argument("--keep", action="store_true", help="reuse finished runs (summary.json)")
     p.add_argument("--check-mpi", action="store_true",
                    help="also check MPI (4 ranks, a few rounds) == simulator == replay")
     args = p.parse_args(argv)
+    args.levels = tuple(args.levels)
+    if not all(0 < x <= 1 for x in args.levels):
+        p.error(f"--levels are accuracies in (0, 1], got {list(args.levels)}")
+    if args.from_job is not None:
+        if not Path(args.from_job).is_dir():
+            p.error(f"--from-job {args.from_job}: no such directory")
+        return from_job(args)
     q = args.quick
     args.epochs = args.epochs if args.epochs is not None else (2.0 if q else 200.0)
     args.lrs = args.lrs or ([0.1] if q else [0.1, 0.01, 0.001])
@@ -488,7 +599,7 @@ def main(argv=None) -> int:
         "taus_us": args.taus, "seeds": args.seeds, "methods": args.methods,
         "labels": {m: label(m, args.k, args.nodes) for m in args.methods},
         "measured_compute_us": measured, "compute_times_us": compute_times,
-        "levels": list(LEVELS),
+        "levels": list(args.levels),
         "best_lr": {f"alpha={a:g} | {m}": lr for (a, m), lr in best.items()},
         "replay_equals_recorded_virtual_time": replay_ok, "reference_clock": REFERENCE,
         "first_to_level": table, "table_markdown": md,
