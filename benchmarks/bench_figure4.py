@@ -51,6 +51,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -372,17 +373,23 @@ def markdown(args, table, measured: float) -> list[str]:
 
 
 def plot_panels(args, curves, best, compute_times, path: Path, title: str) -> None:
-    """Rows: compute times; columns: (alpha, tau) as in the paper (alpha = 10, then 0.1)."""
+    """Accuracy against virtual time, columns alpha = 10 then 0.1 as in the paper. One
+    compute time: rows tau = 5 (the paper's Fig. 4) then tau = 0 (its appendix twin); several:
+    one row per compute time, columns (alpha, tau)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = [(a, t) for t in sorted(args.taus, reverse=True) for a in sorted(args.alphas, reverse=True)]
-    fig, axes = plt.subplots(len(compute_times), len(cols), squeeze=False,
-                             figsize=(4.2 * len(cols), 3.3 * len(compute_times)))
-    for i, c in enumerate(compute_times):
-        for j, (alpha, tau) in enumerate(cols):
+    alphas, taus = sorted(args.alphas, reverse=True), sorted(args.taus, reverse=True)
+    if len(compute_times) == 1:
+        grid = [[(compute_times[0], a, t) for a in alphas] for t in taus]
+    else:
+        grid = [[(c, a, t) for t in taus for a in alphas] for c in compute_times]
+    fig, axes = plt.subplots(len(grid), len(grid[0]), squeeze=False,
+                             figsize=(4.6 * len(grid[0]), 3.4 * len(grid)))
+    for i, row in enumerate(grid):
+        for j, (c, alpha, tau) in enumerate(row):
             ax = axes[i][j]
             for method in args.methods:
                 lr = best.get((alpha, method))
@@ -393,7 +400,7 @@ def plot_panels(args, curves, best, compute_times, path: Path, title: str) -> No
                 ax.plot(x, 100 * cv["mean"], color=COLORS[method],
                         label=f"{label(method, args.k, args.nodes)}, lr {lr:g}")
                 ax.fill_between(x, 100 * cv["min"], 100 * cv["max"], color=COLORS[method], alpha=0.15)
-            ax.set_ylim(max(0, 100 * min(args.levels) - 30), 100)
+            ax.set_ylim(max(0, 100 * min(args.levels) - 20), 100)
             ax.set_title(f"alpha = {alpha:g}, tau = {tau:g} us, compute {compute_name(c)}/step",
                          fontsize=9)
             ax.set_xlabel("virtual wall-clock time (s)")
@@ -401,8 +408,11 @@ def plot_panels(args, curves, best, compute_times, path: Path, title: str) -> No
             ax.grid(alpha=0.3)
             if i == 0 and j == 0:
                 ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    wrapped = "\n".join(textwrap.fill(line, int(14 * fig.get_figwidth()))
+                         for line in title.splitlines())
+    fig.suptitle(wrapped, fontsize=9)
+    top = 0.2 + 0.16 * wrapped.count("\n")  # inches of title
+    fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -414,6 +424,7 @@ def plot_crossover(args, rows, compute_times, measured: float, path: Path, title
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     cols = [(a, t) for t in sorted(args.taus, reverse=True) for a in sorted(args.alphas, reverse=True)]
     fig, axes = plt.subplots(len(args.levels), len(cols), squeeze=False,
@@ -433,8 +444,11 @@ def plot_crossover(args, rows, compute_times, measured: float, path: Path, title
                         label=label(method, args.k, args.nodes))
             ax.axvline(measured, color="gray", ls=":", lw=1)
             ax.set_xscale("log")
+            ax.set_xlim(xs[0] / 1.5, xs[-1] * 1.5)
+            ax.xaxis.set_minor_formatter(NullFormatter())
             if plotted:  # a log axis needs a positive value
                 ax.set_yscale("log")
+                ax.yaxis.set_minor_formatter(NullFormatter())
             else:
                 ax.text(0.5, 0.5, "no method reached this level", ha="center",
                         transform=ax.transAxes, fontsize=8)
@@ -444,8 +458,11 @@ def plot_crossover(args, rows, compute_times, measured: float, path: Path, title
             ax.grid(alpha=0.3, which="both")
             if i == 0 and j == 0:
                 ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    wrapped = "\n".join(textwrap.fill(line, int(14 * fig.get_figwidth()))
+                         for line in title.splitlines())
+    fig.suptitle(wrapped, fontsize=9)
+    top = 0.2 + 0.16 * wrapped.count("\n")  # inches of title
+    fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -548,6 +565,9 @@ def main(argv=None) -> int:
                    help="only tabulate and plot the runs of jobs/figure4.sbatch in DIR "
                    "(tau*/alpha*/lr*/seed*/<method>), into DIR/figure4.{csv,json,png}")
     p.add_argument("--keep", action="store_true", help="reuse finished runs (summary.json)")
+    p.add_argument("--measured-us", type=float, default=None, metavar="US",
+                   help="do not time a gradient step; use US as the measured compute time "
+                   "(to redraw earlier runs with --keep: the value in <stem>.json)")
     p.add_argument("--check-mpi", action="store_true",
                    help="also check MPI (4 ranks, a few rounds) == simulator == replay")
     args = p.parse_args(argv)
@@ -572,9 +592,16 @@ def main(argv=None) -> int:
     stem = "figure4_quick" if q else "figure4"
     runs_dir = out / f"{stem}_runs"
     started = time.perf_counter()
-    measured = measure_compute_us(repeats=2 if q else 5)
-    print(f"measured digits gradient step: {measured:g} us", flush=True)
-    train_s = train(args, runs_dir)
+    if args.measured_us is not None:
+        measured = args.measured_us
+        print(f"digits gradient step as given (--measured-us): {measured:g} us", flush=True)
+    else:
+        measured = measure_compute_us(repeats=2 if q else 5)
+        print(f"measured digits gradient step: {measured:g} us", flush=True)
+    earlier = out / f"{stem}.json"  # --keep: the reused runs' training time counts too
+    reused_s = (json.loads(earlier.read_text()).get("train_wall_s", 0.0)
+                if args.keep and earlier.is_file() else 0.0)
+    train_s = train(args, runs_dir) + reused_s
     compute_times = sorted({measured, *sweep})
     rows, curves, best, replay_ok = analyse(args, runs_dir, compute_times)
     table = winners(args, rows, compute_times)
@@ -582,7 +609,7 @@ def main(argv=None) -> int:
     write_csv(out / f"{stem}.csv", rows)
     write_csv(out / f"{stem}_curves.csv", curve_rows(curves, best))
     setting = (f"digits, n = {args.nodes}, delay tau * mod(|i-j|, 24) us, {args.epochs:g} epochs "
-               f"each, batch {args.batch_size}, momentum {args.momentum:g}, best lr of "
+               f"each,\nbatch {args.batch_size}, momentum {args.momentum:g}, best lr of "
                f"{'/'.join(f'{x:g}' for x in args.lrs)}, mean over {len(args.seeds)} seed(s) "
                "(band: min..max)")
     plot_panels(args, curves, best, [measured], out / f"{stem}.png",
@@ -590,8 +617,8 @@ def main(argv=None) -> int:
     plot_panels(args, curves, best, compute_times, out / f"{stem}_sweep.png",
                 f"Figure 4 analogue for every compute time per step: {setting}")
     plot_crossover(args, rows, compute_times, measured, out / f"{stem}_crossover.png",
-                   f"Time to 90 / 92 / 95 % test accuracy (mean curve) against compute time "
-                   f"per step: {setting}")
+                   "Time to " + " / ".join(f"{100 * x:g}" for x in args.levels) + " % test "
+                   f"accuracy (mean curve) against compute time per step: {setting}")
     md = markdown(args, table, measured)
     summary = {
         "nodes": args.nodes, "k": args.k, "epochs": args.epochs, "lrs": args.lrs,
