@@ -79,13 +79,15 @@ def label(method: str, k: int, nodes: int) -> str:
 def run_flags(args, method: str, alpha: float, lr: float, seed: int) -> list[str]:
     """Flags of one training run (without --out); the same for the simulator and MPI."""
     _, algorithm, topology = METHODS[method]
-    active = args.nodes if algorithm == "dsgd" else args.k
-    rounds = math.ceil(args.epochs * N_TRAIN_DIGITS / (args.batch_size * active))
+    # every method evaluates every R rounds, R from DSGD's (shortest) run, so that the time
+    # to a level is resolved equally finely for all (Teleportation then evaluates n/k
+    # times more often than --points)
+    dsgd_rounds = math.ceil(args.epochs * N_TRAIN_DIGITS / (args.batch_size * args.nodes))
     flags = ["--nodes", str(args.nodes), "--problem", "digits", "--algorithm", algorithm,
              "--topology", topology, "--epochs", f"{args.epochs:g}", "--batch-size",
              str(args.batch_size), "--lr", f"{lr:g}", "--momentum", f"{args.momentum:g}",
              "--alpha", f"{alpha:g}", "--seed", str(seed),
-             "--log-every", str(max(1, rounds // args.points)), "--progress", "off",
+             "--log-every", str(max(1, dsgd_rounds // args.points)), "--progress", "off",
              "--latency", f"mod:{REFERENCE['tau_us']:g}", "--clock", "virtual",
              "--compute-time", f"{REFERENCE['compute_us']:g}"]
     if algorithm == "teleportation":
@@ -558,7 +560,8 @@ def main(argv=None) -> int:
                    help="compute time per step to sweep, us, besides the measured one "
                    "(default 20 50 200 500 2000 5000)")
     p.add_argument("--points", type=int, default=None,
-                   help="evaluations per run, about (default 100; --quick 10)")
+                   help="evaluations of a DSGD run, about; every method evaluates every "
+                   "rounds(DSGD) / POINTS rounds (default 100; --quick 10)")
     p.add_argument("--levels", type=float, nargs="+", default=list(LEVELS),
                    help="accuracy levels for the time-to-level table (default 0.9 0.92 0.95)")
     p.add_argument("--from-job", metavar="DIR", default=None,
