@@ -248,6 +248,7 @@ def worker(args) -> int:
     from mpi_teleport.backends.mpi import MpiBackend
     from mpi_teleport.spec import RunSpec
     from mpi_teleport.transport import KIND_Y, Transport
+    from mpi_teleport.virtual_clock import Phase
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -278,9 +279,9 @@ def worker(args) -> int:
             for name in order:
                 # restart from x0: Alg. 3 / bare hold round-start tokens at holders(start),
                 # Alg. 1 at holders(start - 1)
-                if name in backends:
-                    backend, phase = backends[name]
-                    backend.begin(phase, rounds.start, x0)
+                if name in backends:  # a phase of the block's rounds: the package plans
+                    backend, phase = backends[name]  # no round it will not run
+                    backend.begin(Phase(phase.roster, rounds.start, rounds.stop), rounds.start, x0)
                 else:
                     before = placement(rounds.start - 1 if name == "bare1" and rounds.start > 0
                                        else rounds.start)
