@@ -81,7 +81,7 @@ LR = 0.1
 SEED = 0
 TOPOLOGY = "ring"
 IMPLS = ("bare_comm", "bare", "alg3", "bare1", "alg1")
-BUFFERS_PER_RANK = 14  # bare: x, y, tmp, 3 inboxes; each backend: x, y, 3 inboxes, work
+BUFFERS_PER_RANK = 17  # x0; bare: x, y, tmp, 3 inboxes; each backend: x, y, 3 inboxes (+ work)
 
 
 def plan(d: int, quick: bool) -> tuple[int, int]:
