@@ -16,7 +16,7 @@ from . import topology as topo
 from .checkpoint import Plan, locate
 from .errors import UsageError
 from .output import RunFiles
-from .problem import adapt
+from .problem import with_defaults
 from .progress import Progress
 from .spec import LatencySettings, Logging, RunSpec
 
@@ -180,7 +180,7 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
                 "clock": latency.clock, "compute_time": latency.compute_time}
     return run(problem, spec, logging, latency, comm=args.get("comm"), out=out, plan=plan,
                settings=settings, progress=bool(args.get("progress")),
-               config_record={**settings, **adapt(problem).describe()})
+               config_record={**settings, **with_defaults(problem).describe()})
 
 
 def check_spec(spec: RunSpec) -> None:
@@ -222,7 +222,7 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
     from .metrics import Recorder
     from .search import SearchRecorder
 
-    problem = adapt(problem)
+    problem = with_defaults(problem)
     own_transport = None
     if transport is None and comm is not None:
         from .transport import Transport

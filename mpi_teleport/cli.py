@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .config import OPTIONS, Config, UsageError, from_toml, resolve
+from .config import OPTIONS, Config, UsageError, from_toml
 
 EXIT_USAGE = 2
 
@@ -40,14 +40,16 @@ def build_parser(prog: str, description: str, epilog: str = "") -> argparse.Argu
 
 
 def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) -> Config:
-    """Flags (over the TOML file, over defaults) -> validated Config, or UsageError."""
+    """Flags (over the TOML file, over defaults) -> validated Config checked against the
+    disk (the preflight), or UsageError."""
+    from . import preflight
     from .config import OPTION_BY_NAME, _coerce
 
     ns = vars(parser.parse_args(argv))
     raw = from_toml(ns.pop("config")) if "config" in ns else {}
     for name, value in ns.items():
         raw[name] = _coerce(OPTION_BY_NAME[name], value, "command line")
-    return resolve(raw, world_size)
+    return preflight.load(raw, world_size)
 
 
 def fail(prog: str, message: str, show: bool = True) -> int:
@@ -58,7 +60,7 @@ def fail(prog: str, message: str, show: bool = True) -> int:
 
 
 # ----------------------------------------------------------------------------- config -> run
-def run_spec(cfg, algorithm: str, k) -> "RunSpec":
+def run_spec(cfg, algorithm: str, k):
     """The RunSpec of one run a Config asks for (``k`` 'auto': Algorithm 2)."""
     from .spec import RunSpec, cosine_lr
 
@@ -75,7 +77,7 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
     """One run of a Config (one algorithm of ``compare``) through the engine; returns the
     summary on the root (None elsewhere). ``transport``: the MPI runtime's; None: the
     simulator."""
-    from . import api, checkpoint
+    from . import api, preflight
     from .problems import describe, with_epochs
     from .spec import LatencySettings, Logging
 
@@ -87,7 +89,7 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
               **describe(problem)}
     logging = Logging(cfg.log_every, cfg.target, cfg.stop_at_target)
     latency = LatencySettings(cfg.latency, cfg.clock, cfg.compute_time)
-    plan = checkpoint.plan(cfg, algorithm) if k != "auto" else None
+    plan = preflight.plan(cfg, algorithm) if k != "auto" else None
     result = api.run(problem, spec, logging, latency, transport=transport, plan=plan,
                      settings=cfg.to_dict(), progress=progress or False, terminator=terminator,
                      resume_from=cfg.out, problem_name=cfg.problem, files=files,

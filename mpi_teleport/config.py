@@ -1,9 +1,11 @@
-"""Every setting of a run, its default, its help text and its validation (DESIGN.md §5).
+"""Every setting of a run, its default, its help text and its validation.
 
 One table, ``OPTIONS``, drives the command line, ``--config FILE.toml`` and
 ``config.json``, so the three can never disagree. :func:`resolve` turns a mapping of
 raw values into a validated :class:`Config` or raises :class:`UsageError` with a
-message that says what was wrong and what to do.
+message that says what was wrong and what to do. It is pure: checks against the disk
+(data directory, latency matrix file, checkpoints, writable outputs) are the
+preflight's (:mod:`mpi_teleport.preflight`).
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from .latency.model import check_compute_time, parse_spec
 from .topology import TOPOLOGIES
 
 ALGORITHMS = ("compare", "teleportation", "dsgd")
@@ -275,11 +278,8 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
         raise UsageError("only one MPI rank: launch one rank per node with mpirun -n N python -m "
                          "mpi_teleport.run (or srun -n N), or use python -m mpi_teleport.sim "
                          "--nodes N in one process; --nodes 1 runs a single node on purpose")
-    given_nodes = raw.get("nodes") is not None
-    if raw.get("resume") is not None:  # settings not given come from the checkpoint
-        from .checkpoint import inherit
-
-        raw = inherit(raw)
+    given_nodes = raw.get("nodes") is not None and not raw.get("_inherited_nodes")
+    raw = {name: value for name, value in raw.items() if not name.startswith("_")}
     cfg = Config(**raw)
     for name in ("lr", "momentum", "sigma2", "zeta2", "target"):
         _finite(name, getattr(cfg, name))
@@ -322,12 +322,6 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
         raise UsageError(f"--alpha must be > 0, got {cfg.alpha}")
     if not 0 < cfg.val_fraction < 1:
         raise UsageError(f"--val-fraction must be in (0, 1), got {cfg.val_fraction}")
-    if network and cfg.problem != "digits" and not cfg.download:
-        import os
-
-        if not os.path.isdir(cfg.data_dir):
-            raise UsageError(f"--data-dir {cfg.data_dir!r} does not exist; put the {cfg.problem} "
-                             "files there or add --download on a machine with internet")
     if cfg.k != "auto":
         if cfg.k < 1:
             raise UsageError(f"--k must be at least 1 (one active node), got {cfg.k}")
@@ -349,13 +343,21 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
         raise UsageError(f"--log-every must be at least 1, got {cfg.log_every}")
     if not 0 <= cfg.seed < 2**63:
         raise UsageError(f"--seed must be in [0, 2^63), got {cfg.seed}")
-    from .latency import check_compute_time, parse_spec
-
-    parse_spec(cfg.latency, n)
+    parse_spec(cfg.latency, n, load=False)  # the text; the matrix file: preflight
     check_compute_time(cfg.compute_time)
-    from .checkpoint import check_settings
-
-    return check_settings(cfg)
+    if cfg.checkpoint_every < 0:
+        raise UsageError(f"--checkpoint-every must be >= 0 (0 = no periodic checkpoints), "
+                         f"got {cfg.checkpoint_every}")
+    if cfg.keep_checkpoints < 1:
+        raise UsageError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}")
+    if cfg.k == "auto" and (cfg.checkpoint_every or cfg.resume is not None):
+        flag = "--resume" if cfg.resume is not None else "--checkpoint-every"
+        raise UsageError(f"{flag} is not supported with --k auto (Algorithm 2 runs 2T rounds, "
+                         f"usually short); choose k, or run the search without checkpoints")
+    if cfg.checkpoint_every and cfg.out is None and cfg.checkpoint_dir is None:
+        raise UsageError("--checkpoint-every needs a place to write: give --out DIR "
+                         "(checkpoints go to DIR/checkpoints) or --checkpoint-dir DIR")
+    return cfg
 
 
 def field_names() -> list[str]:

@@ -5,6 +5,8 @@ API raises them as they are.
 """
 from __future__ import annotations
 
+import signal
+
 
 class UsageError(ValueError):
     """Bad input: a flag, a setting, a file. The message says what was wrong and what to do."""
@@ -12,3 +14,19 @@ class UsageError(ValueError):
 
 class NonFiniteError(RuntimeError):
     """The loss became NaN or infinite: the run stops with a message naming round and token."""
+
+
+class DatasetMissingError(ValueError):
+    """A data set's files are absent, unreadable or corrupted (message: one line)."""
+
+
+class Terminated(Exception):
+    """Raised on every rank at the agreed round after a signal (and the final checkpoint)."""
+
+    def __init__(self, signum: int, r: int, checkpoint=None, resume_from=None):
+        self.signum, self.round, self.checkpoint = signum, r, checkpoint
+        name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
+        where = (f"checkpoint written to {checkpoint}; continue with --resume "
+                 f"{resume_from or checkpoint.parent}" if checkpoint is not None else
+                 "no checkpoint written (give --out or --checkpoint-dir to have one)")
+        super().__init__(f"stopped by {name} at round {r}: {where}")

@@ -1,113 +1,250 @@
-"""The :class:`Problem` protocol: what a training problem gives the engine.
+"""What a training problem is to the engine: the :class:`Problem` protocol, and
+:func:`with_defaults`, which fills in the parts a problem may leave out.
 
 A problem maps the rows of a token matrix to stochastic gradients of the holders' local
-losses and evaluates a token matrix. numpy alone suffices (see
-``mpi_teleport.examples.logistic``); :class:`mpi_teleport.TorchProblem` wraps a PyTorch
-model. :func:`adapt` fills the optional parts with their defaults, so the engine can
-rely on one complete interface.
+losses and reports metrics of a token matrix. It needs numpy only; torch models come
+through :class:`mpi_teleport.problems.torch_problem.TorchProblem`, which implements the
+same protocol. This module imports numpy alone.
 """
 from __future__ import annotations
 
 import math
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+__all__ = ["Problem", "ProblemWithDefaults", "with_defaults", "REQUIRED_MEMBERS"]
+
+REQUIRED_MEMBERS = ("dim", "dtype", "metric", "higher_is_better", "initial", "gradient",
+                    "evaluate")
 
 
 @runtime_checkable
 class Problem(Protocol):
-    """A training problem over n nodes.
+    """A decentralised training problem over ``nodes`` nodes (structural type).
 
     Attributes
     ----------
     dim : int
-        Length of a token (model) vector.
+        Length of a token vector (the model's state).
     dtype : numpy dtype
-        Its element type (float64 for numpy problems, float32 for torch models). Gossip
-        arithmetic is done in this type.
+        Token dtype: ``np.float64`` (numpy problems) or ``np.float32`` (torch models).
+        Tokens travel, are averaged and stepped in this dtype.
     metric : str
-        The headline key of :meth:`evaluate`'s dict (e.g. ``"error"`` or ``"accuracy"``).
+        The headline key of :meth:`evaluate`'s dict (e.g. ``"error"``, ``"accuracy"``):
+        what the target, the summary and the progress line refer to.
     higher_is_better : bool
-        Whether larger values of ``metric`` are better (accuracy) or smaller (error).
+        Whether larger values of ``metric`` are better (accuracy: True, error: False).
 
-    Optional members: ``validate(x) -> float`` (Algorithm 2's selection metric, with
-    ``validation`` its name and ``validation_higher_is_better``; default: ``metric`` of
-    :meth:`evaluate`), ``n_train`` (training samples, for epochs), ``name``,
-    ``after_step(nodes, y)`` (called after each local step, before gossip: to write
-    state the forward pass updates into the token rows) and ``describe() -> dict``
-    (facts for ``config.json``).
+    Notes
+    -----
+    Optional members; :func:`with_defaults` supplies them when absent:
+
+    validate(x) -> float
+        Algorithm 2's selection metric of a token matrix, on data held out from training
+        (never the test set). Default: ``evaluate(x)[metric]``.
+    validation : str
+        Name of that metric (default: ``"validation"`` with ``validate``, else ``metric``).
+    validation_higher_is_better : bool
+        Default: ``higher_is_better``.
+    n_train : int
+        Training samples over all nodes (turns epochs into rounds). Default: None.
+    after_step(nodes, y) -> None
+        Called right after the local step ``y = x - lr * v`` with the rows of the last
+        :meth:`gradient` call, before ``y`` is sent: lets a problem write state that is
+        not trained by gradients (BatchNorm running statistics the forward pass updated)
+        into the token rows. Default: nothing.
+    reached(metrics, target) -> bool, finite(metrics) -> bool
+        Whether a target is met / the metrics are finite. Defaults: ``metrics[metric]``
+        compared with ``target`` in the better direction; every number finite.
+    describe() -> dict
+        Extra facts for ``config.json``. Default: ``{}``.
+    evaluation_sums(vector, lo, hi) -> ndarray, metrics_from_sums(sums, x) -> dict, n_test
+        Evaluation shared by processes: each evaluates the averaged model on a slice of
+        the test set aligned to fixed chunks, giving one row of sums per chunk; the rows
+        of all slices, concatenated in order, give ``evaluate``'s metrics bit for bit
+        (:class:`~mpi_teleport.problems.torch_problem.TorchProblem` has them). A problem
+        without them is evaluated whole by one process.
+
+    Examples
+    --------
+    A numpy problem: node i's loss is ``||x - i||^2 / 2``.
+
+    >>> import numpy as np
+    >>> from mpi_teleport.problem import Problem, with_defaults
+    >>> class Mean:
+    ...     dim, dtype, metric, higher_is_better = 3, np.float64, "error", False
+    ...     def initial(self):
+    ...         return np.zeros(3)
+    ...     def gradient(self, nodes, x, t, out=None):
+    ...         target = np.asarray(nodes, dtype=np.float64)[:, None]
+    ...         return np.subtract(x, target, out=out)
+    ...     def evaluate(self, x):
+    ...         return {"error": float(np.mean((x - 1.5) ** 2))}
+    >>> isinstance(Mean(), Problem)
+    True
+    >>> p = with_defaults(Mean())
+    >>> p.validation, p.reached({"error": 0.1}, 0.5), p.n_train
+    ('error', True, None)
     """
 
     dim: int
-    dtype: np.dtype
+    dtype: Any
     metric: str
     higher_is_better: bool
 
     def initial(self) -> np.ndarray:
-        """x0, shape (dim,): the same vector in every process."""
+        """The initial token ``x0``, shape ``(dim,)``, identical in every process."""
 
     def gradient(self, nodes, x: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """Row r: the stochastic gradient of node ``nodes[r]``'s local loss at ``x[r]`` in
-        round t. Its randomness must be keyed by (seed, node, t), so that every back end
-        (k rows at once in the simulator, one row on an MPI rank) sees the same numbers."""
+        round ``t`` (``x``: ``(len(nodes), dim)``). Randomness is keyed by (seed, node, t)
+        only, so a row is the same bits whether computed alone (an MPI rank) or among k
+        rows (the simulator). Written into ``out`` when given."""
 
     def evaluate(self, x: np.ndarray) -> dict:
-        """Metrics (floats) of a token matrix, one row per token in token order."""
+        """Metrics of a token matrix (rows are tokens in token order); must hold
+        ``metric``."""
 
 
-class Adapted:
-    """A problem with every optional part present (defaults where the problem has none).
-    Attribute access falls through to the problem itself."""
+class ProblemWithDefaults:
+    """A problem with every optional member of :class:`Problem` present.
+
+    Required members and any other attribute are the wrapped problem's own (attribute
+    access falls through to it); the optional ones are its own when it has them, else
+    the defaults documented on :class:`Problem`. Build it with :func:`with_defaults`.
+    """
 
     def __init__(self, problem):
-        missing = [name for name in ("dim", "dtype", "initial", "gradient", "evaluate")
-                   if not hasattr(problem, name)]
-        if missing:
-            raise TypeError(f"{type(problem).__name__} is not a Problem: it lacks "
-                            f"{', '.join(missing)} (see mpi_teleport.Problem)")
-        self._problem = problem
-        self.metric = getattr(problem, "metric", None) or "loss"
-        higher = getattr(problem, "higher_is_better", None)
-        self.higher_is_better = bool(higher) if higher is not None else self.metric == "accuracy"
-        self.validation = getattr(problem, "validation", None) or f"averaged-model {self.metric}"
-        vh = getattr(problem, "validation_higher_is_better", None)
-        self.validation_higher_is_better = self.higher_is_better if vh is None else bool(vh)
-        self.name = getattr(problem, "name", None) or type(problem).__name__
-        self.dtype = np.dtype(problem.dtype)
+        self.problem = problem
 
-    def __getattr__(self, name):
-        return getattr(self._problem, name)
+    def __getattr__(self, name):  # only reached for names not defined on this class
+        if name == "problem":  # not set yet (copy/pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.problem, name)
+
+    # -- required: straight from the problem
+    @property
+    def dim(self) -> int:
+        return int(self.problem.dim)
 
     @property
-    def inner(self):
-        return self._problem
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.problem.dtype)
 
-    def validate(self, x: np.ndarray) -> float:
-        own = getattr(self._problem, "validate", None)
-        if own is not None:
-            return float(own(x))
-        return float(self._problem.evaluate(np.add.reduce(x, axis=0, keepdims=True) / len(x))[self.metric])
+    @property
+    def metric(self) -> str:
+        return self.problem.metric
+
+    @property
+    def higher_is_better(self) -> bool:
+        return bool(self.problem.higher_is_better)
+
+    def initial(self) -> np.ndarray:
+        return self.problem.initial()
+
+    def gradient(self, nodes, x, t, out=None) -> np.ndarray:
+        return self.problem.gradient(nodes, x, t, out=out)
+
+    def evaluate(self, x) -> dict:
+        return self.problem.evaluate(x)
+
+    # -- optional: the problem's own, else a default
+    def _has(self, name: str) -> bool:
+        return hasattr(self.problem, name)
+
+    @property
+    def validation(self) -> str:
+        if self._has("validation"):
+            return self.problem.validation
+        return "validation" if self._has("validate") else self.metric
+
+    @property
+    def validation_higher_is_better(self) -> bool:
+        if self._has("validation_higher_is_better"):
+            return bool(self.problem.validation_higher_is_better)
+        return self.higher_is_better
+
+    @property
+    def n_train(self) -> int | None:
+        return getattr(self.problem, "n_train", None)
+
+    def validate(self, x) -> float:
+        if self._has("validate"):
+            return float(self.problem.validate(x))
+        return float(self.problem.evaluate(x)[self.metric])
+
+    def after_step(self, nodes, y) -> None:
+        if self._has("after_step"):
+            self.problem.after_step(nodes, y)
+
+    @property
+    def name(self) -> str:
+        """The problem's ``name`` (for summaries), else its class name."""
+        return getattr(self.problem, "name", None) or type(self.problem).__name__
 
     def reached(self, metrics: dict, target: float | None) -> bool:
         if target is None:
-            return False
-        own = getattr(self._problem, "reached", None)
-        if own is not None:
-            return bool(own(metrics, target))
+            return False  # no target: nothing to reach
+        if self._has("reached"):
+            return bool(self.problem.reached(metrics, target))
         value = metrics[self.metric]
         return value >= target if self.higher_is_better else value <= target
 
     def finite(self, metrics: dict) -> bool:
-        own = getattr(self._problem, "finite", None)
-        if own is not None:
-            return bool(own(metrics))
-        return all(math.isfinite(v) for v in metrics.values() if isinstance(v, (int, float)))
+        if self._has("finite"):
+            return bool(self.problem.finite(metrics))
+        return all(math.isfinite(v) for v in metrics.values()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool))
 
     def describe(self) -> dict:
-        own = getattr(self._problem, "describe", None)
-        return dict(own()) if own is not None else {}
+        return dict(self.problem.describe()) if self._has("describe") else {}
+
+    def __repr__(self) -> str:
+        return f"with_defaults({self.problem!r})"
 
 
-def adapt(problem) -> Adapted:
-    """The problem as the engine uses it (idempotent)."""
-    return problem if isinstance(problem, Adapted) else Adapted(problem)
+def with_defaults(problem) -> ProblemWithDefaults:
+    """Check that ``problem`` implements :class:`Problem` and fill in its optional parts.
+
+    Parameters
+    ----------
+    problem : object
+        Anything with the required members of :class:`Problem`.
+
+    Returns
+    -------
+    ProblemWithDefaults
+        ``problem`` itself behind a view that has every optional member (the same view
+        when ``problem`` already is one).
+
+    Raises
+    ------
+    TypeError
+        One line naming what is missing or wrong: a required member absent or not
+        callable, ``dim`` not a positive integer, ``dtype`` not float32/float64,
+        ``metric`` not a string.
+    """
+    if isinstance(problem, ProblemWithDefaults):
+        return problem
+    name = type(problem).__name__
+    missing = [m for m in REQUIRED_MEMBERS if not hasattr(problem, m)]
+    if missing:
+        raise TypeError(f"{name} is not a Problem: it lacks {', '.join(missing)} "
+                        f"(a Problem needs {', '.join(REQUIRED_MEMBERS)})")
+    for m in ("initial", "gradient", "evaluate"):
+        if not callable(getattr(problem, m)):
+            raise TypeError(f"{name}.{m} must be a method")
+    dim = problem.dim
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+        raise TypeError(f"{name}.dim must be a positive integer, got {dim!r}")
+    try:
+        dtype = np.dtype(problem.dtype)
+    except TypeError:
+        dtype = None
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"{name}.dtype must be float32 or float64, got {problem.dtype!r}")
+    if not isinstance(problem.metric, str):
+        raise TypeError(f"{name}.metric must be a string (a key of evaluate()'s dict), "
+                        f"got {problem.metric!r}")
+    return ProblemWithDefaults(problem)

@@ -28,6 +28,7 @@ STREAM_PROBLEM = 4
 STREAM_INIT = 5
 STREAM_BATCH = 6
 STREAM_DATA = 7
+STREAM_TORCH = 8  # seeds torch's generator for a row's forward pass (dropout)
 
 
 def _mix_int(z: int) -> int:

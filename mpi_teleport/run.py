@@ -15,11 +15,10 @@ import time
 import traceback
 
 from . import cli, report, signals
-from .errors import NonFiniteError, UsageError
+from .errors import DatasetMissingError, NonFiniteError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles
 from .problems import make_problem, needs_local_rank
-from .problems.datasets import DatasetMissingError
 from .progress import Progress
 from .transport import Transport
 

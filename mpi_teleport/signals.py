@@ -43,16 +43,7 @@ EXIT_USAGE = 2
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
-class Terminated(Exception):
-    """Raised on every rank at the agreed round after a signal (and the final checkpoint)."""
-
-    def __init__(self, signum: int, r: int, checkpoint=None, resume_from=None):
-        self.signum, self.round, self.checkpoint = signum, r, checkpoint
-        name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
-        where = (f"checkpoint written to {checkpoint}; continue with --resume "
-                 f"{resume_from or checkpoint.parent}" if checkpoint is not None else
-                 "no checkpoint written (give --out or --checkpoint-dir to have one)")
-        super().__init__(f"stopped by {name} at round {r}: {where}")
+from .errors import Terminated  # noqa: E402,F401  (raised at the agreed round)
 
 
 def exit_status(exc: Terminated) -> int:

@@ -13,11 +13,10 @@ import sys
 
 from . import cli, report, signals
 from .algorithms import mix  # noqa: F401  (the simulator's gossip sum, for tests)
-from .errors import NonFiniteError, UsageError
+from .errors import DatasetMissingError, NonFiniteError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles
 from .problems import make_problem
-from .problems.datasets import DatasetMissingError
 from .progress import Progress
 
 PROG = "python -m mpi_teleport.sim"

@@ -152,6 +152,28 @@ class Transport:
         self.comm.Gatherv(send, None, root=0)
         return None
 
+    # Point-to-point and requests, for layers that wrap the transport (the latency layer).
+    def irecv(self, buf: np.ndarray, source: int, tag: int):
+        return self.comm.Irecv(buf, source, tag)
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int):
+        return self.comm.Isend(buf, dest, tag)
+
+    def waitall(self, requests: list) -> None:
+        self._mpi.Request.Waitall(requests)
+
+    def testall(self, requests: list) -> bool:
+        return self._mpi.Request.Testall(requests)
+
+    def dup(self) -> "Transport":
+        """A transport on a duplicate communicator (messages of one never match the
+        other's); freed with :meth:`free`."""
+        return Transport(self.comm.Dup(), owned=True)
+
+    def reduce_max(self, value: float) -> float | None:
+        """max over the ranks of ``value`` on rank 0 (None elsewhere)."""
+        return self.comm.reduce(value, op=self._mpi.MAX, root=0)
+
     def bcast(self, obj):
         return self.comm.bcast(obj, root=0)
 

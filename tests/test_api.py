@@ -93,3 +93,46 @@ def test_api_under_mpirun_equals_the_simulator(mpirun, ranks):
                           "tests/mpi_api", "-o", "addopts="], timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+def test_a_factory_problem_runs_under_mpi_like_the_simulator(tmp_path, mpirun):
+    flags = ["--problem", "mpi_teleport.examples.logistic:problem", "--algorithm", "compare",
+             "--k", "2", "--rounds", "30", "--lr", "0.5", "--log-every", "10", "--progress", "off"]
+    assert sim_main(["--nodes", "4", *flags, "--out", str(tmp_path / "sim")]) == 0
+    proc = mpirun(4, ["-m", "mpi_teleport.run", *flags, "--out", str(tmp_path / "mpi")], timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "time_s"} for r in rs]  # noqa: E731
+    for alg in ("teleportation", "dsgd"):
+        assert strip(read_jsonl(tmp_path / "mpi" / alg / "metrics.jsonl")) == strip(
+            read_jsonl(tmp_path / "sim" / alg / "metrics.jsonl"))
+
+
+BROKEN_FACTORIES = [
+    ("nosuch_module_xyz:problem", "cannot import 'nosuch_module_xyz'"),
+    ("mpi_teleport.examples.logistic:missing", "has no function 'missing'"),
+    ("os:getcwd", "the factory failed"),
+    ("json:loads", "the factory failed"),
+    ("mpi_teleport.examples.logistic:LogisticRegression.evaluate", "unknown value"),
+]
+
+
+@pytest.mark.parametrize("name,fragment", BROKEN_FACTORIES)
+def test_a_broken_factory_is_one_line_and_exit_2(capsys, name, fragment):
+    assert sim_main(["--nodes", "4", "--problem", name]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0] and "Traceback" not in err[0]
+
+
+def test_a_factory_returning_something_else_is_refused(tmp_path, capsys, monkeypatch):
+    (tmp_path / "myfactories.py").write_text("def problem(nodes, seed):\n    return 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert sim_main(["--nodes", "4", "--problem", "myfactories:problem"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "returned int, not a Problem" in err[0]
+
+
+def test_a_broken_factory_under_mpi_is_one_line_from_rank_0(mpirun):
+    proc = mpirun(3, ["-m", "mpi_teleport.run", "--problem", "nosuch_module_xyz:problem"], timeout=120)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(lines) == 1 and "cannot import" in lines[0] and "Traceback" not in proc.stderr

@@ -14,6 +14,7 @@ from mpi_teleport.cli import run_spec
 from mpi_teleport.spec import LatencySettings
 from mpi_teleport.virtual_clock import for_run
 from mpi_teleport.config import UsageError, resolve
+from mpi_teleport.preflight import load
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 
@@ -159,7 +160,7 @@ def test_config_defaults_and_validation(tmp_path):
     with pytest.raises(UsageError, match="unknown model"):
         resolve({"nodes": 4, "latency": "ring:5"})
     with pytest.raises(UsageError, match="4 nodes"):
-        resolve({"nodes": 4, "latency": "matrix:" + write_csv(tmp_path / "d.csv", TRIANGLE)})
+        load({"nodes": 4, "latency": "matrix:" + write_csv(tmp_path / "d.csv", TRIANGLE)})  # (disk: preflight)
     with pytest.raises(UsageError, match="--compute-time"):
         resolve({"nodes": 4, "compute_time": -1.0})
     with pytest.raises(UsageError, match="--compute-time"):

@@ -77,40 +77,20 @@ def test_host_staging_path_equals_the_flat_path_on_the_cpu():
 
 def test_device_choice(monkeypatch):
     """cpu on request or without CUDA; --device cuda without CUDA is a one-line usage
-    error; with GPUs, rank r gets cuda:(local rank mod GPUs), the local rank from a
-    shared-memory split that every rank joins."""
+    error; with GPUs, rank r gets cuda:(local rank mod GPUs). The local rank is given
+    (the MPI layer computes it from a shared-memory split that every rank joins)."""
     import torch
 
     from mpi_teleport.config import UsageError
     from mpi_teleport.problems.network import pick_device
 
-    class Shared:
-        def __init__(self, rank):
-            self.rank, self.freed = rank, False
-
-        def Get_rank(self):
-            return self.rank
-
-        def Free(self):
-            self.freed = True
-
-    class Comm:
-        def __init__(self, local):
-            self.shared, self.splits = Shared(local), 0
-
-        def Split_type(self, kind):
-            self.splits += 1
-            return self.shared
-
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert pick_device("cpu") == "cpu" and pick_device("auto", Comm(3)) == "cpu"
-    comm = Comm(5)
+    assert pick_device("cpu") == "cpu" and pick_device("auto", 3) == "cpu"
     with pytest.raises(UsageError, match="--device cuda: no CUDA device is visible") as e:
-        pick_device("cuda", comm)
+        pick_device("cuda", 5)
     assert "\n" not in str(e.value) and "--device auto / cpu" in str(e.value)
-    assert comm.splits == 1 and comm.shared.freed  # joined the split before failing
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    assert [pick_device("auto", Comm(r)) for r in range(6)] == \
+    assert [pick_device("auto", r) for r in range(6)] == \
         ["cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:0", "cuda:1"]
-    assert pick_device("cuda", Comm(2)) == "cuda:2" and pick_device("cpu", Comm(2)) == "cpu"
+    assert pick_device("cuda", 2) == "cuda:2" and pick_device("cpu", 2) == "cpu"

@@ -390,7 +390,11 @@ class MpiBackend:
         return len(self.state.x)
 
     def close(self) -> None:
-        """Free the persistent channels (they hold this backend's buffers)."""
+        """Free the persistent channels (they hold this backend's buffers) and close the
+        latency layer."""
         s = self.state
         if self._fast and s is not None:
             self.transport.release_channels([s.x, s.y, s.v, s.v_in, *s.inbox])
+        close = getattr(type(self.transport), "close", None)  # the latency layer's
+        if close is not None:
+            close(self.transport)

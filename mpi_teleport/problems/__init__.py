@@ -1,7 +1,13 @@
 """Training problems. Each maps the rows of a token matrix to stochastic gradients of the
-holders' local losses and evaluates a token matrix (DESIGN.md §4)."""
-from __future__ import annotations
+holders' local losses and evaluates a token matrix (:class:`mpi_teleport.problem.Problem`).
 
+Built-in problems are factories called with keyword arguments ``nodes`` and ``seed``
+(the ``--problem`` convention): :func:`.quadratic.quadratic`, and over
+:class:`.torch_problem.TorchProblem` :func:`.network.digits`,
+:func:`.network.fashion_mnist`, :func:`.network.cifar10`. Importing this package imports
+neither torch nor mpi4py.
+"""
+from __future__ import annotations
 
 import functools
 import math
@@ -14,14 +20,19 @@ def needs_local_rank(cfg) -> bool:
 
 def make_problem(cfg, local_rank: int = 0):
     """The problem a Config asks for (network problems are loaded once per process);
-    ``--problem module:function`` calls a user's factory (:func:`from_factory`)."""
+    ``--problem module:function`` calls a user's factory (:func:`from_factory`).
+
+    ``local_rank`` (this process's rank among those on its machine; the MPI layer
+    computes it) picks the GPU under ``--device auto/cuda``: problems never talk MPI.
+    """
     if is_factory(cfg.problem):
         return from_factory(cfg.problem, nodes=cfg.nodes, seed=cfg.seed)
     if cfg.problem == "quadratic":
-        from .quadratic import Quadratic
+        from .quadratic import quadratic
 
-        return Quadratic(n=cfg.nodes, d=cfg.dim, sigma2=cfg.sigma2, zeta2=cfg.zeta2, seed=cfg.seed)
-    from .network import pick_device
+        return quadratic(nodes=cfg.nodes, seed=cfg.seed, dim=cfg.dim, sigma2=cfg.sigma2,
+                         zeta2=cfg.zeta2)
+    from .device import pick_device
 
     return _network(cfg.replace(rounds=1, k=None, algorithm="compare", lr=1.0, epochs=None,
                                 momentum=0.0, lr_schedule="constant", out=None),
@@ -39,7 +50,7 @@ def from_factory(name: str, *, nodes: int, seed: int):
     import importlib
 
     from ..errors import UsageError
-    from ..problem import adapt
+    from ..problem import with_defaults
 
     module_name, _, function_name = str(name).partition(":")
     if not module_name or not function_name:
@@ -59,7 +70,7 @@ def from_factory(name: str, *, nodes: int, seed: int):
         raise UsageError(f"--problem {name}: the factory failed ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
     try:
-        adapt(problem)
+        with_defaults(problem)
     except TypeError as exc:
         raise UsageError(f"--problem {name}: the factory returned {type(problem).__name__}, "
                          f"not a Problem ({exc})") from None
@@ -68,9 +79,9 @@ def from_factory(name: str, *, nodes: int, seed: int):
 
 @functools.lru_cache(maxsize=4)
 def _network(data_cfg, device):
-    from .network import NetworkProblem
+    from .network import from_config
 
-    return NetworkProblem(data_cfg, device)
+    return from_config(data_cfg, device)
 
 
 def with_epochs(cfg, algorithm: str, k, problem):
@@ -89,10 +100,7 @@ def with_epochs(cfg, algorithm: str, k, problem):
 
 
 def describe(problem) -> dict:
-    """Extra facts for config.json (the per-node class histogram of a network problem)."""
-    own = getattr(problem, "describe", None)
-    if own is not None:
-        return dict(own())
-    hist = getattr(problem, "class_histogram", None)
-    return {} if hist is None else {"class_histogram": hist, "n_train": problem.n_train,
-                                    "n_params": problem.n_params, "device": str(problem.device)}
+    """Extra facts for config.json: the problem's ``describe()`` when it has one (a
+    torch problem: per-node class histogram, n_train, n_params, device), else none."""
+    facts = getattr(problem, "describe", None)
+    return {} if facts is None else dict(facts())

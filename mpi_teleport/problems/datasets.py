@@ -101,8 +101,7 @@ _TAG_VAL = 0x7A
 _TAG_DIGITS = 0xD6
 
 
-class DatasetMissingError(ValueError):
-    """A data set's files are absent, unreadable or corrupted (message: one line)."""
+from ..errors import DatasetMissingError  # noqa: E402  (re-exported: datasets.DatasetMissingError)
 
 
 class DatasetContentError(DatasetMissingError):

@@ -7,6 +7,8 @@ Only the torch code paths import this module (torch is imported at top level).
 * :func:`build_model` -- deterministic initialisation from a seed, drawn with numpy
   (PCG64), independent of torch's global RNG and of the torch version: the same seed
   gives bit-identical parameters in every process.
+* :class:`StateLayout` -- which tensors form a model's flat state (parameters, then
+  floating buffers), in one order for every device.
 * :class:`FlatState` -- parameters and floating buffers in ONE contiguous float32 numpy
   array; the model's tensors are zero-copy views into it, so a token vector is loaded
   into the model by one copy and never converted. (The SGD/momentum step is the
@@ -36,6 +38,7 @@ __all__ = [
     "MODEL_FOR_PROBLEM",
     "build_model",
     "configure_torch_threads",
+    "StateLayout",
     "FlatState",
     "loss_and_grad",
     "evaluate",
@@ -185,6 +188,37 @@ def build_model(name: str, seed: int) -> nn.Module:
 
 
 # ------------------------------------------------------------------------- flat state
+class StateLayout:
+    """Which tensors of a model make up its flat state, and in which order.
+
+    ``params``: ``model.parameters()`` (each shared tensor once); ``buffers``: floating
+    buffers as ``(module, name, tensor)`` in ``model.modules()`` order (each shared tensor
+    once), e.g. BatchNorm's running mean and variance; ``other_buffers``: the remaining
+    (integer, boolean) buffers, e.g. BatchNorm's ``num_batches_tracked``, which a float
+    vector does not hold. The flat vector is ``[params | buffers]``; :class:`FlatState`
+    and a model kept apart on a GPU use this one order, so a token means the same on
+    every device.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.params = list(model.parameters())
+        seen, bufs, other = set(), [], []
+        for module in model.modules():
+            for name, b in module._buffers.items():
+                if b is None or id(b) in seen:
+                    continue
+                seen.add(id(b))
+                (bufs if b.is_floating_point() else other).append((module, name, b))
+        self.buffers, self.other_buffers = bufs, other
+        self.n_params = int(sum(p.numel() for p in self.params))
+        self.n_buffers = int(sum(b.numel() for _, _, b in bufs))
+        self.size = self.n_params + self.n_buffers
+
+    def tensors(self) -> list:
+        """Parameters, then floating buffers: the flat vector's pieces in order."""
+        return self.params + [b for _, _, b in self.buffers]
+
+
 class FlatState:
     """One contiguous float32 numpy buffer holding a model's whole trainable state.
 
@@ -208,19 +242,12 @@ class FlatState:
 
     def __init__(self, model: nn.Module):
         self.model = model
-        self._params = list(model.parameters())
-        seen, bufs = set(), []
-        for module in model.modules():
-            for name, b in module._buffers.items():
-                if b is not None and b.is_floating_point() and id(b) not in seen:
-                    seen.add(id(b))
-                    bufs.append((module, name, b))
-        for t in self._params + [b for _, _, b in bufs]:
+        self.layout = layout = StateLayout(model)
+        self._params, bufs = layout.params, layout.buffers
+        for t in layout.tensors():
             if t.dtype != torch.float32 or t.device.type != "cpu":
                 raise TypeError("FlatState needs a float32 CPU model")
-        self.n_params = int(sum(p.numel() for p in self._params))
-        self.n_buffers = int(sum(b.numel() for _, _, b in bufs))
-        self.size = self.n_params + self.n_buffers
+        self.n_params, self.n_buffers, self.size = layout.n_params, layout.n_buffers, layout.size
 
         self.vector = np.zeros(self.size, dtype=np.float32)
         self.grad = np.zeros(self.n_params, dtype=np.float32)
@@ -294,12 +321,14 @@ class FlatState:
         )
 
 
-def loss_and_grad(flat: FlatState, x: np.ndarray, y: np.ndarray) -> float:
-    """Mean cross-entropy of ``flat.model`` on the batch (x float32 NCHW, y int64) and
-    its gradient, left in ``flat.grad``. Returns the loss as a Python float."""
+def loss_and_grad(flat: FlatState, x: np.ndarray, y: np.ndarray, loss_fn=None) -> float:
+    """Mean loss of ``flat.model`` on the batch (x float32 NCHW, y int64) and its
+    gradient, left in ``flat.grad``. ``loss_fn(output, target)``: default cross-entropy.
+    Returns the loss as a Python float."""
     flat.zero_grad()
     out = flat.model(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
-    loss = F.cross_entropy(out, torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)))
+    loss = (F.cross_entropy if loss_fn is None else loss_fn)(
+        out, torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)))
     loss.backward()
     flat.grad_vector()
     return float(loss.item())

@@ -32,6 +32,7 @@ class Quadratic:
     _row_cache: dict = field(default_factory=dict, repr=False)
 
     metric = "error"  # smaller is better; target reached when error <= target
+    higher_is_better = False
     dtype = np.float64
 
     @property
@@ -121,3 +122,11 @@ class Quadratic:
 
     def finite(self, metrics: dict) -> bool:
         return math.isfinite(metrics["error"])
+
+
+def quadratic(nodes: int, seed: int = 0, *, dim: int = 50, sigma2: float = 0.0,
+              zeta2: float = 0.0) -> Quadratic:
+    """The paper's synthetic problem as a factory (the ``--problem`` calling convention:
+    keyword arguments ``nodes`` and ``seed``, then its own settings)."""
+    return Quadratic(n=int(nodes), d=int(dim), sigma2=float(sigma2), zeta2=float(zeta2),
+                     seed=int(seed))

@@ -1,0 +1,45 @@
+"""Checkpoint and resume: ``--checkpoint-every R``, ``--checkpoint-dir DIR``, ``--resume DIR``.
+
+A checkpoint holds the state of a run at the *start* of round r: every token (its model
+x, its momentum v, any further per-token arrays), the recorder (the metrics logged so
+far, rounds_to_target, elapsed time) and, with the latency layer, every rank's logical
+clock. All randomness is keyed by (seed, node, round) (``rng.py``), so nothing else is
+needed: a resumed run continues with rounds r..T-1 and its ``metrics.jsonl`` equals that
+of an uninterrupted run bit for bit (``time_s`` aside).
+
+Layout (default directory ``<out>/checkpoints``; with ``compare`` one per algorithm,
+``<out>/<algorithm>/checkpoints``, or ``DIR/<algorithm>`` under ``--checkpoint-dir DIR``)::
+
+    round-00000120/          the state at the start of round 120
+        token-000000.npz     MPI: token 0's arrays (x, v, ...), written by its holder
+        ...                  (one file per token; k files)
+        x.npy, v.npy         simulator: all k tokens as (k, d) matrices
+        MANIFEST.json        written LAST (MPI: by rank 0 after a barrier): the round,
+                             the full config, the recorder state, the clocks; a
+                             directory without it is incomplete and ignored
+    round-00000100/          the previous one (--keep-checkpoints, default 2)
+
+Every file is written under a temporary name in the same directory, fsync'ed and
+renamed, so a reader never sees half a file; a job killed while writing leaves an
+incomplete directory that resume skips and the next checkpoint prunes. Either backend
+reads either layout, so a simulator checkpoint resumes under MPI and vice versa.
+
+``--resume DIR`` accepts a run directory (the ``--out`` of the run), a checkpoint
+directory or one ``round-*`` directory, and continues from the newest complete
+checkpoint. Settings not given on the command line are taken from the checkpoint; those
+that determine the numbers (problem, k, topology, lr, seed, ...) must not change, while
+``--rounds`` (at least the checkpoint's round), ``--out``, ``--log-every``, ``--variant``,
+``--latency`` and the checkpoint flags may.
+
+Modules: :mod:`.store` (layout, atomic I/O), :mod:`.find` (discovery, pruning),
+:mod:`.keeper` (the engine's hooks); the checks of ``--resume`` and the checkpoint
+flags against the disk are the preflight's (:mod:`mpi_teleport.preflight`).
+
+    python -m mpi_teleport.checkpoint newest DIR   # path of the newest complete checkpoint
+    python -m mpi_teleport.checkpoint show DIR     # its manifest, without the records
+"""
+from .find import any_checkpoint, complete, locate, newest, prune  # noqa: F401
+from .keeper import Keeper, Plan  # noqa: F401
+from .store import (FORMAT, LAYOUT_MATRIX, LAYOUT_TOKENS, MANIFEST, load_matrix,  # noqa: F401
+                    load_token, read_manifest, restore_token, round_dir, save_matrix,
+                    save_token, token_arrays, token_file, write_manifest)

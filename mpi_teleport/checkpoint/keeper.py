@@ -1,0 +1,156 @@
+"""Checkpoints during a run: when to write them (:class:`Plan`) and the engine's hooks
+(:class:`Keeper`), for either back end."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Terminated
+from .find import prune
+from .store import round_dir, write_manifest
+
+@dataclass
+class Plan:
+    """Checkpointing of one run (one algorithm of compare)."""
+
+    dir: Path | None  # where its checkpoints go (None: nowhere)
+    every: int  # periodic checkpoints every this many rounds (0: none)
+    keep: int
+    source: Path | None = None  # the checkpoint it resumes from
+    manifest: dict | None = None
+
+    @property
+    def start(self) -> int:
+        return int(self.manifest["round"]) if self.manifest else 0
+
+    @property
+    def periodic(self) -> bool:
+        """Periodic (and final) checkpoints are asked for and have a place to go."""
+        return self.dir is not None and self.every > 0
+
+    def due(self, r: int, rounds: int) -> bool:
+        """A periodic checkpoint after round r (not at 0 and not at the end: the final
+        checkpoint is written separately)."""
+        return self.periodic and 0 < r < rounds and r % self.every == 0
+
+
+# ----------------------------------------------------------------------------- runtime
+class Keeper:
+    """Checkpoints, resume and signal stops of one run, for either back end.
+
+    The engine calls :meth:`restore` before the loop, :meth:`after_round` after every
+    round and :meth:`finish` at the end. After a round, on logging and checkpoint rounds
+    (every round in one process, where it costs nothing) the processes agree on whether
+    any got a signal (one Allreduce of an integer under MPI), write the periodic or the
+    signal's checkpoint, and stop together with :class:`signals.Terminated`.
+    """
+
+    def __init__(self, plan: Plan, backend, recorder, terminator=None, *, settings: dict,
+                 spec, log_every: int, stop_at_target: bool, resume_from=None):
+        self.plan, self.backend, self.rec, self.terminator = plan, backend, recorder, terminator
+        self.settings, self.spec = settings, spec
+        self.log_every, self.stop_at_target = log_every, stop_at_target
+        self.resume_from = resume_from
+        self.wall_offset = float(plan.manifest.get("wall_s", 0.0)) if plan.manifest else 0.0
+        self._t0 = time.perf_counter() - self.wall_offset
+        self._last_round = None  # the latest round after which the loop ran
+
+    @property
+    def start(self) -> int:
+        """The round the run continues from (0 for a fresh run)."""
+        return self.plan.start
+
+    @property
+    def resumed(self) -> bool:
+        return self.plan.manifest is not None
+
+    def rounds(self, start: int, stop: int) -> range:
+        """The rounds left of [start, stop): none after the final checkpoint of a run that
+        stopped at its target (--stop-at-target)."""
+        m = self.plan.manifest
+        stopped = bool(m and m.get("final") and self.stop_at_target
+                       and (m.get("recorder") or {}).get("rounds_to_target") is not None)
+        return range(stop, stop) if stopped else range(min(max(start, self.start), stop), stop)
+
+    def restore(self):
+        """(directory, manifest) of the checkpoint to resume, after restoring the recorder
+        (root) and this process's logical clock; None for a fresh run."""
+        m = self.plan.manifest
+        if m is None:
+            return None
+        if self.rec is not None and m.get("recorder") is not None and self.backend.root:
+            self.rec.restore(m["recorder"])
+        restore_clock = getattr(self.backend, "restore_clock", None)
+        if restore_clock is not None:
+            restore_clock(m.get("clocks_us"))
+        self._t0 = time.perf_counter() - self.wall_offset
+        return self.plan.source, m
+
+    def after_round(self, r: int, stop: bool, total: int) -> None:
+        self._last_round = r
+        if stop or r >= total:
+            return  # the run ends here anyway: a signal now changes nothing
+        due = self.plan.due(r, total)
+        term = self.terminator
+        if self.backend.checks_every_round:
+            if not due and not (term is not None and term.signum):
+                return
+        elif r % self.log_every and not due:
+            return  # neither a logging nor a checkpoint round
+        paused = self.rec.pause()
+        flush = getattr(self.backend.transport, "flush", None) if hasattr(self.backend, "transport") else None
+        if flush is not None:
+            flush()  # latency layer: deferred sends out before the collectives
+        signum = self.backend.agree(term.signum if term is not None else 0)
+        path = None
+        if due or (signum and self.plan.dir is not None):
+            path = self._save(r, "signal" if signum else "every")
+        self.rec.resume(paused)
+        if signum:
+            raise Terminated(signum, r, path, self.resume_from)
+
+    def finish(self, summary: dict | None) -> Path | None:
+        """The final checkpoint (collective) when periodic checkpoints were asked."""
+        if not self.plan.periodic or self._last_round is None:
+            return None  # (nothing ran: resumed from the end, its checkpoint stands)
+        return self._save(self._last_round, "final", summary)
+
+    def _save(self, r: int, reason: str, summary=None) -> Path:
+        backend = self.backend
+        directory = round_dir(self.plan.dir, r)
+        directory.mkdir(parents=True, exist_ok=True)
+        arrays = backend.save(directory)
+        clocks = backend.clocks(r)
+        backend.barrier()  # every token file is in place
+        if backend.root:
+            spec = self.spec
+            manifest = {
+                "round": r,
+                "reason": reason,  # every | signal | final
+                "final": reason == "final",
+                "algorithm": spec.algorithm,
+                "variant": spec.variant,
+                "k": spec.tokens,
+                "n": spec.nodes,
+                "dim": backend.dim,
+                "layout": backend.layout,
+                "arrays": arrays,
+                "backend": backend.name,
+                "config": self.settings,
+                "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
+                "recorder": self.rec.state() if self.rec is not None else None,
+                "wall_s": time.perf_counter() - self._t0,
+                "clocks_us": clocks,
+                "summary": summary,
+            }
+            if self.rec is not None:
+                self.rec.files.flush()  # metrics.jsonl up to this round, as the checkpoint has it
+            write_manifest(directory, manifest)
+            prune(self.plan.dir, self.plan.keep)
+        return directory
+
+

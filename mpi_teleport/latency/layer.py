@@ -1,0 +1,233 @@
+"""The latency layer under MPI: a transport wrapper the algorithms never see.
+
+A message from node i to node j becomes visible to j no earlier than delta(i, j) after
+it was posted (:mod:`.model`). Links are independent: messages to (or from) several
+neighbours are delayed concurrently, so an exchange costs its slowest link, not the sum.
+
+Two clocks:
+
+* ``real``: the sender posts a message to j only at post time + delta(i, j);
+  :meth:`LatencyTransport.wait` busy-polls, posting due sends and testing requests.
+  Nothing needs synchronised clocks. Honest only while ranks <= cores.
+* ``virtual``: no real waiting. Every rank keeps a logical clock (microseconds); it
+  advances by the compute time of each local step (the CPU time spent in the problem's
+  ``gradient``, or ``--compute-time US`` per step) and, on every receive, to
+  max(own clock, sender clock + delta(i, j) + bytes / bandwidth). The sender's clock
+  travels in a companion float64 message on a duplicate transport (same source and
+  tag, so MPI's matching pairs it with its data message). Meaningful on any host.
+
+The logical clock is kept under both clocks; records then get ``virtual_time_s`` (max
+over ranks, gathered at logging rounds) beside ``time_s``. Latency changes time, never
+numbers. The simulator computes the same virtual time centrally
+(:mod:`mpi_teleport.virtual_clock`). MPI itself stays in the transport: this layer uses
+only its point-to-point and request methods.
+"""
+from __future__ import annotations
+
+import heapq
+import os
+import sys
+import time
+
+import numpy as np
+
+from .model import CLOCKS, LatencyModel
+
+_SPIN_MARGIN_S = 5e-4  # sleep no closer than this to a due time (time.sleep overshoots ~0.1 ms)
+
+
+class LatencyPending:
+    """Requests of one exchange plus the clock stamps to apply when it completes."""
+
+    def __init__(self):
+        self.requests: list = []
+        self.stamps: list = []  # (source, nbytes, 1-element float64 buffer)
+        self.keep: list = []  # stamp send buffers, alive until wait()
+
+
+class LatencyTransport:
+    """Wraps a :class:`mpi_teleport.transport.Transport`; same interface, plus a logical
+    clock (``clock_us``) and, with ``clock='real'``, real sender-side delays."""
+
+    def __init__(self, inner, model: LatencyModel, clock: str = "real"):
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
+        self.inner = inner
+        self.rank, self.size = inner.rank, inner.size
+        self.model = model
+        self.real = clock == "real" and model.active
+        self.clock_us = 0.0
+        self._stamps = inner.dup()  # companion clock messages: same (source, tag)
+        self._deferred: list = []  # heap of (due, seq, dest, tag, data copy, stamp)
+        self._seq = 0
+        self._inflight: list = []  # posted deferred sends (req, req, data, stamp), completed lazily
+        self._oversubscribed = self.size > (os.cpu_count() or 1)
+
+    # the Transport interface ------------------------------------------------
+    def tag(self, t: int, kind: int) -> int:
+        return self.inner.tag(t, kind)
+
+    def advance(self, us: float) -> None:
+        """Add compute time to the logical clock."""
+        self.clock_us += us
+
+    def post_recvs(self, recvs, pending: LatencyPending | None = None) -> LatencyPending:
+        pending = pending or LatencyPending()
+        for source, tag, buf in recvs:
+            if source == self.rank:
+                self.inner.post_recvs([(source, tag, buf)], pending)
+                continue
+            stamp = np.empty(1)
+            pending.requests.append(self.inner.irecv(buf, source, tag))
+            pending.requests.append(self._stamps.irecv(stamp, source, tag))
+            pending.stamps.append((source, buf.nbytes, stamp))
+        return pending
+
+    def post_sends(self, sends, pending: LatencyPending | None = None) -> LatencyPending:
+        pending = pending or LatencyPending()
+        now = time.perf_counter()
+        for dest, tag, buf in sends:
+            if dest == self.rank:
+                self.inner.post_sends([(dest, tag, buf)], pending)
+                continue
+            stamp = np.array([self.clock_us])
+            delay = self.model.delay_us(self.rank, dest, buf.nbytes) if self.real else 0.0
+            if delay > 0:  # real clock: hand it to MPI only at post time + delay
+                heapq.heappush(self._deferred, (now + delay * 1e-6, self._seq, dest, tag,
+                                                np.array(buf, copy=True), stamp))
+                self._seq += 1
+            else:
+                pending.requests.append(self.inner.isend(buf, dest, tag))
+                pending.requests.append(self._stamps.isend(stamp, dest, tag))
+                pending.keep.append(stamp)
+        return pending
+
+    def exchange(self, sends, recvs) -> None:
+        pending = self.post_recvs(recvs)
+        self.post_sends(sends, pending)
+        self.wait(pending)
+
+    def wait(self, pending: LatencyPending) -> None:
+        reqs = pending.requests
+        if reqs:
+            if self.real and self._deferred:
+                testall = self.inner.testall
+                while True:  # busy-poll: post due sends, test the requests
+                    self._post_due(time.perf_counter())
+                    if testall(reqs):
+                        break
+                    os.sched_yield()  # cheap when idle; on a shared host it keeps us schedulable
+            else:
+                self.inner.waitall(reqs)
+            reqs.clear()
+        self.inner.wait(pending)  # local (self) messages: checks none is left unmatched
+        for source, nbytes, stamp in pending.stamps:
+            arrival = stamp[0] + self.model.delay_us(source, self.rank, nbytes)
+            if arrival > self.clock_us:
+                self.clock_us = arrival
+        pending.stamps.clear()
+        pending.keep.clear()
+        if self._inflight:  # completed deferred sends release their buffers
+            self._inflight = [f for f in self._inflight if not self.inner.testall(list(f[:2]))]
+
+    def _post_due(self, now: float) -> None:
+        while self._deferred and self._deferred[0][0] <= now:
+            _, _, dest, tag, data, stamp = heapq.heappop(self._deferred)
+            self._inflight.append((self.inner.isend(data, dest, tag),
+                                   self._stamps.isend(stamp, dest, tag), data, stamp))
+
+    def flush(self) -> None:
+        """Post every deferred send, waiting (sleep, then spin) until each is due."""
+        while self._deferred:
+            gap = self._deferred[0][0] - time.perf_counter()
+            if gap > _SPIN_MARGIN_S:
+                time.sleep(gap - _SPIN_MARGIN_S)
+            elif gap > 0:
+                os.sched_yield()
+            self._post_due(time.perf_counter())
+
+    def _settle(self) -> None:
+        """After a collective every earlier message was received: complete the sends."""
+        if self._inflight:
+            self.inner.waitall([r for f in self._inflight for r in f[:2]])
+            self._inflight = []
+
+    # collectives (logging rounds, start-up): deferred sends go out first ------
+    def gather_rows(self, *args, **kwargs):
+        self.flush()
+        return self.inner.gather_rows(*args, **kwargs)
+
+    def bcast(self, obj):
+        self.flush()
+        out = self.inner.bcast(obj)
+        self._settle()
+        return out
+
+    def barrier(self) -> None:
+        self.flush()
+        self.inner.barrier()
+        self._settle()
+
+    def abort(self, code: int = 1) -> None:
+        self.inner.abort(code)
+
+    def close(self) -> None:
+        """Send what is still deferred and release the clock messages' communicator."""
+        self.flush()
+        self._settle()
+        self._stamps.free()
+
+    def __getattr__(self, name):
+        """Anything else of the inner transport (e.g. a newer collective helper); a method
+        first sends the deferred messages out, as the collectives above do."""
+        if name.startswith("__") or name == "inner":
+            raise AttributeError(name)
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def flushed(*args, **kwargs):
+            self.flush()
+            return attr(*args, **kwargs)
+
+        return flushed
+
+    def virtual_time_s(self) -> float | None:
+        """Max of the logical clocks over ranks, in seconds, on rank 0 (None elsewhere).
+        Collective; leaves every clock unchanged (logging takes no virtual time)."""
+        self.flush()
+        top = self.inner.reduce_max(self.clock_us)
+        return None if top is None else top / 1e6
+
+
+class TimedProblem:
+    """The problem as the algorithm sees it: each ``gradient`` call (one local step) adds
+    its compute time to the layer's clock: ``compute_time_us`` when given, else the CPU
+    time of the calling thread spent in it (so time a rank spends descheduled on an
+    oversubscribed host is not counted; for work off the CPU, e.g. a GPU, or multithreaded
+    gradients, give --compute-time)."""
+
+    def __init__(self, problem, layer: "LatencyTransport", compute_time_us: float | None):
+        self._problem, self._layer, self._fixed = problem, layer, compute_time_us
+
+    def __getattr__(self, name):
+        return getattr(self._problem, name)
+
+    def gradient(self, *args, **kwargs):
+        if self._fixed is not None:
+            self._layer.clock_us += self._fixed
+            return self._problem.gradient(*args, **kwargs)
+        start = time.thread_time()  # CPU time: a descheduled rank does not count as computing
+        out = self._problem.gradient(*args, **kwargs)
+        self._layer.clock_us += (time.thread_time() - start) * 1e6
+        return out
+
+
+def warn_oversubscribed(layer: "LatencyTransport") -> None:
+    """Real delays are not faithful when ranks exceed cores: say so once (rank 0)."""
+    if layer.real and layer._oversubscribed and layer.rank == 0:
+        print(f"warning: --clock real with {layer.size} ranks on {os.cpu_count()} cores: real "
+              f"delays are not faithful when ranks exceed cores; use --clock virtual",
+              file=sys.stderr, flush=True)
+
+

@@ -1,0 +1,178 @@
+"""Latency models: delta(i, j) in microseconds, from a ``--latency`` spec (pure).
+
+    none                 no delay (default)
+    const:US             delta(i, j) = US for every i != j
+    mod:TAU              delta(i, j) = TAU * (|i - j| mod 24)   (the paper's Sec. 5.3)
+    matrix:FILE.csv      delta(i, j) = row i, column j of an n x n CSV (sender i, receiver j)
+    ...,bw:GBPS          plus a per-link bandwidth term: bytes * 8 / (GBPS * 1e9) seconds
+                         (``bw:GBPS`` alone: bandwidth only). GBPS is in gigabit/s.
+
+Self-messages are always free. :func:`parse_spec` with ``load=False`` checks the text
+only (configuration validation stays pure); with the default it also reads and checks a
+matrix file.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UsageError
+
+MOD_BASE = 24  # the paper's mod(|i - j|, 24)
+CLOCKS = ("real", "virtual")
+_USAGE = ("use none, const:US, mod:TAU or matrix:FILE.csv (microseconds), optionally "
+          "followed by ,bw:GBPS")
+
+
+# --------------------------------------------------------------------------- models
+@dataclass(frozen=True, eq=False)
+class LatencyModel:
+    """delta(i, j) in microseconds; vectorised over numpy arrays of node ids."""
+
+    kind: str = "none"  # none, const, mod, matrix
+    value_us: float = 0.0  # const: US; mod: TAU
+    matrix_us: np.ndarray | None = field(default=None, repr=False)
+    bw_gbps: float | None = None
+    spec: str = "none"
+
+    @property
+    def active(self) -> bool:
+        return self.kind != "none" or self.bw_gbps is not None
+
+    @property
+    def us_per_byte(self) -> float:
+        return 0.0 if self.bw_gbps is None else 8e-3 / self.bw_gbps
+
+    def base_us(self, i, j):
+        """Latency term of i -> j (no self-message special case, no bandwidth)."""
+        if self.kind == "mod":
+            return self.value_us * (np.abs(np.subtract(i, j)) % MOD_BASE)
+        if self.kind == "matrix":
+            return self.matrix_us[i, j]
+        return self.value_us  # const (none: 0)
+
+    def delay_us(self, i, j, nbytes):
+        """delta(i, j) + nbytes / bandwidth, microseconds; 0 when i == j. Scalars give a
+        float; arrays an array (the same float operations either way, so the simulator's
+        oracle and the MPI ranks agree bit for bit)."""
+        total = self.base_us(i, j) + np.multiply(nbytes, self.us_per_byte)
+        if np.ndim(i) == 0 and np.ndim(j) == 0:
+            return 0.0 if int(i) == int(j) else float(total)
+        return np.where(np.equal(i, j), 0.0, total)
+
+    def describe(self) -> str:
+        return self.spec
+
+
+NONE = LatencyModel()
+
+
+def _number(text: str, what: str, spec: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"--latency {spec!r}: {what} must be a number, got {text!r}; {_USAGE}") from None
+    if not math.isfinite(value):
+        raise UsageError(f"--latency {spec!r}: {what} must be finite, got {text!r}")
+    return value
+
+
+def _load_matrix(path: str, n: int | None, spec: str) -> np.ndarray:
+    p = Path(path).expanduser()
+    if not path:
+        raise UsageError(f"--latency {spec!r}: give the CSV file, e.g. matrix:delays.csv")
+    if not p.is_file():
+        raise UsageError(f"--latency {spec!r}: file {path!r} not found; give an n x n CSV of "
+                         f"microseconds (row = sender, column = receiver)")
+    try:
+        m = np.loadtxt(p, delimiter=",", dtype=np.float64, ndmin=2, comments="#")
+    except ValueError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "unreadable"
+        raise UsageError(f"--latency {spec!r}: {path} is not a numeric CSV ({first}); give an "
+                         f"n x n table of microseconds, comma-separated") from None
+    if m.ndim != 2 or m.shape[0] != m.shape[1] or m.size == 0:
+        raise UsageError(f"--latency {spec!r}: {path} is {m.shape[0]} x {m.shape[1]}, not square; "
+                         f"give an n x n table (row = sender, column = receiver)")
+    if n is not None and m.shape[0] != n:
+        raise UsageError(f"--latency {spec!r}: {path} is {m.shape[0]} x {m.shape[1]} but there are "
+                         f"{n} nodes; give an {n} x {n} table")
+    if not np.isfinite(m).all():
+        i, j = np.argwhere(~np.isfinite(m))[0]
+        raise UsageError(f"--latency {spec!r}: {path} has a non-finite entry at row {i}, column {j}; "
+                         f"all delays must be finite microseconds")
+    if (m < 0).any():
+        i, j = np.argwhere(m < 0)[0]
+        raise UsageError(f"--latency {spec!r}: {path} has a negative delay {m[i, j]:g} at row {i}, "
+                         f"column {j}; delays must be >= 0")
+    m = m.copy()
+    np.fill_diagonal(m, 0.0)  # self-messages are free
+    m.setflags(write=False)
+    return m
+
+
+def parse_spec(spec, n: int | None = None, load: bool = True) -> LatencyModel:
+    """``--latency`` text -> LatencyModel, or UsageError saying what is wrong and what to do.
+    ``n`` (the number of nodes) checks a matrix's shape; ``load=False`` checks the text
+    only and does not read a matrix file (the model then has no matrix)."""
+    if spec is None:
+        return NONE
+    text = str(spec).strip()
+    if not text:
+        raise UsageError(f"--latency is empty; {_USAGE}")
+    parts = re.split(r",(?=\s*bw\s*:)", text, flags=re.IGNORECASE)  # a path may hold commas
+    model_part, extras = parts[0].strip(), [p.strip() for p in parts[1:]]
+    if model_part.lower().startswith("bw:") or model_part.lower().startswith("bw "):
+        extras.insert(0, model_part)
+        model_part = "none"
+    if len(extras) > 1:
+        raise UsageError(f"--latency {spec!r}: bw: given {len(extras)} times; give it once")
+    bw = None
+    if extras:
+        _, _, value = extras[0].partition(":")
+        bw = _number(value.strip(), "the bandwidth (bw:GBPS, gigabit/s)", text)
+        if bw <= 0:
+            raise UsageError(f"--latency {spec!r}: the bandwidth must be > 0 Gbit/s, got {value.strip()}")
+    name, sep, arg = model_part.partition(":")
+    name = name.strip().lower()
+    arg = arg.strip()
+    if name == "none":
+        if sep:
+            raise UsageError(f"--latency {spec!r}: 'none' takes no value; {_USAGE}")
+        return LatencyModel("none", bw_gbps=bw, spec=text)
+    if name in ("const", "mod"):
+        if not sep or not arg:
+            unit = "US" if name == "const" else "TAU"
+            raise UsageError(f"--latency {spec!r}: give the value in microseconds, e.g. {name}:5 "
+                             f"({name}:{unit})")
+        what = "the delay (const:US)" if name == "const" else "tau (mod:TAU)"
+        value = _number(arg, what, text)
+        if value < 0:
+            raise UsageError(f"--latency {spec!r}: {what} must be >= 0 microseconds, got {arg}")
+        return LatencyModel(name, value_us=value, bw_gbps=bw, spec=text)
+    if name == "matrix":
+        if not load:
+            if not arg:
+                raise UsageError(f"--latency {spec!r}: give the CSV file, e.g. matrix:delays.csv")
+            return LatencyModel("matrix", bw_gbps=bw, spec=text)
+        return LatencyModel("matrix", matrix_us=_load_matrix(arg, n, text), bw_gbps=bw, spec=text)
+    raise UsageError(f"--latency {spec!r}: unknown model {name!r}; {_USAGE}")
+
+
+def check_compute_time(value) -> None:
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"--compute-time must be a finite number of microseconds >= 0, got {value}")
+
+
+def layer_active(cfg) -> bool:
+    """Whether a run needs the layer: any latency, the virtual clock, or a modelled compute time."""
+    return (str(getattr(cfg, "latency", "none")).strip().lower() != "none"
+            or getattr(cfg, "clock", "real") == "virtual"
+            or getattr(cfg, "compute_time", None) is not None)
+
+

@@ -1,0 +1,96 @@
+"""The package's layers: no import cycle, mpi4py only where MPI lives, torch only where a
+network needs it (a test that walks every import, at module level and inside functions)."""
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mpi_teleport"
+
+# MPI is the transport's business, and the MPI entry points' (they create COMM_WORLD).
+MPI_ALLOWED = {"mpi_teleport.transport", "mpi_teleport.run", "mpi_teleport.latency.probe",
+               "mpi_teleport.examples.logistic", "mpi_teleport.examples.custom_model"}
+# Leaf modules: they import nothing of the package.
+LEAVES = {"mpi_teleport.errors"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> tuple[set[str], set[str]]:
+    """(package modules, outside top-level names) that module ``name`` imports anywhere."""
+    inside, outside = set(), set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                (inside if alias.name in known else outside).add(
+                    alias.name if alias.name in known else alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            if not base.startswith("mpi_teleport"):
+                outside.add(base.split(".")[0])
+                continue
+            for alias in node.names:  # `from pkg import module` names a module
+                sub = f"{base}.{alias.name}"
+                inside.add(sub if sub in known else base)
+    inside.discard(name)
+    return inside, outside
+
+
+def graph():
+    found = modules()
+    known = set(found)
+    return {name: imports(name, path, known) for name, path in found.items()}
+
+
+def test_no_import_cycle_inside_the_package():
+    edges = {name: inside for name, (inside, _) in graph().items()}
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                cycle = stack[stack.index(nxt):] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name)
+
+
+def test_mpi4py_only_in_the_transport_and_the_entry_points():
+    users = sorted(name for name, (_, outside) in graph().items() if "mpi4py" in outside)
+    assert set(users) <= MPI_ALLOWED, f"mpi4py imported by {set(users) - MPI_ALLOWED}"
+
+
+def test_errors_is_a_leaf_and_config_is_pure():
+    g = graph()
+    for leaf in LEAVES:
+        assert not g[leaf][0], f"{leaf} imports {g[leaf][0]}"
+    inside, outside = g["mpi_teleport.config"]
+    assert not {"mpi_teleport.checkpoint", "mpi_teleport.preflight", "mpi_teleport.transport"} & inside
+    assert "mpi4py" not in outside and "os" not in outside
+
+
+def test_torch_only_on_the_network_paths():
+    torch_users = {name for name, (_, outside) in graph().items() if "torch" in outside}
+    assert all(name.startswith(("mpi_teleport.problems", "mpi_teleport.examples"))
+               or name == "mpi_teleport.backends.device" for name in torch_users), torch_users
