@@ -32,7 +32,7 @@ class Result:
     Attributes
     ----------
     summary : dict
-        As ``summary.json``.
+        As ``summary.json`` (on every process).
     records : list of dict
         The logged rounds, as ``metrics.jsonl``.
     x : numpy.ndarray
@@ -59,7 +59,7 @@ def average(x: np.ndarray) -> np.ndarray:
 def execute(problem, spec, logging, backend, recorder, *, plan: Plan | None = None,
             settings: dict | None = None, terminator=None, resume_from=None) -> Result:
     """Run ``spec`` on ``backend``; the root writes through ``recorder``. Returns the
-    Result on every process (summary and records on the root; x everywhere)."""
+    whole Result on every process."""
     plan = plan or Plan(None, 0, 2)
     keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
                     log_every=logging.every, stop_at_target=logging.stop_at_target,
@@ -89,11 +89,11 @@ def execute(problem, spec, logging, backend, recorder, *, plan: Plan | None = No
         summary = recorder.summary(wall, {"backend": backend.name})
     keeper.finish(summary)
     final = recorder.final_tokens() if backend.root else None
-    x = backend.share(lambda: average(final) if final is not None else None)
-    records = list(recorder.files.records) if backend.root else []
-    k = summary["k"] if summary else None
+    # every process gets the whole result (one broadcast, once)
+    summary, records, x = backend.share(lambda: (
+        summary, list(recorder.files.records), average(final) if final is not None else None))
     candidates = dict(summary.get("candidates", {})) if summary else {}
-    return Result(summary, records, x, k, candidates)
+    return Result(summary, records, x, summary["k"] if summary else None, candidates)
 
 
 def _log(phase: int, r: int, backend, recorder, spec) -> bool:

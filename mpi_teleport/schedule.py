@@ -1,4 +1,4 @@
-"""Which node holds which token in round t (DESIGN.md §1, Alg. 1 line 3 / Alg. 3 line 5).
+"""Which node holds which token in round t (mpi_teleport/DESIGN.md §3.2, Alg. 1 line 3 / Alg. 3 line 5).
 
 Every function here is pure: the answer for round t is computed from (seed, n, k, t)
 alone, by a generator keyed by (seed, t), so each rank evaluates any round locally in

@@ -1,4 +1,4 @@
-"""Gossip topologies over k tokens (DSGD uses them over n nodes), DESIGN.md §2.
+"""Gossip topologies over k tokens (DSGD uses them over n nodes), mpi_teleport/DESIGN.md §4.
 
 A topology gives, for round t, the mixing matrix W(t): x_j <- sum_m W(t)[j, m] y_m.
 Row j lists the *sources* of receiver j; column m lists the receivers of sender m.

@@ -1,4 +1,4 @@
-"""Bad input gives one clear line on stderr and exit status 2 (DESIGN.md §5)."""
+"""Bad input gives one clear line on stderr and exit status 2 (mpi_teleport/DESIGN.md §10.3)."""
 import subprocess
 import sys
 

@@ -4,14 +4,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from launch_helpers import MPIImpl, is_python, kill_tagged, new_tag, tagged_pids
+from launch_helpers import rank_pids as tagged_rank_pids
 from mpi_teleport import checkpoint
-from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 
@@ -19,65 +19,48 @@ ROOT = Path(__file__).resolve().parents[1]
 OURS = "mpi_teleport.run: error:"
 
 
-def start_mpi(n: int, args: list[str], tmp_path) -> subprocess.Popen:
-    """mpirun in the background (its own session), output to files."""
-    cmd = mpirun_command(n, [sys.executable, *args], find_mpirun())
-    env = mpi_env()
-    env.setdefault("PYTHONPATH", str(ROOT))
-    env["OMP_NUM_THREADS"] = "1"
+def start_mpi(n: int, args: list[str], tmp_path, impl: MPIImpl) -> subprocess.Popen:
+    """The launcher in the background (its own session), output to files; its processes
+    carry a tag in their environment (``proc.tag``) by which the ranks are found."""
+    tag = new_tag()
     out, err = open(tmp_path / "stdout", "w"), open(tmp_path / "stderr", "w")
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err, start_new_session=True)
+    proc = subprocess.Popen(impl.command(n, args), cwd=ROOT, env=impl.env(tag=tag), stdout=out,
+                            stderr=err, start_new_session=True)
+    proc.tag = tag
+    return proc
 
 
 def finish(proc: subprocess.Popen, tmp_path, timeout: float):
-    """Wait for mpirun; kill its whole session if it hangs. Returns (status, stderr)."""
+    """Wait for the launcher; kill every process of the job if it hangs. Returns (status, stderr)."""
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        kill_session(proc)
+        kill_job(proc)
         proc.wait()
         pytest.fail(f"mpirun still running after {timeout}s:\n{(tmp_path / 'stderr').read_text()[-2000:]}")
     return proc.returncode, (tmp_path / "stderr").read_text()
 
 
-def kill_session(proc: subprocess.Popen) -> None:
-    """SIGKILL every process of the mpirun's session (mpirun and its ranks, which Open MPI
-    puts in process groups of their own)."""
-    for pid in session_pids(proc.pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def session_pids(sid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.getsid(int(entry)) == sid:
-                    pids.append(int(entry))
-            except (ProcessLookupError, PermissionError):
-                pass
-    return pids
+def kill_job(proc: subprocess.Popen) -> None:
+    """SIGKILL the launcher and every process carrying its tag (daemons, proxies, ranks)."""
+    kill_tagged(proc.tag)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def rank_pids(proc: subprocess.Popen, n: int, timeout: float = 300) -> list[int]:
-    """PIDs of the n Python ranks under this mpirun (children of prterun)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ranks = [pid for pid in session_pids(proc.pid) if pid != proc.pid and _is_python(pid)]
-        if len(ranks) == n:
-            return ranks
-        time.sleep(0.2)
-    pytest.fail(f"did not find {n} ranks of mpirun {proc.pid}")
-
-
-def _is_python(pid: int) -> bool:
+    """PIDs of the n Python ranks of this job, in rank order (found by its tag, not through
+    the launcher's process tree: prterun's and Hydra's differ)."""
     try:
-        return Path(f"/proc/{pid}/exe").resolve().name.startswith("python")
-    except OSError:
-        return False
+        return tagged_rank_pids(proc.tag, n, timeout)
+    except TimeoutError as exc:
+        pytest.fail(str(exc))
+
+
+def job_pythons(proc: subprocess.Popen) -> list[int]:
+    return [p for p in tagged_pids(proc.tag) if is_python(p)]
 
 
 def wait_for(path: Path, timeout: float = 300) -> None:
@@ -92,8 +75,8 @@ LONG = ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "2", "-
         "--log-every", "20", "--momentum", "0.5", "--seed", "5", "--progress", "off"]
 
 
-def test_sigkill_of_one_rank_ends_the_job_within_30_s(tmp_path):
-    proc = start_mpi(4, [*LONG, "--out", str(tmp_path / "run")], tmp_path)
+def test_sigkill_of_one_rank_ends_the_job_within_30_s(tmp_path, mpi_impl):
+    proc = start_mpi(4, [*LONG, "--out", str(tmp_path / "run")], tmp_path, mpi_impl)
     try:
         wait_for(tmp_path / "run" / "metrics.jsonl")  # running (flushed after 2 s)
         victim = rank_pids(proc, 4)[2]
@@ -102,20 +85,21 @@ def test_sigkill_of_one_rank_ends_the_job_within_30_s(tmp_path):
         status, err = finish(proc, tmp_path, timeout=60)
         elapsed = time.monotonic() - start
     finally:
-        kill_session(proc)
+        kill_job(proc)
     assert status != 0
     assert elapsed < 30, f"the job took {elapsed:.1f}s to end after a rank was killed"
     time.sleep(0.5)
-    assert not [p for p in session_pids(proc.pid) if _is_python(p)], "ranks left behind"
+    assert not job_pythons(proc), "ranks left behind"
 
 
 @pytest.mark.parametrize("how", ["SIGTERM to every rank", "SIGUSR1 to mpirun"])
-def test_signal_writes_a_complete_checkpoint_and_resume_equals_uninterrupted(tmp_path, mpirun, how):
+def test_signal_writes_a_complete_checkpoint_and_resume_equals_uninterrupted(tmp_path, mpi_impl, mpirun,
+                                                                            how):
     """SIGTERM (what the scheduler sends) on the ranks, or SIGUSR1 on mpirun (what the job
     scripts forward ahead of the time limit; mpirun passes it on): the ranks agree on a
     round, write a final checkpoint, and all exit with status 75."""
     out = tmp_path / "run"
-    proc = start_mpi(4, [*LONG, "--out", str(out), "--checkpoint-every", "1000"], tmp_path)
+    proc = start_mpi(4, [*LONG, "--out", str(out), "--checkpoint-every", "1000"], tmp_path, mpi_impl)
     try:
         wait_for(out / "metrics.jsonl")
         if how.endswith("every rank"):
@@ -127,7 +111,7 @@ def test_signal_writes_a_complete_checkpoint_and_resume_equals_uninterrupted(tmp
             os.kill(proc.pid, signal.SIGUSR1)
         status, err = finish(proc, tmp_path, timeout=60)
     finally:
-        kill_session(proc)
+        kill_job(proc)
     assert status == 75, err[-3000:]
     name = "SIGTERM" if "SIGTERM" in how else "SIGUSR1"
     ours = [line for line in err.splitlines() if "mpi_teleport.run: stopped by" in line]
@@ -250,18 +234,16 @@ BAD_MPI = [  # (flags with {placeholders}, fragment of the one line); 3 ranks
 ]
 
 
-def test_bad_input_under_mpi_one_line_from_rank_0_exit_2(tmp_path):
+def test_bad_input_under_mpi_one_line_from_rank_0_exit_2(tmp_path, mpi_impl):
     """Every case in one MPI job (3 ranks) by tests/scripts/bad_inputs.py: each call of
     run.main must return 2 on every rank with one line on rank 0's stderr, nothing on the
     others', no exchange started (it would hang)."""
     paths = _fixtures(tmp_path)
     cases = [[a.format(**paths) for a in flags] for flags, _ in BAD_MPI]
     (tmp_path / "cases.json").write_text(json.dumps(cases))
-    cmd = mpirun_command(3, [sys.executable, "tests/scripts/bad_inputs.py", str(tmp_path / "cases.json"),
-                             str(tmp_path / "results")], find_mpirun())
-    env = mpi_env()
-    env.setdefault("PYTHONPATH", str(ROOT))
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    cmd = mpi_impl.command(3, ["tests/scripts/bad_inputs.py", str(tmp_path / "cases.json"),
+                               str(tmp_path / "results")])
+    proc = subprocess.run(cmd, cwd=ROOT, env=mpi_impl.env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     results = [json.loads((tmp_path / "results" / f"rank{r}.json").read_text()) for r in range(3)]
     assert len(BAD_MPI) >= 20
@@ -281,13 +263,12 @@ def test_bad_input_under_mpi_one_line_from_rank_0_exit_2(tmp_path):
     ("nothing", "--data-dir 'data' does not exist"),  # found while checking the flags
     ("an empty folder", "Fashion-MNIST not found"),  # found while loading
 ])
-def test_data_set_missing_on_one_rank_only_stops_every_rank_with_one_line(tmp_path, rank1_has,
-                                                                          fragment):
+def test_data_set_missing_on_one_rank_only_stops_every_rank_with_one_line(tmp_path, mpi_impl,
+                                                                          rank1_has, fragment):
     """A relative --data-dir that holds the files on rank 0's node but not on rank 1's
     (node-local disks, one MPMD job with a working directory per rank): every rank stops
     at once with exit status 2 and one line from rank 0 naming the rank; no hang."""
     pytest.importorskip("torchvision")
-    from launch_helpers import mpmd_command
     from test_datasets_models import _write_fmnist
 
     here, there = tmp_path / "node0", tmp_path / "node1"
@@ -295,12 +276,12 @@ def test_data_set_missing_on_one_rank_only_stops_every_rank_with_one_line(tmp_pa
     (there / "data" if rank1_has == "an empty folder" else there).mkdir(parents=True)
     flags = ["-m", "mpi_teleport.run", "--problem", "fashion-mnist", "--data-dir", "data",
              "--nodes", "2", "--rounds", "2"]
-    env = mpi_env()
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = "1"
-    cmd = mpmd_command([(here, [sys.executable, *flags]), (there, [sys.executable, *flags])])
+    tag = new_tag()
+    cmd = mpi_impl.mpmd_command([(here, ["python", *flags]), (there, ["python", *flags])])
     with open(tmp_path / "stdout", "w") as out, open(tmp_path / "stderr", "w") as err:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(cmd, env=mpi_impl.env(tag=tag), stdout=out, stderr=err,
+                                start_new_session=True)
+    proc.tag = tag
     status, stderr = finish(proc, tmp_path, timeout=240)  # a hang fails, ranks killed
     assert status == 2, stderr[-3000:]
     ours = [line for line in stderr.splitlines() if OURS in line]

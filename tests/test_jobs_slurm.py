@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from launch_helpers import implementation
 from mpi_teleport.config import PROBLEMS
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
@@ -30,6 +31,7 @@ SCRIPTS = sorted(p.name for p in (ROOT / "jobs").glob("*.sbatch"))
 # (tests/scripts/slow_run.py), so it needs > 100 s and meets its 1-minute limit (SLURM
 # enforces it within 30 s); later attempts do not sleep.
 LIMIT_ROUNDS = 2000
+LIMIT_JOBS = ["time-limit", "time-limit[mpich]"]
 LIMIT_ARGS = (f"--algorithm teleportation --k 2 --rounds {LIMIT_ROUNDS} --log-every 10 "
               "--momentum 0.5 --seed 11")
 
@@ -51,8 +53,18 @@ def _start_slurm() -> dict:
     if match:
         env["SLURM_CONF"] = match.group(1)
     env["PYTHON"] = sys.executable
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.pop("SLURM_JOB_ID", None)
     return {"env": env}
+
+
+def python_for(name: str) -> str | None:
+    """The job's PYTHON: MPICH's for jobs named [mpich...], else this one; None if MPICH is
+    not available here."""
+    if "mpich" not in name:
+        return sys.executable
+    impl = implementation("mpich")
+    return None if isinstance(impl, str) else impl.python
 
 
 class Job:
@@ -102,9 +114,11 @@ class Job:
         return "\n".join(text)
 
 
-QUICK = {  # name -> (script, sbatch arguments, extra environment)
+QUICK = {  # name -> (script, sbatch arguments, extra environment); [mpich]: PYTHON of MPICH
     "teleport.sbatch": ("teleport.sbatch", ["-n", "4"], {}),
     "teleport.sbatch[mpirun]": ("teleport.sbatch", ["-n", "4"], {"MPI_LAUNCHER": "mpirun"}),
+    "teleport.sbatch[mpich]": ("teleport.sbatch", ["-n", "4"], {}),
+    "teleport.sbatch[mpich,mpirun]": ("teleport.sbatch", ["-n", "4"], {"MPI_LAUNCHER": "mpirun"}),
     "search.sbatch": ("search.sbatch", ["-n", "7"], {}),
     "networks.sbatch": ("networks.sbatch", ["-n", "4"], {}),
     "latency_sweep.sbatch": ("latency_sweep.sbatch", ["-n", "4"], {}),
@@ -119,16 +133,18 @@ def cluster(tmp_path_factory):
     info = _start_slurm()
     base = tmp_path_factory.mktemp("slurm")
     jobs = {}
-    # the long one first, so that the quick ones run meanwhile
-    jobs["time-limit"] = Job("time-limit", "teleport.sbatch",
+    # the long ones first, so that the quick ones run meanwhile
+    for name in LIMIT_JOBS:
+        if python_for(name):
+            jobs[name] = Job(name, "teleport.sbatch",
                              ["-n", "4", "--time=1", "--signal=B:USR1@0", "--job-name=limit"],
-                             {**info["env"], "RUN": "tests/scripts/slow_run.py", "SLOW_STEP_S": "0.05",
-                              "CHECKPOINT_EVERY": "200", "ARGS": LIMIT_ARGS},
-                             base / "time-limit")
+                             {**info["env"], "PYTHON": python_for(name), "RUN": "tests/scripts/slow_run.py",
+                              "SLOW_STEP_S": "0.05", "CHECKPOINT_EVERY": "200", "ARGS": LIMIT_ARGS},
+                             base / re.sub(r"\W", "_", name))
     for name, (script, args, extra) in QUICK.items():
-        if not (ROOT / "jobs" / script).exists():
+        if not (ROOT / "jobs" / script).exists() or not python_for(name):
             continue
-        jobs[name] = Job(name, script, args, {**info["env"], "QUICK": "1", **extra},
+        jobs[name] = Job(name, script, args, {**info["env"], "PYTHON": python_for(name), "QUICK": "1", **extra},
                          base / re.sub(r"\W", "_", name))
     yield jobs
     for job in jobs.values():
@@ -149,7 +165,8 @@ def the_run_dir(job: Job) -> Path:
 @pytest.mark.parametrize("name", list(QUICK))
 def test_job_script_runs_to_completion_in_quick_mode(cluster, name, tmp_path):
     if name not in cluster:
-        pytest.skip(f"jobs/{QUICK[name][0]} does not exist")
+        pytest.skip(f"jobs/{QUICK[name][0]} does not exist" if python_for(name)
+                    else f"no MPICH here: {implementation('mpich')}")
     job = cluster[name]
     status = job.wait(timeout=900)
     assert status == 0, f"sbatch --wait {name}: status {status}\n{job.logs()[-4000:]}"
@@ -164,7 +181,8 @@ def test_job_script_runs_to_completion_in_quick_mode(cluster, name, tmp_path):
     run = the_run_dir(job)
     log = (run / "job.log").read_text()
     assert "run ended with status 0" in log
-    launcher = "mpirun" if "mpirun" in name else "srun --mpi=pmix"
+    launcher = "mpirun" if "mpirun" in name else f"srun --mpi={'pmi2' if 'mpich' in name else 'pmix'}"
+    assert f"MPI: {'mpich' if 'mpich' in name else 'openmpi'}," in log, log[-2000:]
     assert f"+ {launcher}" in log or f"/{launcher}" in log, log[-2000:]
     if script == "search.sbatch":
         summary = json.loads((run / "summary.json").read_text())
@@ -190,12 +208,15 @@ def test_job_script_runs_to_completion_in_quick_mode(cluster, name, tmp_path):
         assert numbers(run / algorithm / "metrics.jsonl") == numbers(tmp_path / "sim" / algorithm / "metrics.jsonl")
 
 
-def test_time_limit_requeue_resumes_and_equals_an_uninterrupted_run(cluster, tmp_path):
+@pytest.mark.parametrize("name", LIMIT_JOBS)
+def test_time_limit_requeue_resumes_and_equals_an_uninterrupted_run(cluster, tmp_path, name):
     """--time=1 (and no early USR1): SLURM sends SIGTERM at the limit, the srun ranks agree
     on a round, write a checkpoint and exit 75, the script requeues the job, the new attempt
     resumes from the newest checkpoint. The final metrics equal the simulator's
     uninterrupted run bit for bit."""
-    job = cluster["time-limit"]
+    if name not in cluster:
+        pytest.skip(f"no MPICH here: {implementation('mpich')}")
+    job = cluster[name]
     status = job.wait(timeout=1000)
     logs = job.logs()
     assert status == 0, f"status {status}\n{logs[-4000:]}"

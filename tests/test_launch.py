@@ -1,22 +1,109 @@
-"""The convenience launcher builds the mpirun command a user would type."""
+"""The convenience launcher builds the command a user would type, for the MPI its
+launcher belongs to (Open MPI: oversubscription and root settings; Hydra: neither)."""
+import subprocess
+
+import pytest
+
 from mpi_teleport import launch
+from mpi_teleport.mpi_flavor import (INTELMPI, MPICH, OPENMPI, UNKNOWN, CRAY, Flavor,
+                                     flavor_of_version_text)
+
+VERSION_TEXTS = [
+    ("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/", OPENMPI),
+    ("prterun (Open MPI) 5.0.3", OPENMPI),
+    ("mpirun (Open MPI) 4.1.5", OPENMPI),
+    ("HYDRA build details:\n    Version: 5.0.2\n    Process Manager: pmi", MPICH),
+    ("MPICH Version:      4.3.2\nMPICH Release date: ...", MPICH),
+    ("Intel(R) MPI Library for Linux* OS, Version 2021.13 Build 20240701\nCopyright ...", INTELMPI),
+    ("MPI VERSION    : CRAY MPICH version 8.1.28.2 (ANL base 3.4a2)", CRAY),
+    ("mpiexec: unrecognized option '--version'", UNKNOWN),
+]
 
 
-def test_oversubscribes_only_when_needed(monkeypatch):
+@pytest.mark.parametrize("text,name", VERSION_TEXTS)
+def test_version_text_names_the_implementation(text, name):
+    assert flavor_of_version_text(text).name == name
+
+
+def test_only_open_mpi_gets_oversubscription_flags(monkeypatch):
     monkeypatch.setattr(launch.os, "cpu_count", lambda: 2)
-    cmd = launch.mpirun_command(25, ["python", "-m", "mpi_teleport.run"], mpirun="mpirun")
-    assert cmd[:3] == ["mpirun", "-n", "25"] and "--oversubscribe" in cmd
-    assert "--oversubscribe" not in launch.mpirun_command(2, ["x"], mpirun="mpirun")
+    argv = ["python", "-m", "mpi_teleport.run"]
+    cmd = launch.mpirun_command(25, argv, mpirun="mpirun", flavor=Flavor(OPENMPI))
+    assert cmd[:3] == ["mpirun", "-n", "25"] and cmd[-3:] == argv
+    assert "--oversubscribe" in cmd and "core:overload-allowed" in cmd
+    assert "--oversubscribe" not in launch.mpirun_command(2, argv, mpirun="mpirun", flavor=Flavor(OPENMPI))
+    for other in (MPICH, INTELMPI, CRAY, UNKNOWN):  # Hydra rejects every one of those flags
+        assert launch.mpirun_command(25, argv, mpirun="mpiexec", flavor=Flavor(other)) == \
+            ["mpiexec", "-n", "25", *argv]
 
 
-def test_root_env(monkeypatch):
+def test_root_env_only_where_the_implementation_asks(monkeypatch):
     monkeypatch.setattr(launch.os, "geteuid", lambda: 0)
-    env = launch.mpi_env({})
+    env = launch.mpi_env({}, Flavor(OPENMPI))
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+    assert launch.mpi_env({}, Flavor(MPICH)) == {}
     monkeypatch.setattr(launch.os, "geteuid", lambda: 1000)
-    assert "OMPI_ALLOW_RUN_AS_ROOT" not in launch.mpi_env({})
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in launch.mpi_env({}, Flavor(OPENMPI))
+
+
+def test_srun_plugin_per_library():
+    assert [Flavor(f).srun_mpi for f in (OPENMPI, MPICH, INTELMPI, CRAY)] == \
+        ["pmix", "pmi2", "pmi2", "cray_shasta"]
 
 
 def test_bad_rank_count(capsys):
     assert launch.main(["-n", "0"]) == 2
     assert "at least 1" in capsys.readouterr().err
+
+
+def test_missing_launcher_is_one_line_exit_2(capsys):
+    assert launch.main(["-n", "2", "--mpirun", "/nonexistent/mpirun"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such program" in err[0]
+
+
+def test_rsh_without_hosts_is_one_line_exit_2(capsys):
+    assert launch.main(["-n", "2", "--rsh", "ssh"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--rsh needs --hosts" in err[0]
+
+
+def test_host_placement_per_implementation(monkeypatch):
+    """Open MPI: --host, the agent as plm_rsh_agent, -x for what remote ranks need (it hands
+    on nothing else); Hydra: -hosts, the agent as ssh launcher, the whole environment."""
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 2)
+    env = {"PYTHONPATH": "/repo", "OMP_NUM_THREADS": "1"}
+    cmd = launch.mpirun_command(4, ["py"], "mpirun", Flavor(OPENMPI), hosts="a:2,b:2", rsh_agent="agent", env=env)
+    assert cmd == ["mpirun", "-n", "4", "--host", "a:2,b:2", "--mca", "plm_rsh_agent", "agent",
+                   "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "py"]
+    cmd = launch.mpirun_command(4, ["py"], "mpiexec", Flavor(MPICH), hosts="a:2,b:2", rsh_agent="agent", env=env)
+    assert cmd == ["mpiexec", "-n", "4", "-hosts", "a:2,b:2", "-launcher", "ssh", "-launcher-exec", "agent", "py"]
+    # 3 ranks per host on 2 cores: Open MPI must oversubscribe each host
+    assert "--oversubscribe" in launch.mpirun_command(6, ["py"], "mpirun", Flavor(OPENMPI), hosts="a:3,b:3", env={})
+    assert "--oversubscribe" not in launch.mpirun_command(4, ["py"], "mpirun", Flavor(OPENMPI), hosts="a:2,b:2", env={})
+
+
+@pytest.mark.parametrize("ranks", [8, 25])
+def test_launch_runs_the_demo_under_each_implementation(mpi_impl, ranks, tmp_path):
+    """`python -m mpi_teleport.launch -n N` with the Python of each wheel: the launcher
+    beside it, the command for its implementation, the comparison table."""
+    proc = subprocess.run([mpi_impl.python, "-m", "mpi_teleport.launch", "-n", str(ranks), "--",
+                           "--rounds", "30", "--progress", "off"], cwd=tmp_path,
+                          env=mpi_impl.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = [line for line in proc.stderr.splitlines() if line.startswith("+ ")]
+    assert len(shown) == 1 and shown[0].endswith(f"({mpi_impl.name})"), proc.stderr[-2000:]
+    assert f"{mpi_impl.mpirun} -n {ranks} " in shown[0]
+    assert ("--oversubscribe" in shown[0]) == (mpi_impl.name == OPENMPI and ranks > launch.os.cpu_count())
+    assert proc.stdout.startswith(f"MPI, n={ranks} ranks") and "Teleportation" in proc.stdout
+
+
+def test_each_environment_s_mpi4py_loads_its_own_library(mpi_impl):
+    """The MPICH venv sees this venv's packages too (.pth): its mpi4py must still be its own."""
+    from launch_helpers import library_version
+
+    expected = {"openmpi": "Open MPI", "mpich": "MPICH"}[mpi_impl.name]
+    assert library_version(mpi_impl.python).startswith(expected)
+    proc = subprocess.run([mpi_impl.python, "-m", "mpi_teleport.mpi_flavor", "--srun-mpi"],
+                          env=mpi_impl.env(), capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == {"openmpi": "pmix", "mpich": "pmi2"}[mpi_impl.name], proc.stderr

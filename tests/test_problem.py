@@ -1,4 +1,4 @@
-"""The synthetic quadratic problem (DESIGN.md §4) and its keyed randomness."""
+"""The synthetic quadratic problem (mpi_teleport/DESIGN.md §5.1) and its keyed randomness."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""Properties of the topologies (DESIGN.md §2): stochasticity, symmetry, periods,
+"""Properties of the topologies (mpi_teleport/DESIGN.md §4): stochasticity, symmetry, periods,
 finite-time consensus and spectral gaps against independent computations."""
 import math
 

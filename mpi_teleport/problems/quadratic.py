@@ -1,4 +1,4 @@
-"""The synthetic problem of the paper's Sec. 5.1 (DESIGN.md §4).
+"""The synthetic problem of the paper's Sec. 5.1 (mpi_teleport/DESIGN.md §5.1).
 
 f_i(x) = 1/2 ||A_i (x - b_i)||^2 with A_i = (i / sqrt(n)) I_d for i = 1..n (node id i-1),
 b_i ~ N(0, zeta2 / i^2 I_d), stochastic gradient = exact gradient + N(0, sigma2 / d I_d).

@@ -42,7 +42,7 @@ def test_api_under_mpi_equals_the_simulator(name, extra):
     want = run(LogisticRegression(n, seed=3), **settings)
     same_x = np.array_equal(got.x, want.x)
     same_records = comm.Get_rank() != 0 or numbers(got.records) == numbers(want.records)
-    same_k = got.k == want.k if comm.Get_rank() == 0 else True
+    same_k = got.k == want.k and got.summary["k"] == want.summary["k"]  # on every rank
     assert agree(comm, same_x and same_records and same_k)
     if comm.Get_rank() == 0 and "latency" in extra:
         assert all("virtual_time_s" in r for r in got.records)

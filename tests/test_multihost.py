@@ -1,0 +1,235 @@
+"""Two hosts made of Linux namespaces (jobs/netns-cluster.sh): each its own network and
+hostname, linked through a bridge by TCP; the launcher runs on host mtp-h0 and starts the
+ranks of mtp-h1 through jobs/netns-rsh (what ssh is on a cluster). Every test runs under
+Open MPI and MPICH; the module skips, saying why, where namespaces cannot be created.
+
+Covered: ranks spread over hosts (hostnames, per-host local ranks, bytes through the
+links), the demo (Algorithm 3 and DSGD) through `python -m mpi_teleport.launch --hosts`,
+bit-identity with the simulator (that demo, Algorithm 1, the digits network), a rank
+killed on the remote host, and SIGTERM -> checkpoint -> resume.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from launch_helpers import MPIImpl, is_python, kill_tagged, new_tag, rank_pids, tagged_pids
+from mpi_teleport import checkpoint
+from mpi_teleport.output import read_jsonl
+from mpi_teleport.sim import main as sim_main
+
+ROOT = Path(__file__).resolve().parents[1]
+BED = ["bash", str(ROOT / "jobs" / "netns-cluster.sh")]
+AGENT = str(ROOT / "jobs" / "netns-rsh")
+HOSTS = ["10.231.77.1", "10.231.77.2"]  # mtp-h0, mtp-h1
+
+
+@pytest.fixture(scope="module")
+def bed():
+    """The two-host test bed, started here (and stopped) unless it is already up."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("the namespace test bed needs root (ip netns, unshare --uts)")
+    missing = [t for t in ("ip", "tc", "nsenter", "unshare") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"the namespace test bed needs {', '.join(missing)} (iproute2, util-linux)")
+    up = subprocess.run([*BED, "status"], capture_output=True, text=True).returncode == 0
+    if not up:
+        proc = subprocess.run([*BED, "start", "2"], capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            lines = [line for line in proc.stderr.splitlines() if line.strip()]
+            pytest.skip(f"namespaces cannot be created here: {lines[-1] if lines else proc.returncode}")
+    yield
+    if not up:
+        subprocess.run([*BED, "stop"], capture_output=True, timeout=120)
+
+
+def bed_env(impl: MPIImpl, tag: str | None = None) -> dict:
+    """The launcher's environment on the bed. The MPICH wheel's UCX would find the other
+    "host" on the same kernel and use shared memory / CMA; UCX_TLS=tcp,self makes hosts talk
+    TCP as real ones do (MPICH's own shared memory still serves ranks of one host)."""
+    env = impl.env(tag=tag)
+    env.setdefault("UCX_TLS", "tcp,self")
+    return env
+
+
+def eth0_bytes(host: str) -> int:
+    """Bytes a host has sent through its link."""
+    return int(subprocess.run(["ip", "netns", "exec", host, "cat", "/sys/class/net/eth0/statistics/tx_bytes"],
+                              capture_output=True, text=True, timeout=30).stdout)
+
+
+def hosts(per_host: int) -> str:
+    return ",".join(f"{h}:{per_host}" for h in HOSTS)
+
+
+def bed_command(impl: MPIImpl, n: int, args: list[str], env: dict) -> list[str]:
+    """The launcher, run on mtp-h0, with n // 2 ranks per host."""
+    return [*BED, "exec", "mtp-h0", *impl.command(n, args, hosts=hosts(n // 2), rsh_agent=AGENT, env=env)]
+
+
+def start(impl: MPIImpl, n: int, args: list[str], tmp_path: Path) -> subprocess.Popen:
+    tag = new_tag()
+    env = bed_env(impl, tag)
+    out, err = open(tmp_path / "stdout", "w"), open(tmp_path / "stderr", "w")
+    proc = subprocess.Popen(bed_command(impl, n, args, env), cwd=ROOT, env=env, stdout=out, stderr=err,
+                            start_new_session=True)
+    proc.tag = tag
+    return proc
+
+
+def finish(proc: subprocess.Popen, tmp_path: Path, timeout: float) -> tuple[int, str, str]:
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if proc.poll() is None:
+            kill_tagged(proc.tag)
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"still running after {timeout}s:\n{(tmp_path / 'stderr').read_text()[-3000:]}")
+        kill_tagged(proc.tag)
+    return proc.returncode, (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
+
+
+def run_on_bed(impl, n, args, tmp_path, timeout=240):
+    work = tmp_path / f"launch-{new_tag()[:8]}"
+    work.mkdir()
+    return finish(start(impl, n, args, work), work, timeout)
+
+
+def numbers(path):
+    return [(r["round"], r.get("error", r.get("loss")), r.get("accuracy"), r["consensus"])
+            for r in read_jsonl(path)]
+
+
+def test_ranks_spread_over_two_hosts_and_talk_over_tcp(bed, mpi_impl, tmp_path):
+    sent = [eth0_bytes(h) for h in ("mtp-h0", "mtp-h1")]
+    status, out, err = run_on_bed(mpi_impl, 4, [str(ROOT / "tests" / "scripts" / "where_am_i.py")], tmp_path)
+    assert status == 0, err[-3000:]
+    # ranks 1 -> 2 and 3 -> 0 cross hosts with 2 MiB each: through the links, not around them
+    sent = [eth0_bytes(h) - before for h, before in zip(("mtp-h0", "mtp-h1"), sent)]
+    assert min(sent) >= 2 * 2**20, f"bytes sent by mtp-h0, mtp-h1: {sent}"
+    facts = json.loads(out)
+    assert [f["hostname"] for f in facts] == ["mtp-h0", "mtp-h0", "mtp-h1", "mtp-h1"]
+    assert [f["processor"] for f in facts] == ["mtp-h0", "mtp-h0", "mtp-h1", "mtp-h1"]
+    assert [(f["local_rank"], f["local_size"]) for f in facts] == [(0, 2), (1, 2), (0, 2), (1, 2)]
+    assert [f["from_left"] for f in facts] == [3.0, 0.0, 1.0, 2.0] and all(f["intact"] for f in facts)
+
+
+def test_demo_through_the_launcher_on_two_hosts_equals_the_simulator(bed, mpi_impl, tmp_path):
+    """`python -m mpi_teleport.launch -n 4 --hosts ... --rsh ...` on mtp-h0: the command for
+    this implementation, the comparison table, and both algorithms' numbers = simulator's."""
+    flags = ["--rounds", "60", "--log-every", "10", "--momentum", "0.5", "--progress", "off"]
+    env = bed_env(mpi_impl)
+    proc = subprocess.run([*BED, "exec", "mtp-h0", mpi_impl.python, "-m", "mpi_teleport.launch", "-n", "4",
+                           "--mpirun", mpi_impl.mpirun, "--hosts", hosts(2), "--rsh", AGENT, "--",
+                           *flags, "--out", str(tmp_path / "mpi")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    kill_tagged(env["MPI_TELEPORT_TEST_TAG"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = [line for line in proc.stderr.splitlines() if line.startswith("+ ")][0]
+    assert hosts(2) in shown and AGENT in shown and shown.endswith(f"({mpi_impl.name})")
+    assert proc.stdout.startswith("MPI, n=4 ranks") and "Teleportation" in proc.stdout
+    assert sim_main(["--nodes", "4", *flags, "--out", str(tmp_path / "sim")]) == 0
+    for algorithm in ("teleportation", "dsgd"):
+        ref = numbers(tmp_path / "sim" / algorithm / "metrics.jsonl")
+        assert len(ref) == 7
+        assert numbers(tmp_path / "mpi" / algorithm / "metrics.jsonl") == ref
+
+
+def test_simple_variant_on_three_ranks_per_host_equals_the_simulator(bed, mpi_impl, tmp_path):
+    """Algorithm 1 (the demo above covers Algorithm 3 and DSGD), 3 ranks per host, Base-2
+    graph over k = 4 tokens, momentum: bit-identical with the simulator."""
+    common = ["--algorithm", "teleportation", "--k", "4", "--topology", "base2", "--seed", "3", "--rounds",
+              "60", "--log-every", "3", "--momentum", "0.5"]
+    status, _, err = run_on_bed(mpi_impl, 6, ["-m", "mpi_teleport.run", *common, "--variant", "simple",
+                                              "--progress", "off", "--out", str(tmp_path / "mpi")], tmp_path)
+    assert status == 0, err[-3000:]
+    assert sim_main(["--nodes", "6", *common, "--out", str(tmp_path / "sim")]) == 0
+    ref = numbers(tmp_path / "sim" / "metrics.jsonl")
+    assert len(ref) == 21
+    assert numbers(tmp_path / "mpi" / "metrics.jsonl") == ref
+
+
+def test_digits_network_on_two_hosts_equals_the_simulator(bed, mpi_impl, tmp_path):
+    """The network path over two hosts: every rank loads the data and builds the model on
+    its host, the per-host local rank picks the device, tokens cross hosts by TCP."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    common = ["--problem", "digits", "--k", "2", "--topology", "base2", "--rounds", "10", "--log-every", "5",
+              "--lr", "0.05", "--momentum", "0.9", "--alpha", "0.5", "--device", "auto"]
+    status, _, err = run_on_bed(mpi_impl, 4, ["-m", "mpi_teleport.run", *common, "--progress", "off",
+                                              "--out", str(tmp_path / "mpi")], tmp_path, timeout=420)
+    assert status == 0, err[-3000:]
+    assert sim_main(["--nodes", "4", *common, "--out", str(tmp_path / "sim")]) == 0
+    for algorithm in ("teleportation", "dsgd"):
+        ref = numbers(tmp_path / "sim" / algorithm / "metrics.jsonl")
+        assert len(ref) == 3
+        assert numbers(tmp_path / "mpi" / algorithm / "metrics.jsonl") == ref
+
+
+LONG = ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "2", "--rounds", "100000000",
+        "--log-every", "20", "--momentum", "0.5", "--seed", "5", "--progress", "off"]
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            kill_tagged(proc.tag)
+            pytest.fail(f"{path} did not appear (launcher status {proc.poll()})")
+        time.sleep(0.2)
+
+
+def hostname_of(pid: int) -> str:
+    """A process's hostname: the one of its UTS namespace (nsenter reads it there)."""
+    return subprocess.run(["nsenter", f"--uts=/proc/{pid}/ns/uts", "hostname"], capture_output=True,
+                          text=True, timeout=30).stdout.strip()
+
+
+def test_rank_killed_on_the_remote_host_ends_the_job(bed, mpi_impl, tmp_path):
+    proc = start(mpi_impl, 4, [*LONG, "--out", str(tmp_path / "run")], tmp_path)
+    try:
+        wait_for(tmp_path / "run" / "metrics.jsonl", proc)
+        ranks = rank_pids(proc.tag, 4)
+        remote = [pid for pid in ranks if hostname_of(pid) == "mtp-h1"]
+        assert len(remote) == 2, [hostname_of(p) for p in ranks]
+        os.kill(remote[-1], signal.SIGKILL)
+        status, _, err = finish(proc, tmp_path, timeout=60)  # a hang fails here
+    finally:
+        kill_tagged(proc.tag)
+    assert status != 0
+    time.sleep(1)
+    assert not [p for p in tagged_pids(proc.tag) if is_python(p)], "ranks left behind"
+
+
+def test_sigterm_checkpoint_and_resume_on_two_hosts_equal_an_uninterrupted_run(bed, mpi_impl, tmp_path):
+    out = tmp_path / "run"
+    proc = start(mpi_impl, 4, [*LONG, "--out", str(out), "--checkpoint-every", "1000"], tmp_path)
+    try:
+        wait_for(out / "metrics.jsonl", proc)
+        for pid in rank_pids(proc.tag, 4):  # what a scheduler does at the time limit
+            os.kill(pid, signal.SIGTERM)
+        status, _, err = finish(proc, tmp_path, timeout=120)
+    finally:
+        kill_tagged(proc.tag)
+    assert status == 75, err[-3000:]
+    assert sum("mpi_teleport.run: stopped by SIGTERM at round" in line for line in err.splitlines()) == 1
+    path, manifest = checkpoint.locate(out)
+    r = manifest["round"]
+    assert manifest["reason"] == "signal" and r % 20 == 0
+    status, _, err = run_on_bed(mpi_impl, 4, ["-m", "mpi_teleport.run", "--resume", str(out), "--rounds",
+                                              str(r + 100), "--progress", "off"], tmp_path)
+    assert status == 0, err[-3000:]
+    common = [a for a in LONG[1:] if a != "mpi_teleport.run"]
+    common[common.index("--rounds") + 1] = str(r + 100)
+    assert sim_main(["--nodes", "4", *common, "--out", str(tmp_path / "sim")]) == 0
+    assert numbers(out / "metrics.jsonl") == numbers(tmp_path / "sim" / "metrics.jsonl")
