@@ -19,7 +19,12 @@ Protocol, per setting:
    runs k = n for T = ``--search-rounds`` rounds, phase 2 runs all candidates
    k in {1, 2, 4, 8, 16, 32} concurrently on disjoint nodes for T rounds; the candidate
    (incl. k = n) with the smallest averaged-model error ||mean_m x_m - x*||^2 wins (ties to
-   the smaller k). Then Teleportation with that k and that lr runs from round 0 (fresh
+   the smaller k). The same search also gives the choice under the other ``--k-select``
+   criteria (``tokens``: the mean over tokens of ||x_m - x*||^2 at the end; ``time-average``:
+   the averaged-model error averaged over the T rounds of the candidate's phase, as with
+   ``--log-every 1``), and for each criterion step 2 and 3 are repeated with its k per lr
+   (the ``k (...)`` columns of the second table, the ``*_k``/``*_rounds`` CSV columns); the
+   headline table keeps ``averaged``. Then Teleportation with that k and that lr runs from round 0 (fresh
    x0, ``schedule.holders``) for at most ``--cap`` rounds; Teleportation's result = the lr
    with the fewest rounds. The 2T search rounds are *not* counted in rounds-to-target
    (they are the same for every setting: 2T per lr; Figure 2 of the paper plots the run
@@ -77,6 +82,7 @@ from mpi_teleport import topology as topo  # noqa: E402
 from mpi_teleport.config import resolve  # noqa: E402
 from mpi_teleport.output import RunFiles  # noqa: E402
 from mpi_teleport.problems.quadratic import Quadratic  # noqa: E402
+from mpi_teleport.search import CRITERIA  # noqa: E402
 from mpi_teleport.sim import mix, simulate  # noqa: E402
 
 N, D, TARGET = 100, 50, 1e-3
@@ -208,27 +214,48 @@ def run_batch(bs: Batched, lrs, k: int, placement, horizon: int, stop_first: boo
 
 
 def search_k(bs: Batched, lrs, T: int, seed: int) -> dict:
-    """Algorithm 2 for all lrs at once: candidates {k: validation (L,)} and chosen k per lr."""
+    """Algorithm 2 for all lrs at once, under every criterion of ``mpi_teleport.search``
+    (as ``--k-select`` with ``--log-every 1``): ``by_criterion[c]`` = {k: value (L,)},
+    ``chosen_by[c]`` = the chosen k per lr; ``candidates``/``chosen`` = 'averaged'.
+
+    averaged: ||mean_m x_m - x*||^2 after the candidate's T rounds; tokens: the mean over
+    its tokens of ||x_m - x*||^2 then; time-average: the mean of the averaged-model error
+    over the T rounds of its phase after each step (rounds 1..T of the phase)."""
     n, L = bs.p.n, len(lrs)
     lr_col = np.asarray(lrs, dtype=np.float64)[None, :, None]
-    cand = {}
+    by = {c: {} for c in CRITERIA}
+
+    def finish(k, x, total):
+        by["averaged"][k] = bs.validate(x)
+        tok = bs.errors(x)
+        by["tokens"][k] = np.where(np.isfinite(tok), tok, np.inf)
+        by["time-average"][k] = np.where(np.isfinite(total), total / T, np.inf)
+
     with np.errstate(over="ignore", invalid="ignore"):
-        x = bs.start(n, L)
+        x, total = bs.start(n, L), np.zeros(L)
         for t in range(T):
             x = bs.advance(x, lr_col, schedule.holders(seed, n, n, t), t)
-        cand[n] = bs.validate(x)
+            total += bs.validate(x)
+        finish(n, x, total)
         ks = schedule.candidate_ks(n)
         xs = [bs.start(k, L) for k in ks]
+        totals = [np.zeros(L) for _ in ks]
         for t in range(T, 2 * T):
             blocks = schedule.search_blocks(seed, n, t)
             xs = [bs.advance(xq, lr_col, hq, t) for xq, hq in zip(xs, blocks)]
-        for k, xq in zip(ks, xs):
-            cand[k] = bs.validate(xq)
-    chosen = []
-    for j in range(L):
-        finite = [(cand[k][j], k) for k in cand if np.isfinite(cand[k][j])]
-        chosen.append(min(finite)[1] if finite else None)
-    return {"candidates": {k: cand[k] for k in sorted(cand)}, "chosen": chosen}
+            for q, xq in enumerate(xs):
+                totals[q] += bs.validate(xq)
+        for k, xq, tq in zip(ks, xs, totals):
+            finish(k, xq, tq)
+    chosen_by = {}
+    for c in CRITERIA:
+        chosen_by[c] = []
+        for j in range(L):
+            finite = [(by[c][k][j], k) for k in by[c] if np.isfinite(by[c][k][j])]
+            chosen_by[c].append(min(finite)[1] if finite else None)
+    by = {c: {k: v[k] for k in sorted(v)} for c, v in by.items()}
+    return {"candidates": by["averaged"], "chosen": chosen_by["averaged"],
+            "by_criterion": by, "chosen_by": chosen_by}
 
 
 # ---------------------------------------------------------------- one setting
@@ -249,29 +276,12 @@ def best_of(lrs, ks, batch: dict, idx) -> dict:
             "final": batch["final"][j], "j": j}
 
 
-def run_setting(sigma2, zeta2, topology, lrs, cap, T, seed, all_lrs) -> dict:
-    problem = Quadratic(N, D, sigma2, zeta2, seed)
-    bs = Batched(problem, topology)
-    rows, t0 = [], time.perf_counter()
-
-    # Decentralized SGD: k = n, node m holds replica m forever.
-    fixed = schedule.fixed_holders(N)
-    dsgd = run_batch(bs, lrs, N, lambda t: fixed, cap, stop_first=not all_lrs)
-    d_best = best_of(lrs, [N] * len(lrs), dsgd, range(len(lrs)))
-    d_curve = dsgd["curves"][:d_best["rounds"] + 1, d_best["j"]]
-    for j, lr in enumerate(lrs):
-        rows.append({"method": "dsgd", "lr": lr, "k": N, "search_k": "",
-                     "rounds_to_target": dsgd["reached"][j] if dsgd["reached"][j] is not None
-                     else ("diverged" if dsgd["diverged"][j] else f">{dsgd['rounds'][j]}"),
-                     "error_at_stop": dsgd["final"][j]})
-    t_dsgd = time.perf_counter() - t0
-
-    # Teleportation: Alg. 2 per lr, then the chosen k per lr, grouped by k.
-    t1 = time.perf_counter()
-    search = search_k(bs, lrs, T, seed)
-    t_search = time.perf_counter() - t1
+def teleport(bs: Batched, lrs, chosen, cap: int, seed: int, all_lrs: bool):
+    """Teleportation with each lr's chosen k (None: the search diverged), grouped by k.
+    Returns the best lr's result (None if no lr could run) and per lr (reached, rounds,
+    final, diverged) or None."""
     groups: dict[int, list[int]] = {}
-    for j, k in enumerate(search["chosen"]):
+    for j, k in enumerate(chosen):
         if k is not None:
             groups.setdefault(k, []).append(j)
     best, horizon = None, cap
@@ -293,6 +303,38 @@ def run_setting(sigma2, zeta2, topology, lrs, cap, T, seed, all_lrs) -> dict:
             best = b
         if best["reached"] and not all_lrs:
             horizon = min(horizon, best["rounds"])
+    return best, tele_rows
+
+
+def run_setting(sigma2, zeta2, topology, lrs, cap, T, seed, all_lrs) -> dict:
+    problem = Quadratic(N, D, sigma2, zeta2, seed)
+    bs = Batched(problem, topology)
+    rows, t0 = [], time.perf_counter()
+
+    # Decentralized SGD: k = n, node m holds replica m forever.
+    fixed = schedule.fixed_holders(N)
+    dsgd = run_batch(bs, lrs, N, lambda t: fixed, cap, stop_first=not all_lrs)
+    d_best = best_of(lrs, [N] * len(lrs), dsgd, range(len(lrs)))
+    d_curve = dsgd["curves"][:d_best["rounds"] + 1, d_best["j"]]
+    for j, lr in enumerate(lrs):
+        rows.append({"method": "dsgd", "lr": lr, "k": N, "search_k": "",
+                     "rounds_to_target": dsgd["reached"][j] if dsgd["reached"][j] is not None
+                     else ("diverged" if dsgd["diverged"][j] else f">{dsgd['rounds'][j]}"),
+                     "error_at_stop": dsgd["final"][j]})
+    t_dsgd = time.perf_counter() - t0
+
+    # Teleportation: Alg. 2 per lr (every criterion at once), then for each criterion
+    # the chosen k per lr, grouped by k (criteria that choose alike share the runs).
+    t1 = time.perf_counter()
+    search = search_k(bs, lrs, T, seed)
+    t_search = time.perf_counter() - t1
+    stages: dict[tuple, tuple] = {}
+    for c in CRITERIA:
+        key = tuple(search["chosen_by"][c])
+        if key not in stages:
+            stages[key] = teleport(bs, lrs, search["chosen_by"][c], cap, seed, all_lrs)
+    best, tele_rows = stages[tuple(search["chosen"])]
+    tele_by = {c: stages[tuple(search["chosen_by"][c])][0] for c in CRITERIA}
     t_tele = time.perf_counter() - t1
     for j, lr in enumerate(lrs):
         tr = tele_rows[j]
@@ -304,6 +346,10 @@ def run_setting(sigma2, zeta2, topology, lrs, cap, T, seed, all_lrs) -> dict:
             rtt = "diverged" if tr[3] else f">{tr[1]}"
         rows.append({"method": "teleportation", "lr": lr, "k": search["chosen"][j] or "",
                      "search_k": json.dumps({str(k): float(v[j]) for k, v in search["candidates"].items()}),
+                     "k_by_criterion": json.dumps({c: search["chosen_by"][c][j] for c in CRITERIA}),
+                     "candidates_by_criterion": json.dumps(
+                         {c: {str(k): float(v[j]) for k, v in search["by_criterion"][c].items()}
+                          for c in CRITERIA}),
                      "rounds_to_target": rtt, "error_at_stop": tr[2] if tr else math.nan})
 
     if best is None:
@@ -323,6 +369,10 @@ def run_setting(sigma2, zeta2, topology, lrs, cap, T, seed, all_lrs) -> dict:
         "speedup": speedup, "speedup_text": sp_txt,
         "paper_k": PAPER_K.get((int(sigma2), int(zeta2)), (None, None))[TOPOLOGIES.index(topology)],
         "chosen_k_per_lr": {str(lr): k for lr, k in zip(lrs, search["chosen"])},
+        "tele_by_criterion": {c: ({k: v for k, v in b.items() if k not in ("j", "curve")}
+                                  if b is not None else None) for c, b in tele_by.items()},
+        "chosen_k_per_lr_by_criterion": {c: {str(lr): k for lr, k in zip(lrs, search["chosen_by"][c])}
+                                         for c in CRITERIA},
         "seconds": {"dsgd": t_dsgd, "search": t_search, "teleportation": t_tele - t_search},
         "lr_rows": rows,
         "curves": {"dsgd": d_curve, "tele": best["curve"]},
@@ -360,10 +410,13 @@ def verify(seed: int) -> dict:
         for j, lr in enumerate(lrs):
             s = simulate(resolve({**base, "topology": topology, "rounds": T, "lr": lr, "k": "auto"}),
                          "teleportation", "auto", RunFiles(None))
-            rel = max(abs(float(mine["candidates"][int(c)][j]) - v) / v for c, v in s["candidates"].items())
-            same = mine["chosen"][j] == s["k"]
+            rel = max(abs(float(mine["by_criterion"][c][int(k)][j]) - v) / v
+                      for c in CRITERIA for k, v in s["candidates_by_criterion"][c].items())
+            picks = {c: mine["chosen_by"][c][j] for c in CRITERIA}
+            same = picks == s["k_by_criterion"] and mine["chosen"][j] == s["k"]
             ok &= same and rel <= 1e-12
-            out.append({"check": f"Alg.2 {topology} T={T} lr={lr}", "chosen_k": s["k"],
+            out.append({"check": f"Alg.2 {topology} T={T} lr={lr} (every --k-select criterion)",
+                        "chosen_k": s["k"], "k_by_criterion": s["k_by_criterion"],
                         "same_k": same, "candidates_max_rel_diff": rel})
     return {"ok": bool(ok), "checks": out}
 
@@ -373,7 +426,8 @@ def write_outputs(results, args, out: Path, prefix: str, verification, wall) -> 
     out.mkdir(parents=True, exist_ok=True)
     cols = ["sigma2", "zeta2", "topology", "dsgd_rounds", "dsgd_reached", "dsgd_lr",
             "tele_rounds", "tele_reached", "tele_lr", "tele_k", "paper_k", "speedup",
-            "speedup_text", "cap", "search_rounds"]
+            "speedup_text", "cap", "search_rounds",
+            *(f"{c}_{f}" for c in CRITERIA for f in ("k", "lr", "rounds", "reached"))]
     with open(out / f"{prefix}.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(cols)
@@ -381,17 +435,21 @@ def write_outputs(results, args, out: Path, prefix: str, verification, wall) -> 
             w.writerow([r["sigma2"], r["zeta2"], r["topology"], r["dsgd"]["rounds"],
                         r["dsgd"]["reached"], r["dsgd"]["lr"], r["tele"]["rounds"],
                         r["tele"]["reached"], r["tele"]["lr"], r["tele"]["k"], r["paper_k"],
-                        f"{r['speedup']:.4g}", r["speedup_text"], args.cap, args.search_rounds])
+                        f"{r['speedup']:.4g}", r["speedup_text"], args.cap, args.search_rounds,
+                        *(_tele_field(r, c, f) for c in CRITERIA
+                          for f in ("k", "lr", "rounds", "reached"))])
     with open(out / f"{prefix}_lrs.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["sigma2", "zeta2", "topology", "method", "lr", "k", "rounds_to_target",
-                    "error_at_stop", "alg2_candidates"])
+                    "error_at_stop", "alg2_candidates", "alg2_k_by_criterion",
+                    "alg2_candidates_by_criterion"])
         for r in results:
             for row in r["lr_rows"]:
                 w.writerow([r["sigma2"], r["zeta2"], r["topology"], row["method"], row["lr"],
                             row["k"], row["rounds_to_target"], f"{row['error_at_stop']:.6g}",
-                            row["search_k"]])
-    (out / f"{prefix}.md").write_text(markdown_table(results, args))
+                            row["search_k"], row.get("k_by_criterion", ""),
+                            row.get("candidates_by_criterion", "")])
+    (out / f"{prefix}.md").write_text(markdown_table(results, args) + "\n" + criteria_table(results, args))
     plot(results, out / f"{prefix}.png", args)
     meta = {
         "args": vars(args), "python": sys.version.split()[0], "numpy": np.__version__,
@@ -426,6 +484,39 @@ def markdown_table(results, args) -> str:
                      f"{fmt_rounds({'rounds': d['rounds'], 'reached': d['reached']})} | {d['lr']:g} | "
                      f"{fmt_rounds({'rounds': t['rounds'], 'reached': t['reached']})} | {t['lr']:g} | "
                      f"{t['k']} | {r['paper_k']} | {r['speedup_text']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _tele_field(r: dict, criterion: str, field: str):
+    b = r["tele_by_criterion"][criterion]
+    return "" if b is None else b[field]
+
+
+def criteria_table(results, args) -> str:
+    """Table 1 analogue: the k Algorithm 2 picks (at each criterion's fastest lr) under
+    every --k-select criterion, next to the paper's, with the rounds that k then needs."""
+    lines = [
+        f"Algorithm 2's k under each --k-select criterion (T = {args.search_rounds} rounds per "
+        f"phase, seed {args.seed}; each criterion's k at its own fastest lr) and Teleportation's "
+        f"rounds to {TARGET:g} with it (cap {args.cap}).",
+        "",
+        "| sigma2 | zeta2 | topology | k (paper Table 1) | "
+        + " | ".join(f"k ({c})" for c in CRITERIA) + " | "
+        + " | ".join(f"rounds ({c})" for c in CRITERIA) + " |",
+        "|---:|---:|:---|---:|" + "---:|" * (2 * len(CRITERIA)),
+    ]
+    match = {c: 0 for c in CRITERIA}
+    for r in results:
+        ks, rounds = [], []
+        for c in CRITERIA:
+            b = r["tele_by_criterion"][c]
+            ks.append("-" if b is None else str(b["k"]))
+            rounds.append("-" if b is None else f"{fmt_rounds(b)} (lr {b['lr']:g})")
+            match[c] += b is not None and b["k"] == r["paper_k"]
+        lines.append(f"| {r['sigma2']:g} | {r['zeta2']:g} | {r['topology']} | {r['paper_k']} | "
+                     + " | ".join(ks) + " | " + " | ".join(rounds) + " |")
+    lines += ["", "Settings where the criterion's k equals the paper's: "
+              + ", ".join(f"{c} {match[c]}/{len(results)}" for c in CRITERIA) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -523,7 +614,8 @@ def main(argv=None) -> int:
         d, te = r["dsgd"], r["tele"]
         print(f"[{i}/{len(settings)}] sigma2={s:g} zeta2={z:g} {tp}: DSGD "
               f"{fmt_rounds(d)} (lr {d['lr']:g}) | Teleportation {fmt_rounds(te)} "
-              f"(lr {te['lr']:g}, k {te['k']}; paper k {r['paper_k']}) | speed-up "
+              f"(lr {te['lr']:g}, k {te['k']}; paper k {r['paper_k']}; k by criterion "
+              f"{ {c: _tele_field(r, c, 'k') for c in CRITERIA} }) | speed-up "
               f"{r['speedup_text']} | {sum(r['seconds'].values()):.1f}s "
               f"(dsgd {r['seconds']['dsgd']:.1f}, search {r['seconds']['search']:.1f}, "
               f"tele {r['seconds']['teleportation']:.1f}) | total "
@@ -534,6 +626,7 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - start
     write_outputs(results, args, Path(args.out), prefix, verification, wall)
     print(markdown_table(results, args))
+    print(criteria_table(results, args))
     print(f"wall time {wall:.1f}s; wrote {prefix}.{{csv,md,png,json}}, {prefix}_lrs.csv to {args.out}")
     return 0 if verification["ok"] else 1
 

@@ -127,19 +127,37 @@ def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], fl
              variant: str = "overlap", seed: int = 0, comm=None, log_every: int = 10,
              target: float | None = None, out: str | Path | None = None,
              latency: str = "none", clock: str = "real", compute_time: float | None = None,
-             progress: bool = False) -> engine.Result:
+             progress: bool = False, select: str = "averaged") -> engine.Result:
     """Algorithm 2: choose k with 2T rounds instead of n T.
 
     Phase 1 runs Teleportation with k = n for T = ``rounds`` rounds; phase 2 runs every
     candidate k in {1, 2, 4, ...} concurrently on disjoint nodes for T rounds and keeps
     the best by the problem's validation metric (``validate``; default: the averaged
-    model's ``metric``). Parameters are those of :func:`teleportation`.
+    model's ``metric``) under the criterion ``select``. Averaging k tokens removes their
+    noise, which favours large k under ``'averaged'``; ``'tokens'`` also counts how far the
+    tokens are from each other. Every criterion is computed whichever chooses:
+    ``summary["candidates_by_criterion"]`` and ``summary["k_by_criterion"]``.
+
+    Parameters
+    ----------
+    select : {'averaged', 'tokens', 'time-average'}
+        Which number decides, since the paper leaves "best" open (the command line's
+        ``--k-select``): ``'averaged'`` (default) the averaged model's validation metric at
+        the candidate's last round; ``'tokens'`` the mean over the candidate's tokens of
+        each token's own validation metric (``validate`` of a one-row matrix; for the
+        synthetic problem the mean of ||x_m - x*||^2, what ``target`` measures);
+        ``'time-average'`` the averaged model's validation metric averaged over the
+        logged rounds of the candidate's phase after its first step (every round with
+        ``log_every=1``; the nearest to the paper's theory criterion, a time-averaged
+        gradient norm).
+
+    Parameters are otherwise those of :func:`teleportation`.
 
     Returns
     -------
     Result
-        ``k`` is the chosen k, ``candidates`` every candidate's validation metric, ``x``
-        the chosen run's averaged model.
+        ``k`` is the chosen k, ``candidates`` every candidate's value under ``select``,
+        ``x`` the chosen run's averaged model.
 
     Examples
     --------
@@ -149,7 +167,10 @@ def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], fl
     >>> sorted(result.candidates, key=int)
     ['1', '2', '4', '7']
     """
-    spec = RunSpec("search", nodes, None, rounds, lr, momentum, topology, variant, seed)
+    from .search import check_select
+
+    spec = RunSpec("search", nodes, None, rounds, lr, momentum, topology, variant, seed,
+                   check_select(select))
     return _api_run(problem, spec, locals())
 
 
@@ -178,6 +199,8 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
                 "momentum": spec.momentum, "topology": topo.describe(spec.topology),
                 "variant": spec.variant, "seed": spec.seed, "latency": latency.spec,
                 "clock": latency.clock, "compute_time": latency.compute_time}
+    if spec.algorithm == "search":
+        settings["k_select"] = spec.k_select
     return run(problem, spec, logging, latency, comm=args.get("comm"), out=out, plan=plan,
                settings=settings, progress=bool(args.get("progress")),
                config_record={**settings, **with_defaults(problem).describe()})

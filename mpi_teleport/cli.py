@@ -69,7 +69,7 @@ def run_spec(cfg, algorithm: str, k):
     lr = cfg.lr if cfg.lr_schedule == "constant" else cosine_lr(cfg.lr, total)
     tokens = None if k == "auto" else (cfg.nodes if algorithm == "dsgd" else k)
     return RunSpec(name, cfg.nodes, tokens, cfg.rounds, lr, cfg.momentum, cfg.topology,
-                   cfg.variant, cfg.seed)
+                   cfg.variant, cfg.seed, cfg.k_select)
 
 
 def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=None,
@@ -81,12 +81,18 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
     from .problems import describe, with_epochs
     from .spec import LatencySettings, Logging
 
+    rounds_given = cfg.rounds
     cfg = with_epochs(cfg, algorithm, k, problem)
     spec = run_spec(cfg, algorithm, k)
     backend = "sim" if transport is None else "mpi"
     k_shown = cfg.nodes if algorithm == "dsgd" else k
+    phases = {}
+    if k == "auto":  # how many rounds each phase runs, and why (--epochs or --rounds)
+        from .search import phase_rounds
+
+        phases = phase_rounds(cfg, rounds_given, getattr(problem, "n_train", None))
     record = {**cfg.to_dict(), "algorithm": algorithm, "k": k_shown, "backend": backend,
-              **describe(problem)}
+              **phases, **describe(problem)}
     logging = Logging(cfg.log_every, cfg.target, cfg.stop_at_target)
     latency = LatencySettings(cfg.latency, cfg.clock, cfg.compute_time)
     plan = preflight.plan(cfg, algorithm) if k != "auto" else None
@@ -94,4 +100,8 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
                      settings=cfg.to_dict(), progress=progress or False, terminator=terminator,
                      resume_from=cfg.out, problem_name=cfg.problem, files=files,
                      config_record=record)
+    if phases and result.summary is not None:  # (root) the same facts in summary.json
+        result.summary.update(phases)
+        if files is not None:
+            files.summary(result.summary)
     return result.summary

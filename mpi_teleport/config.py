@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from .latency.model import check_compute_time, parse_spec
+from .search import CRITERIA as K_SELECTS
 from .topology import TOPOLOGIES
 
 ALGORITHMS = ("compare", "teleportation", "dsgd")
@@ -48,6 +49,7 @@ class Config:
     algorithm: str = "compare"
     variant: str = "overlap"
     k: int | str | None = None  # None: min(8, n)
+    k_select: str = "averaged"
     topology: str = "ring"
     problem: str = "quadratic"
     rounds: int = 1000
@@ -100,6 +102,15 @@ OPTIONS = (
            "(default min(8, n)), or auto = Algorithm 2: T rounds with k = n, then T rounds "
            "running k = 1, 2, 4, ... concurrently on disjoint nodes, keeping the best "
            "(--rounds gives T); ignored by dsgd", metavar="{INT,auto}"),
+    Option("k_select", "choice", "--k auto: how Algorithm 2 picks the best candidate k, all "
+           "from the problem's validation metric (quadratic: ||x - x*||^2; networks: "
+           "validation accuracy): averaged = of the averaged model at the candidate's last "
+           "round (default); tokens = the mean over its tokens of each token's own metric "
+           "(quadratic: mean_m ||x_m - x*||^2, what --target measures); time-average = of "
+           "the averaged model, averaged over the logged rounds of the candidate's phase "
+           "(every round with --log-every 1; the nearest to the paper's theory "
+           "criterion, a time-averaged gradient norm). summary.json reports every candidate "
+           "under every criterion", K_SELECTS),
     Option("topology", "choice", "gossip topology over the k active tokens (over all n "
            "nodes for dsgd); default ring", TOPOLOGIES),
     Option("problem", "problem", "training problem: quadratic = the paper's synthetic "

@@ -9,11 +9,13 @@ end (:mod:`mpi_teleport.backends`) only moves token vectors and does the arithme
         log(start)
         for t in rounds of the phase:
             backend.step(t)                             # Alg. 3 (or 1), every run at once
-            log(t + 1) on logging rounds                # gather tokens, evaluate on the root
+            log(t + 1) on logging rounds                # gather tokens, evaluate (shared)
             keeper.after_round(t + 1)                   # signals, periodic checkpoints
 
-Logging is collective: every process gathers, the root evaluates and writes, and every
-process learns the root's verdict (stop at target, or a non-finite loss) together.
+Logging is collective: every process gathers, the back end evaluates (``evaluate``: over
+MPI every rank takes a slice of the test set when the problem allows it,
+:mod:`mpi_teleport.evaluation`), the root writes, and every process learns the root's
+verdict (stop at target, or a non-finite loss) together.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .checkpoint import Keeper, Plan
+from .evaluation import Evaluations
 
 
 @dataclass
@@ -105,6 +108,23 @@ def _log(phase: int, r: int, backend, recorder, spec) -> bool:
         mats = [backend.tokens(q) for q in range(len(spec.run_ks(phase)))]
         vt = backend.virtual_time_s(r)  # collective; on the root when the layer is on
         extra = {} if vt is None else {"virtual_time_s": vt}
-        return bool(backend.share(lambda: recorder.record(phase, r, mats, elapsed, extra)))
+        evaluated = _evaluate(backend, recorder, phase, r, mats)
+        return bool(backend.share(lambda: recorder.record(phase, r, mats, elapsed, extra, evaluated)))
     finally:
         recorder.resume(paused)
+
+
+def _evaluate(backend, recorder, phase: int, r: int, mats: list) -> Evaluations:
+    """The metrics of every run's tokens (and their validation where the recorder uses
+    it), computed by the back end: collective, since ranks may share the work."""
+    problem = recorder.problem
+    validates = getattr(recorder, "validates", None)
+    metrics = [backend.evaluate(problem, x) for x in mats]
+    validation = tokens = None
+    if validates is not None and validates(phase, r):
+        validation = [backend.evaluate(problem, x, "validation") for x in mats]
+    validates_tokens = getattr(recorder, "validates_tokens", None)
+    if validates_tokens is not None and validates_tokens(phase, r):  # each token alone
+        tokens = [[backend.evaluate(problem, None if x is None else x[m:m + 1], "validation")
+                   for m in range(k)] for x, k in zip(mats, recorder.spec.run_ks(phase))]
+    return Evaluations(metrics, validation, tokens)

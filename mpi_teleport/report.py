@@ -55,22 +55,34 @@ def table(summaries: list[dict]) -> str:
 
 
 def candidates_table(summary: dict) -> str:
-    """Algorithm 2's candidates: validation metric, final error, rounds to target."""
+    """Algorithm 2's candidates: the value of every selection criterion (the one that
+    chose marked with *), final error, rounds to target; then each criterion's choice."""
     final_key = next(key for key in summary if key.startswith("candidate_final_"))
     name = "final " + final_key[len("candidate_final_"):]
     target = summary["target"]
-    rows = [("k", summary["validation"], name,
+    chosen_by = summary.get("k_select", "averaged")
+    by_criterion = summary.get("candidates_by_criterion") or {chosen_by: summary["candidates"]}
+    criteria = list(by_criterion)
+    rows = [("k", *(c + ("*" if c == chosen_by else "") for c in criteria), name,
              f"rounds to {target:g}" if target is not None else "rounds to target")]
-    for k, val in summary["candidates"].items():
+    spec = ".4f" if "accuracy" in str(summary.get("validation")) else ".3e"
+    for k in summary["candidates"]:
         reached = summary["candidate_rounds_to_target"][k]
         mark = " <- chosen" if int(k) == summary["k"] else ""
         final = summary[final_key]
-        rows.append((k, f"{val:.3e}", f"{final[k]:.3e}",
+        rows.append((k, *(_fmt(by_criterion[c][k], spec) for c in criteria), _fmt(final[k], spec),
                      (str(reached) if reached is not None else
                       "-" if target is None else f"> {summary['rounds_per_phase']}") + mark))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(c.rjust(w) if i < 3 else c for i, (c, w) in enumerate(zip(r, widths)))
-                     for r in rows)
+    cols = len(rows[0])
+    widths = [max(len(r[i]) for r in rows) for i in range(cols)]
+    lines = ["  ".join(c.rjust(w) if i < cols - 1 else c for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    picks = summary.get("k_by_criterion")
+    if picks:
+        lines.append(f"validation metric: {summary['validation']}; * = the --k-select "
+                     "criterion; best k by criterion: "
+                     + ", ".join(f"{c} {k}" for c, k in picks.items()))
+    return "\n".join(lines)
 
 
 def header(cfg, where: str) -> str:

@@ -33,7 +33,7 @@ def execute(cfg, algorithm: str, k, transport: Transport, progress=None,
     problem, error = None, None
     local = transport.local_rank() if needs_local_rank(cfg) else 0  # collective: before failing
     try:
-        problem = make_problem(cfg, local)
+        problem = make_problem(cfg, local, local_nodes=[transport.rank])  # its data only
     except (UsageError, DatasetMissingError) as exc:
         error = str(exc)
     refused = signals.agree_on_error(transport, error)

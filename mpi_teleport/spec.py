@@ -23,7 +23,8 @@ VARIANTS = ("overlap", "simple")
 @dataclass(frozen=True)
 class RunSpec:
     """One run: ``algorithm`` is 'teleportation' (k tokens), 'dsgd' (all n nodes, fixed
-    placement) or 'search' (Algorithm 2: 2 x ``rounds`` rounds, k chosen)."""
+    placement) or 'search' (Algorithm 2: 2 x ``rounds`` rounds, k chosen by the criterion
+    ``k_select``, one of :data:`mpi_teleport.search.CRITERIA`)."""
 
     algorithm: str
     nodes: int
@@ -34,6 +35,7 @@ class RunSpec:
     topology: str | Callable = "ring"
     variant: str = "overlap"
     seed: int = 0
+    k_select: str = "averaged"
 
     @property
     def tokens(self) -> int | None:

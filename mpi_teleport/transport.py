@@ -152,6 +152,27 @@ class Transport:
         self.comm.Gatherv(send, None, root=0)
         return None
 
+    # Evaluation shared by the ranks (mpi_teleport.evaluation): logging rounds only.
+    def bcast_array(self, buf: np.ndarray) -> np.ndarray:
+        """Rank 0's contiguous ``buf`` into every rank's ``buf`` (same shape and dtype
+        everywhere; one buffer Bcast, no pickling)."""
+        self.comm.Bcast(buf, root=0)
+        return buf
+
+    def gather_rows_in_order(self, rows: np.ndarray) -> np.ndarray | None:
+        """Every rank's float64 rows (r_i, c), stacked in rank order on rank 0 (None
+        elsewhere); r_i may differ between ranks (0 too), c may not."""
+        rows = np.ascontiguousarray(rows, dtype=np.float64)
+        width = rows.shape[1]
+        counts = np.array(self.comm.gather(rows.size, root=0) or [], dtype=np.int64)
+        if self.rank != 0:
+            self.comm.Gatherv(rows, None, root=0)
+            return None
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        out = np.empty(int(counts.sum()), dtype=np.float64)
+        self.comm.Gatherv(rows, [out, counts, displs, self._mpi.DOUBLE], root=0)
+        return out.reshape(-1, width)
+
     # Point-to-point and requests, for layers that wrap the transport (the latency layer).
     def irecv(self, buf: np.ndarray, source: int, tag: int):
         return self.comm.Irecv(buf, source, tag)

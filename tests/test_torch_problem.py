@@ -117,11 +117,17 @@ def test_user_partition_is_honoured():
 
 def test_local_nodes_keep_only_their_data():
     full = problem()
-    local = problem(local_nodes=[1])
+    local = problem(local_nodes=[1], evaluation_part=(0, 1))  # (the whole test set)
     assert len(local._train) == len(full.parts[1]) < len(full._train)
     rows = tokens(full, 1)
     assert np.array_equal(local.gradient([1], rows, 3), full.gradient([1], rows, 3))
     assert local.evaluate(rows) == full.evaluate(rows)
+    # one local node alone (an MPI rank) keeps its slice of the evaluation sets only
+    rank = problem(local_nodes=[1], eval_batch_size=16)
+    assert rank.evaluation_part == (1, 4) and rank.held_slice("test") == (16, 32)
+    assert rank.n_test == full.n_test and len(rank._test) == 16
+    with pytest.raises(ValueError, match="not held here"):
+        rank.evaluate(rows)
     with pytest.raises(ValueError, match="not among this problem's local_nodes"):
         local.gradient([0], rows, 3)
 

@@ -63,6 +63,10 @@ class LocalBackend:
     def tokens(self, run: int) -> np.ndarray:
         return self.xs[run]
 
+    def evaluate(self, problem, x: np.ndarray, split: str = "test"):
+        """``problem.evaluate(x)`` ("test") or ``problem.validate(x)`` ("validation")."""
+        return problem.evaluate(x) if split == "test" else problem.validate(x)
+
     def virtual_time_s(self, r: int) -> float | None:
         if self.oracle is None:
             return None

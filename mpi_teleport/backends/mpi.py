@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import plan
+from .. import evaluation, plan
 from ..algorithms import local_step, weighted_sum, work_buffer
 from ..checkpoint import LAYOUT_TOKENS, load_token, restore_token, save_token, token_arrays
 from ..transport import KIND_MODEL, KIND_MOMENTUM, KIND_Y
@@ -60,13 +60,17 @@ class MpiBackend:
     layout = LAYOUT_TOKENS
     checks_every_round = False  # signals are agreed on at logging and checkpoint rounds
 
-    def __init__(self, problem, spec, transport):
+    def __init__(self, problem, spec, transport, token_device=None):
         self.problem, self.spec, self.transport = problem, spec, transport
+        # Tokens as torch tensors on this device (backends/device.py): the problem's
+        # choice (a GPU problem's device) unless given; None keeps them in numpy.
+        self.token_device = token_device or getattr(problem, "token_device", None)
         self.rank = transport.rank
         self.root = self.rank == 0
         self.state: TokenState | None = None
         self._rosters: dict[int, list] = {}
-        self._fast = _uses_channels(transport)
+        # persistent channels move numpy buffers: host tokens on a plain transport
+        self._fast = _uses_channels(transport) and self.token_device is None
         self._block = None  # (t0, t1, records) of the rounds compiled ahead
         self._nodes = [self.rank]
         self._views: dict[int, np.ndarray] = {}
@@ -99,7 +103,7 @@ class MpiBackend:
         Alg. 1 with holders(start - 1) (holders(start) at a fresh start)."""
         self.phase, self._rosters, self._block = phase, {}, None
         if self.state is None:
-            self.state = TokenState(len(x0), self.spec.momentum > 0, x0.dtype)
+            self.state = self._new_state(len(x0), self.spec.momentum > 0, x0.dtype)
         s = self.state
         if s.v is not None:
             s.v[...] = 0
@@ -178,7 +182,33 @@ class MpiBackend:
             hit = self._views[id(a)] = a[None]
         return hit
 
-    def _local_step(self, t: int, x, v, y) -> None:  # Alg. 1 line 10 / Alg. 3 line 8
+    def _new_state(self, d: int, momentum: bool, dtype):
+        if self.token_device is None:
+            return TokenState(d, momentum, dtype)
+        from .device import DeviceTokenState
+
+        return DeviceTokenState(d, momentum, dtype, self.token_device)
+
+    def _sum(self, weights, inputs) -> None:  # Alg. 1 line 13 / Alg. 3 line 13
+        s = self.state
+        if self.token_device is None:
+            weighted_sum(weights, inputs, s.x, s.work)
+        else:
+            from .device import weighted_sum as device_sum
+
+            device_sum(weights, inputs, s)
+
+    def _local_step(self, t: int, x=None, v=None, y=None) -> None:  # Alg. 1 l. 10 / Alg. 3 l. 8
+        """y = x - lr g on this rank's token: the rows (x, v, y) the fast path compiled,
+        or the state's current arrays."""
+        s = self.state
+        if self.token_device is not None:
+            from .device import local_step as device_step
+
+            device_step(self.problem, self.rank, s, t, self.spec.lr_at(t), self.spec.momentum)
+            return
+        if x is None:
+            x, v, y = s.x[None], None if s.v is None else s.v[None], s.y[None]
         local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t), self.spec.momentum,
                    out=y)
 
@@ -243,15 +273,15 @@ class MpiBackend:
                 recvs.append((p.momentum_from, tag_v, s.v_in))
             pending = tr.post_recvs(recvs)
         if p.token >= 0:
-            self._local_step(t, s.x[None], None if s.v is None else s.v[None], s.y[None])
+            self._local_step(t)
             sends = [(dest, tag_y, s.y) for dest in p.y_to if dest != me]
             if s.v is not None and p.momentum_to != me:
                 sends.append((p.momentum_to, tag_v, s.v))
             pending = tr.post_sends(sends, pending)
         if pending is not None:
             tr.wait(pending)
-        if p.next_token >= 0:
-            weighted_sum(p.weights, inputs, s.x, s.work)
+        if p.next_token >= 0:  # line 13, summed in ascending token order
+            self._sum(p.weights, inputs)
             if s.v is not None and p.momentum_from != me:
                 s.v, s.v_in = s.v_in, s.v
 
@@ -327,13 +357,13 @@ class MpiBackend:
             s.x, s.y = s.y, s.x
             if s.v is not None:
                 s.v, s.v_in = s.v_in, s.v
-            self._local_step(t, s.x[None], None if s.v is None else s.v[None], s.y[None])
+            self._local_step(t)
             inbox = s.inboxes(len(p.y_from))
             tag_y = tr.tag(t, KIND_Y)
             recvs = [(src, tag_y, inbox[i]) for i, src in enumerate(p.y_from)]
             sends = [(dest, tag_y, s.y) for dest in p.y_to]
             tr.exchange(sends, recvs)
-            weighted_sum(p.weights, inbox[:len(p.y_from)], s.x, s.work)  # line 13
+            self._sum(p.weights, inbox[:len(p.y_from)])  # line 13
 
     # -- what the engine reads (collectives) ------------------------------------------------
     def tokens(self, run: int) -> np.ndarray | None:
@@ -341,6 +371,25 @@ class MpiBackend:
         s = self.state
         mine = s.x if self.held[0] == run and self.held[1] >= 0 else None
         return self.transport.gather_rows(mine, self.holding[run], len(s.x), s.x.dtype)
+
+    def evaluate(self, problem, x: np.ndarray | None, split: str = "test"):
+        """Collective: ``problem.evaluate(x)`` ("test") or ``problem.validate(x)``
+        ("validation") of the root's token matrix x, on the root (None elsewhere).
+
+        A problem with chunked evaluation (:mod:`mpi_teleport.evaluation`) is evaluated
+        by every rank: the averaged model is broadcast, each rank evaluates its
+        chunk-aligned slice, the chunk rows come back to the root in rank order; the
+        numbers are those of one process evaluating everything, bit for bit."""
+        if not evaluation.is_shared(problem, split):
+            if not self.root:
+                return None
+            return problem.evaluate(x) if split == "test" else problem.validate(x)
+        tr = self.transport
+        vector = problem.average(x) if self.root else np.empty(problem.dim, problem.dtype)
+        tr.bcast_array(vector)
+        lo, hi = evaluation.part(problem, split, self.rank, tr.size)
+        rows = tr.gather_rows_in_order(problem.evaluation_sums(vector, lo, hi, split))
+        return evaluation.result(problem, rows, x, split) if self.root else None
 
     def virtual_time_s(self, r: int) -> float | None:
         top = getattr(self.transport, "virtual_time_s", None)

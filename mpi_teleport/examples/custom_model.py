@@ -39,13 +39,15 @@ def load_data(seed: int = 0):
     return (x[train], y[train]), (x[test], y[test])
 
 
-def problem(nodes: int, seed: int = 0, alpha: float = 0.5):
-    """The factory: also usable as ``--problem mpi_teleport.examples.custom_model:problem``."""
+def problem(nodes: int, seed: int = 0, alpha: float = 0.5, local_nodes=None):
+    """The factory: also usable as ``--problem mpi_teleport.examples.custom_model:problem``.
+    Under MPI pass ``local_nodes=[rank]``: the rank then keeps only its node's share of the
+    training data and its slice of the evaluation data."""
     import mpi_teleport as mt
 
     train, test = load_data()
     return mt.TorchProblem(build_model, train, test=test, nodes=nodes, seed=seed, alpha=alpha,
-                           batch_size=16, validation_fraction=0.1)
+                           batch_size=16, validation_fraction=0.1, local_nodes=local_nodes)
 
 
 def main(argv=None) -> int:
@@ -64,7 +66,7 @@ def main(argv=None) -> int:
 
         comm = MPI.COMM_WORLD
         args.nodes = comm.Get_size()
-    p = problem(args.nodes)
+    p = problem(args.nodes, local_nodes=None if comm is None else [comm.Get_rank()])
     common = dict(nodes=args.nodes, rounds=args.rounds, lr=0.1, momentum=0.9, comm=comm,
                   log_every=50)
     tele = mt.teleportation(p, k=2, out=args.out, **common)

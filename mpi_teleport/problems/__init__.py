@@ -18,12 +18,15 @@ def needs_local_rank(cfg) -> bool:
     return cfg.problem in ("digits", "fashion-mnist", "cifar10") and cfg.device != "cpu"
 
 
-def make_problem(cfg, local_rank: int = 0):
+def make_problem(cfg, local_rank: int = 0, local_nodes=None):
     """The problem a Config asks for (network problems are loaded once per process);
     ``--problem module:function`` calls a user's factory (:func:`from_factory`).
 
     ``local_rank`` (this process's rank among those on its machine; the MPI layer
     computes it) picks the GPU under ``--device auto/cuda``: problems never talk MPI.
+    ``local_nodes`` (an MPI rank: ``[rank]``) makes a network problem keep only those
+    nodes' training data and its slice of the evaluation sets (None: everything, the
+    simulator).
     """
     if is_factory(cfg.problem):
         return from_factory(cfg.problem, nodes=cfg.nodes, seed=cfg.seed)
@@ -36,7 +39,8 @@ def make_problem(cfg, local_rank: int = 0):
 
     return _network(cfg.replace(rounds=1, k=None, algorithm="compare", lr=1.0, epochs=None,
                                 momentum=0.0, lr_schedule="constant", out=None),
-                    pick_device(cfg.device, local_rank))
+                    pick_device(cfg.device, local_rank),
+                    None if local_nodes is None else tuple(int(i) for i in local_nodes))
 
 
 def is_factory(name: str) -> bool:
@@ -78,10 +82,10 @@ def from_factory(name: str, *, nodes: int, seed: int):
 
 
 @functools.lru_cache(maxsize=4)
-def _network(data_cfg, device):
+def _network(data_cfg, device, local_nodes=None):
     from .network import from_config
 
-    return from_config(data_cfg, device)
+    return from_config(data_cfg, device, local_nodes=local_nodes)
 
 
 def with_epochs(cfg, algorithm: str, k, problem):

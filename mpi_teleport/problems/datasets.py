@@ -41,6 +41,7 @@ package (and the quadratic problem) work without them.
 """
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import os
@@ -67,6 +68,9 @@ __all__ = [
     "CIFAR10_STD",
     "load_fashion_mnist",
     "load_cifar10",
+    "ImageRows",
+    "open_fashion_mnist",
+    "open_cifar10",
     "load_digits_dataset",
     "dirichlet_partition",
     "class_histogram",
@@ -163,6 +167,68 @@ def _normalise(images_u8: np.ndarray, mean, std) -> np.ndarray:
     x -= m
     x /= s
     return x
+
+
+class ImageRows:
+    """Normalised float32 images ``(N, C, H, W)``, read from uint8 storage when indexed.
+
+    The storage is a memory map of the data set's file (nothing read until asked) or an
+    in-memory uint8 copy of some rows. Indexing (an int, a slice or an index array)
+    returns the rows normalised as :func:`_normalise` does the whole set, element by
+    element the same numbers. :meth:`select` narrows the rows without reading anything;
+    :meth:`keep` copies the selected rows into memory (uint8, a quarter of float32) and
+    drops the reference to the file: what a rank keeps of a set it needs only part of.
+    """
+
+    dtype = np.dtype(np.float32)
+    ndim = 4
+
+    def __init__(self, raw: np.ndarray, mean, std, index: np.ndarray | None = None):
+        self.raw, self.mean, self.std = raw, tuple(mean), tuple(std)
+        self.index = None if index is None else np.asarray(index, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.raw) if self.index is None else len(self.index)
+
+    @property
+    def shape(self) -> tuple:
+        return (len(self), *self.raw.shape[1:])
+
+    def _positions(self, idx):
+        if self.index is None:
+            return idx
+        return self.index[idx]
+
+    def __getitem__(self, idx) -> np.ndarray:
+        rows = self.raw[self._positions(idx)]
+        single = rows.ndim == self.raw.ndim - 1
+        out = _normalise(rows[None] if single else rows, self.mean, self.std)
+        return out[0] if single else out
+
+    def select(self, idx) -> "ImageRows":
+        """These rows (an index array or a slice of this set), nothing read."""
+        if isinstance(idx, slice):
+            idx = np.arange(len(self))[idx]
+        return ImageRows(self.raw, self.mean, self.std, self._positions(np.asarray(idx, np.int64)))
+
+    def keep(self, idx) -> "ImageRows":
+        """These rows copied into memory (uint8); the file is no longer referenced."""
+        if isinstance(idx, slice):
+            idx = np.arange(len(self))[idx]
+        rows = self.raw[self._positions(np.asarray(idx, np.int64))]
+        return ImageRows(np.array(rows, dtype=np.uint8), self.mean, self.std)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in memory (a memory map's are the file's, not counted)."""
+        held = 0 if isinstance(self.raw, np.memmap) or isinstance(self.raw.base, np.memmap) \
+            else self.raw.nbytes
+        return held + (0 if self.index is None else self.index.nbytes)
+
+    @property
+    def mapped(self) -> bool:
+        """Whether the rows are read from a file (a memory map)."""
+        return isinstance(self.raw, np.memmap) or isinstance(self.raw.base, np.memmap)
 
 
 # ------------------------------------------------------------------- consistency
@@ -389,16 +455,10 @@ def _fetch(absent: list, download: bool, missing, what: str, fetch, data_dir: st
     return absent, f"rerun with --download on a machine with internet access, or copy {what} there"
 
 
-def load_fashion_mnist(data_dir, train: bool, download: bool = False):
-    """Fashion-MNIST as ``(images float32 (N,1,28,28), labels int64 (N,))``.
-
-    Reads ``<data_dir>/FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``
-    (all four must be present, as torchvision requires; ``.gz`` versions are
-    decompressed in place) with ``torchvision.datasets.FashionMNIST``. ``download=True``
-    fetches them with torchvision (needs internet). Normalised with mean 0.2860, std
-    0.3530. Raises :class:`DatasetMissingError` (one line) when the files are absent and
-    cannot be downloaded.
-    """
+def _fashion_mnist_files(data_dir, train: bool, download: bool) -> tuple:
+    """Make sure the Fashion-MNIST files are there (decompressing hand-copied .gz files,
+    fetching with --download); returns (data_dir, raw folder, legacy) where legacy means
+    torchvision's old processed .pt files are what is there."""
     data_dir = os.path.abspath(os.fspath(data_dir))
     raw = os.path.join(data_dir, "FashionMNIST", "raw")
     processed = os.path.join(data_dir, "FashionMNIST", "processed")
@@ -412,15 +472,33 @@ def load_fashion_mnist(data_dir, train: bool, download: bool = False):
         decompress_fashion_mnist(data_dir)  # hand-copied .gz files, as torchvision's download would
         absent = missing()
 
-    from torchvision.datasets import FashionMNIST
+    def fetch():  # (torchvision is imported only to download)
+        from torchvision.datasets import FashionMNIST
 
-    absent, how = _fetch(absent, download, missing, "the files",
-                         lambda: FashionMNIST(root=data_dir, train=train, download=True), data_dir)
+        FashionMNIST(root=data_dir, train=train, download=True)
+
+    absent, how = _fetch(absent, download, missing, "the files", fetch, data_dir)
     if absent:
         raise DatasetMissingError(
             f"Fashion-MNIST not found: expected {raw}/{{{','.join(FMNIST_FILES)}}} "
             f"(each raw or .gz; missing: {', '.join(absent)}); {how}"
         )
+    return data_dir, raw, legacy
+
+
+def load_fashion_mnist(data_dir, train: bool, download: bool = False):
+    """Fashion-MNIST as ``(images float32 (N,1,28,28), labels int64 (N,))``.
+
+    Reads ``<data_dir>/FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``
+    (all four must be present, as torchvision requires; ``.gz`` versions are
+    decompressed in place) with ``torchvision.datasets.FashionMNIST``. ``download=True``
+    fetches them with torchvision (needs internet). Normalised with mean 0.2860, std
+    0.3530. Raises :class:`DatasetMissingError` (one line) when the files are absent and
+    cannot be downloaded.
+    """
+    data_dir, raw, legacy = _fashion_mnist_files(data_dir, train, download)
+    from torchvision.datasets import FashionMNIST
+
     if not legacy:
         prefix = "train" if train else "t10k"
         _check_idx_pair(os.path.join(raw, f"{prefix}-images-idx3-ubyte"),
@@ -431,6 +509,33 @@ def load_fashion_mnist(data_dir, train: bool, download: bool = False):
     labels = ds.targets.numpy().astype(np.int64, copy=False)
     _check_arrays("Fashion-MNIST", raw, images, labels, (1, 28, 28))
     return _normalise(images, FMNIST_MEAN, FMNIST_STD), np.ascontiguousarray(labels)
+
+
+def open_fashion_mnist(data_dir, train: bool, download: bool = False):
+    """Fashion-MNIST as ``(images, labels int64 (N,))`` without reading the images:
+    ``images`` is an :class:`ImageRows` over a memory map of the uncompressed IDX file
+    (rows read, and normalised as by :func:`load_fashion_mnist`, when indexed). The same
+    files, checks and one-line errors as :func:`load_fashion_mnist` (the labels, small,
+    are read and checked whole); torchvision's old processed files are loaded whole.
+    """
+    data_dir, raw, legacy = _fashion_mnist_files(data_dir, train, download)
+    if legacy:
+        images, labels = load_fashion_mnist(data_dir, train, download)
+        return images, labels
+    prefix = "train" if train else "t10k"
+    images_path = os.path.join(raw, f"{prefix}-images-idx3-ubyte")
+    labels_path = os.path.join(raw, f"{prefix}-labels-idx1-ubyte")
+    _check_idx_pair(images_path, labels_path)
+    n, h, w = _idx_header(images_path, 3)
+
+    def read():
+        images = np.memmap(images_path, dtype=np.uint8, mode="r", offset=16, shape=(n, 1, h, w))
+        labels = np.fromfile(labels_path, dtype=np.uint8, offset=8).astype(np.int64)
+        return images, labels
+
+    images, labels = _read("Fashion-MNIST", raw, read, "replace them with good copies")
+    _check_arrays("Fashion-MNIST", raw, images, labels, (1, 28, 28))
+    return ImageRows(images, FMNIST_MEAN, FMNIST_STD), labels
 
 
 # -------------------------------------------------------------------------- CIFAR-10
@@ -450,17 +555,9 @@ def _cifar10_class(verify_md5: bool):
     return CIFAR10NoMD5
 
 
-def load_cifar10(data_dir, train: bool, download: bool = False, verify_md5: bool = True):
-    """CIFAR-10 as ``(images float32 (N,3,32,32), labels int64 (N,))``.
-
-    Reads ``<data_dir>/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}``
-    (the python-pickle release) with ``torchvision.datasets.CIFAR10``; extracts
-    ``<data_dir>/cifar-10-python.tar.gz`` first when only the archive is there.
-    ``verify_md5`` keeps torchvision's per-file md5 check (see the module docstring for
-    ``False``). Normalised with mean (0.4914, 0.4822, 0.4465), std (0.2470, 0.2435,
-    0.2616). Raises :class:`DatasetMissingError` (one line) when files are absent,
-    cannot be downloaded, or fail the md5 check.
-    """
+def _cifar10_files(data_dir, train: bool, download: bool, verify_md5: bool) -> tuple:
+    """Make sure the CIFAR-10 files are there and pass the md5 check (extracting the
+    archive, fetching with --download); returns (data_dir, batches folder, reader class)."""
     data_dir = os.path.abspath(os.fspath(data_dir))
     base = os.path.join(data_dir, "cifar-10-batches-py")
     tarball = os.path.join(data_dir, "cifar-10-python.tar.gz")
@@ -493,12 +590,119 @@ def load_cifar10(data_dir, train: bool, download: bool = False, verify_md5: bool
                 "replace them with the official cifar-10-python.tar.gz contents "
                 "(or load with verify_md5=False for deliberately modified files)"
             )
+    return data_dir, base, cls
+
+
+def load_cifar10(data_dir, train: bool, download: bool = False, verify_md5: bool = True):
+    """CIFAR-10 as ``(images float32 (N,3,32,32), labels int64 (N,))``.
+
+    Reads ``<data_dir>/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}``
+    (the python-pickle release) with ``torchvision.datasets.CIFAR10``; extracts
+    ``<data_dir>/cifar-10-python.tar.gz`` first when only the archive is there.
+    ``verify_md5`` keeps torchvision's per-file md5 check (see the module docstring for
+    ``False``). Normalised with mean (0.4914, 0.4822, 0.4465), std (0.2470, 0.2435,
+    0.2616). Raises :class:`DatasetMissingError` (one line) when files are absent,
+    cannot be downloaded, or fail the md5 check.
+    """
+    data_dir, base, cls = _cifar10_files(data_dir, train, download, verify_md5)
     ds = _read("CIFAR-10", base, lambda: cls(root=data_dir, train=train, download=False),
                "replace them with good copies")
     images = np.asarray(ds.data, dtype=np.uint8).transpose(0, 3, 1, 2)  # NHWC -> NCHW
     labels = np.asarray(ds.targets, dtype=np.int64)
     _check_arrays("CIFAR-10", base, images, labels, (3, 32, 32))
     return _normalise(images, CIFAR10_MEAN, CIFAR10_STD), labels
+
+
+CIFAR10_NPY = "mpi_teleport-npy"  # folder (under cifar-10-batches-py) of the memory-mappable copy
+
+
+def _cifar10_stamp(base: str) -> dict:
+    """Size and modification time of each pickle: the copy is redone when they change."""
+    out = {}
+    for name in CIFAR10_FILES:
+        st = os.stat(os.path.join(base, name))
+        out[name] = [int(st.st_size), int(st.st_mtime_ns)]
+    return out
+
+
+def _cifar10_npy(data_dir: str, base: str, cls) -> str | None:
+    """Convert the pickles once per directory into ``.npy`` files (uint8 NCHW images,
+    int64 labels) that can be memory-mapped: one process at a time, each file written
+    under a temporary name and renamed into place, the stamp last. Returns the folder,
+    or None when the directory is not writable (then the pickles are read whole)."""
+    import json
+
+    folder = os.path.join(base, CIFAR10_NPY)
+    stamp_path = os.path.join(folder, "source.json")
+
+    def current():
+        try:
+            with open(stamp_path) as f:
+                return json.load(f) == _cifar10_stamp(base)
+        except (OSError, ValueError):
+            return False
+
+    if current():
+        return folder
+    try:
+        with _unpack_lock(data_dir):
+            if current():  # another process converted them meanwhile
+                return folder
+            os.makedirs(folder, exist_ok=True)
+            for train, prefix in ((True, "train"), (False, "test")):
+                ds = _read("CIFAR-10", base, lambda: cls(root=data_dir, train=train, download=False),
+                           "replace them with good copies")
+                images = np.asarray(ds.data, dtype=np.uint8).transpose(0, 3, 1, 2)  # NHWC -> NCHW
+                labels = np.asarray(ds.targets, dtype=np.int64)
+                _check_arrays("CIFAR-10", base, images, labels, (3, 32, 32))
+                for name, arr in ((f"{prefix}-images.npy", images), (f"{prefix}-labels.npy", labels)):
+                    path = os.path.join(folder, name)
+                    tmp = _tmp_name(path)
+                    try:
+                        with open(tmp, "wb") as f:
+                            np.save(f, np.ascontiguousarray(arr))
+                            f.flush()
+                            os.fsync(f.fileno())
+                        os.replace(tmp, path)
+                    finally:
+                        if os.path.lexists(tmp):
+                            os.unlink(tmp)
+                del ds, images, labels
+            tmp = _tmp_name(stamp_path)
+            with open(tmp, "w") as f:
+                json.dump(_cifar10_stamp(base), f)
+            os.replace(tmp, stamp_path)
+    except PermissionError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return None
+        raise
+    return folder
+
+
+def open_cifar10(data_dir, train: bool, download: bool = False, verify_md5: bool = True):
+    """CIFAR-10 as ``(images, labels int64 (N,))`` without keeping the images in memory:
+    the pickles (which cannot be memory-mapped) are converted once per data directory
+    into ``cifar-10-batches-py/mpi_teleport-npy/`` and ``images`` is an
+    :class:`ImageRows` over a memory map of that copy (normalised as by
+    :func:`load_cifar10` when indexed). Same files, checks and one-line errors as
+    :func:`load_cifar10`; a read-only directory falls back to reading the pickles whole.
+    """
+    data_dir, base, cls = _cifar10_files(data_dir, train, download, verify_md5)
+    folder = _cifar10_npy(data_dir, base, cls)
+    if folder is None:
+        return load_cifar10(data_dir, train, download, verify_md5)
+    prefix = "train" if train else "test"
+
+    def read():
+        images = np.load(os.path.join(folder, f"{prefix}-images.npy"), mmap_mode="r")
+        labels = np.load(os.path.join(folder, f"{prefix}-labels.npy"))
+        return images, labels
+
+    images, labels = _read("CIFAR-10", base, read, "delete " + folder + " to have it redone")
+    _check_arrays("CIFAR-10", base, images, labels, (3, 32, 32))
+    return ImageRows(images, CIFAR10_MEAN, CIFAR10_STD), labels.astype(np.int64, copy=False)
 
 
 # ---------------------------------------------------------------------------- digits

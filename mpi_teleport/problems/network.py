@@ -6,7 +6,8 @@ Fashion-MNIST, VGG-11 (GroupNorm) on CIFAR-10.
 Each factory follows the ``--problem`` calling convention (keyword arguments ``nodes``
 and ``seed``, then its settings) and returns a TorchProblem: the model from
 :func:`.models.build_model` (initialised from the seed with numpy, the same in every
-process), node i's data its Dirichlet(alpha) share of the training set, mini-batches keyed
+process), node i's data its Dirichlet(alpha) share of the training set (with
+``local_nodes=[i]``, an MPI rank's setting, the only training data kept), mini-batches keyed
 by (seed, i, t), a validation split held out from training for ``--k auto`` (never the
 test set), evaluation of the averaged model on the test set. These models have no
 buffers, so a token is exactly their parameters.
@@ -48,12 +49,14 @@ def digits(nodes: int, seed: int = 0, *, alpha: float = 0.1, batch_size: int = 3
 def fashion_mnist(nodes: int, seed: int = 0, *, data_dir="data", download: bool = False,
                   alpha: float = 0.1, batch_size: int = 32, val_fraction: float = 0.1,
                   device="cpu", local_nodes=None, staged=None):
-    """LeNet-5 on Fashion-MNIST read from ``data_dir`` (:func:`.datasets.load_fashion_mnist`;
-    raises its one-line DatasetMissingError when the files are absent)."""
+    """LeNet-5 on Fashion-MNIST memory-mapped from ``data_dir``
+    (:func:`.datasets.open_fashion_mnist`: with ``local_nodes`` only those nodes' images
+    and the evaluation slice are read; raises its one-line DatasetMissingError when the
+    files are absent)."""
     from . import datasets
 
-    return _classifier("lenet5", datasets.load_fashion_mnist(data_dir, True, download=download),
-                       datasets.load_fashion_mnist(data_dir, False, download=download), nodes,
+    return _classifier("lenet5", datasets.open_fashion_mnist(data_dir, True, download=download),
+                       datasets.open_fashion_mnist(data_dir, False, download=download), nodes,
                        seed, alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
                        device=device, local_nodes=local_nodes, staged=staged)
 
@@ -61,11 +64,12 @@ def fashion_mnist(nodes: int, seed: int = 0, *, data_dir="data", download: bool 
 def cifar10(nodes: int, seed: int = 0, *, data_dir="data", download: bool = False,
             alpha: float = 0.1, batch_size: int = 32, val_fraction: float = 0.1,
             device="cpu", local_nodes=None, staged=None):
-    """VGG-11 (GroupNorm) on CIFAR-10 read from ``data_dir`` (:func:`.datasets.load_cifar10`)."""
+    """VGG-11 (GroupNorm) on CIFAR-10 from ``data_dir``, memory-mapped from a one-time
+    ``.npy`` copy of the pickles (:func:`.datasets.open_cifar10`)."""
     from . import datasets
 
-    return _classifier("vgg11", datasets.load_cifar10(data_dir, True, download=download),
-                       datasets.load_cifar10(data_dir, False, download=download), nodes, seed,
+    return _classifier("vgg11", datasets.open_cifar10(data_dir, True, download=download),
+                       datasets.open_cifar10(data_dir, False, download=download), nodes, seed,
                        alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
                        device=device, local_nodes=local_nodes, staged=staged)
 
@@ -73,11 +77,11 @@ def cifar10(nodes: int, seed: int = 0, *, data_dir="data", download: bool = Fals
 FACTORIES = {"digits": digits, "fashion-mnist": fashion_mnist, "cifar10": cifar10}
 
 
-def from_config(cfg, device: str = "cpu", staged: bool | None = None):
+def from_config(cfg, device: str = "cpu", staged: bool | None = None, local_nodes=None):
     """The network problem a Config names (``cfg.problem``, its data and split settings),
-    on ``device``. ``staged``: see :class:`~.torch_problem.TorchProblem`."""
+    on ``device``. ``staged``, ``local_nodes``: see :class:`~.torch_problem.TorchProblem`."""
     settings = dict(alpha=cfg.alpha, batch_size=cfg.batch_size, val_fraction=cfg.val_fraction,
-                    device=device, staged=staged)
+                    device=device, staged=staged, local_nodes=local_nodes)
     if cfg.problem != "digits":
         settings.update(data_dir=cfg.data_dir, download=cfg.download)
     return FACTORIES[cfg.problem](nodes=cfg.nodes, seed=cfg.seed, **settings)

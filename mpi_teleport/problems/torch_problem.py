@@ -48,34 +48,11 @@ import math
 import numpy as np
 
 from .. import rng
+from ..evaluation import chunk_slices  # noqa: F401  (re-exported)
 
 __all__ = ["TorchProblem", "chunk_slices", "EVAL_BATCH_SIZE"]
 
 EVAL_BATCH_SIZE = 1000  # samples per evaluation chunk (the chunks' global boundaries)
-
-
-def chunk_slices(n_samples: int, chunk: int, parts: int) -> list:
-    """Split ``range(n_samples)`` into ``parts`` contiguous ``(lo, hi)`` slices whose
-    boundaries are multiples of ``chunk`` (or ``n_samples``), as even as whole chunks
-    allow; the first slices get the extra chunks, later ones may be empty.
-
-    >>> chunk_slices(2500, 1000, 2)
-    [(0, 2000), (2000, 2500)]
-    >>> chunk_slices(10, 4, 4)
-    [(0, 4), (4, 8), (8, 10), (10, 10)]
-    """
-    n_samples, chunk, parts = int(n_samples), int(chunk), int(parts)
-    if n_samples < 0 or chunk < 1 or parts < 1:
-        raise ValueError(f"chunk_slices needs n_samples >= 0, chunk >= 1, parts >= 1; got "
-                         f"{n_samples}, {chunk}, {parts}")
-    n_chunks = -(-n_samples // chunk)
-    per, extra = divmod(n_chunks, parts)
-    out, c = [], 0
-    for r in range(parts):
-        m = per + (r < extra)
-        out.append((min(c * chunk, n_samples), min((c + m) * chunk, n_samples)))
-        c += m
-    return out
 
 
 # ------------------------------------------------------------------------ samples
@@ -127,7 +104,21 @@ class _ArraySamples:
         return self.y
 
     def subset(self, idx) -> "_ArraySamples":
-        return _ArraySamples(self.x[idx], self.y[idx])
+        """These samples; rows read lazily stay lazy (a memory-mapped set is not read)."""
+        select = getattr(self.x, "select", None)
+        return _ArraySamples(self.x[idx] if select is None else select(idx), self.y[idx])
+
+    def keep(self, idx) -> "_ArraySamples":
+        """These samples, held in memory (nothing else of the set is referenced)."""
+        keep = getattr(self.x, "keep", None)
+        x = self.x[idx] if keep is None else keep(idx)
+        if isinstance(x, np.ndarray) and isinstance(idx, slice):
+            x = x.copy()  # (a slice of an array is a view of all of it)
+        return _ArraySamples(x, np.array(self.y[idx]))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.x.nbytes) + int(self.y.nbytes)
 
 
 class _DatasetSamples:
@@ -169,6 +160,12 @@ class _DatasetSamples:
     def subset(self, idx) -> "_DatasetSamples":
         return _DatasetSamples(self.dataset, self.index[idx], self.name)
 
+    keep = subset  # (the data set reads items on demand: only the index is held)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.index.nbytes)
+
 
 def _samples(data, name: str):
     """(X, y) arrays/tensors or a map-style Dataset -> samples object."""
@@ -182,7 +179,8 @@ def _samples(data, name: str):
             raise ValueError(f"{name}: the data set is empty")
         return _DatasetSamples(data, name=name)
     if isinstance(data, (tuple, list)) and len(data) == 2:
-        x, y = _as_array(data[0], f"{name} inputs"), _as_array(data[1], f"{name} targets")
+        x = data[0] if _reads_rows(data[0]) else _as_array(data[0], f"{name} inputs")
+        y = _as_array(data[1], f"{name} targets")
         if x.ndim == 0 or y.ndim == 0 or len(x) != len(y):
             raise ValueError(f"{name}: inputs and targets must have the same length, got "
                              f"{x.shape[:1] or 'a scalar'} and {y.shape[:1] or 'a scalar'}")
@@ -191,6 +189,12 @@ def _samples(data, name: str):
         return _ArraySamples(x, y)
     raise TypeError(f"{name} must be a pair (inputs, targets) of arrays/tensors or a "
                     f"map-style torch Dataset, got {type(data).__name__}")
+
+
+def _reads_rows(x) -> bool:
+    """An array-like that reads float32 rows when indexed and narrows without reading
+    (``select``/``keep``, e.g. :class:`.datasets.ImageRows` over a memory map)."""
+    return all(hasattr(x, a) for a in ("select", "keep", "shape", "__getitem__", "__len__"))
 
 
 def _target_is_class(samples) -> bool:
@@ -252,8 +256,24 @@ class TorchProblem:
         Where forward/backward passes run. ``"auto"``: the first GPU when one is visible,
         else the CPU (an MPI rank should pass its own, see :func:`.device.pick_device`).
     local_nodes : sequence of int, optional
-        The nodes this process computes gradients for (an MPI rank: its own node);
-        training data of other nodes is not kept. Default: all nodes.
+        The nodes this process computes gradients for; training data of other nodes is
+        not kept. Default: all nodes (the simulator). **Under MPI pass
+        ``local_nodes=[comm.rank]``** (one node per rank; the command line does): the
+        rank then keeps only its node's training share and its slice of the test and
+        validation sets (``evaluation_part``), and with data given as memory-mappable
+        arrays (``np.memmap``, :class:`.datasets.ImageRows`; the built-in data sets
+        are) it never reads the rest. The Dirichlet split still sees every label, so
+        every node gets the samples it gets in the simulator.
+    device_tokens : bool, optional
+        Under MPI, hold the rank's token, momentum and receive buffers as torch tensors
+        on ``device`` and do the momentum step and the gossip sum there
+        (:mod:`mpi_teleport.backends.device`). Default: on for a GPU device, off on the
+        CPU (``True`` on the CPU runs the same code path on CPU tensors).
+    evaluation_part : (part, parts), optional
+        Keep only the ``part``-th of ``parts`` chunk-aligned slices
+        (:func:`chunk_slices`) of the test and validation sets: what an MPI rank
+        evaluates when the ranks share evaluation. Default: ``(i, nodes)`` for a single
+        local node i, else the whole sets.
     eval_batch_size : int
         Samples per evaluation chunk.
     staged : bool, optional
@@ -293,7 +313,8 @@ class TorchProblem:
                  validation=None, validation_fraction: float = 0.0,
                  n_classes: int | None = None, device="cpu", local_nodes=None,
                  eval_batch_size: int = EVAL_BATCH_SIZE, staged: bool | None = None,
-                 threads: int | None = 1):
+                 threads: int | None = 1, evaluation_part=None,
+                 device_tokens: bool | None = None):
         import torch
 
         from . import datasets, models
@@ -334,15 +355,30 @@ class TorchProblem:
             self._train, self._local_parts = samples, self.parts
         else:  # keep only the local nodes' samples; positions re-indexed into them
             kept = np.unique(np.concatenate([self.parts[i] for i in self.local_nodes]))
-            self._train = samples.subset(kept)
+            self._train = samples.keep(kept)
             local = set(self.local_nodes)
             self._local_parts = [np.searchsorted(kept, p) if i in local else None
                                  for i, p in enumerate(self.parts)]
-        self._val = val
-        self._test = _samples(test, "test") if test is not None else val
-        if self._test is None:
+        test = _samples(test, "test") if test is not None else val
+        if test is None:
             raise ValueError("nothing to evaluate on: give test= (or a validation set: "
                              "validation= or validation_fraction)")
+        if evaluation_part is None and local_nodes is not None and len(self.local_nodes) == 1:
+            evaluation_part = (self.local_nodes[0], self.n)
+        self.evaluation_part = _check_part(evaluation_part)
+        self._sizes = {"test": len(test), "validation": 0 if val is None else len(val)}
+        self._held, self._sets = {}, {}
+        for split, data in (("test", test), ("validation", val)):
+            if data is None:
+                continue
+            lo, hi = 0, len(data)
+            if self.evaluation_part is not None:  # only this process's slice is kept
+                lo, hi = chunk_slices(len(data), self.eval_batch_size,
+                                      self.evaluation_part[1])[self.evaluation_part[0]]
+                data = data.keep(slice(lo, hi))
+            self._held[split], self._sets[split] = (lo, hi), data
+        self._val = self._sets.get("validation")
+        self._test = self._sets["test"]
 
         # -- model and token layout
         self.model = _build(model, self.seed)
@@ -370,6 +406,8 @@ class TorchProblem:
                                for m, name, b in self._layout.other_buffers]
         self._pending = None  # last gradient(): nodes, updated buffers, buffers as given
         self._rng_devices = [self.device] if self.device.type == "cuda" else []
+        on = self.device.type != "cpu" if device_tokens is None else bool(device_tokens)
+        self.token_device = str(self.device) if on else None  # read by the MPI back end
         self._generators = [torch.default_generator]
         if self.device.type == "cuda":
             index = self.device.index if self.device.index is not None else torch.cuda.current_device()
@@ -397,11 +435,24 @@ class TorchProblem:
 
     @property
     def n_test(self) -> int:
-        return len(self._test)
+        """Test samples (the whole set, also when only a slice is kept)."""
+        return self._sizes["test"]
 
     @property
     def n_validation(self) -> int:
-        return 0 if self._val is None else len(self._val)
+        return self._sizes["validation"]
+
+    def data_bytes(self) -> dict:
+        """Bytes of the samples this problem holds in memory, by set ("train", "test",
+        "validation"); a memory map's file is not counted, the index into it is."""
+        return {"train": int(self._train.nbytes),
+                **{split: int(data.nbytes) for split, data in self._sets.items()}}
+
+    def held_slice(self, split: str = "test") -> tuple:
+        """The ``(lo, hi)`` samples of a set this problem keeps (all, unless
+        ``evaluation_part``)."""
+        self._split(split)
+        return self._held[split]
 
     def initial(self) -> np.ndarray:
         """The initial token (a copy): the model's state as built."""
@@ -550,18 +601,23 @@ class TorchProblem:
         from torch.nn import functional as F
 
         data = self._split(split)
-        n, size = len(data), self.eval_batch_size
+        n, size = self._sizes[split], self.eval_batch_size
         hi = n if hi is None else int(hi)
         lo = int(lo)
         if not (0 <= lo <= hi <= n) or (lo % size and lo != n) or (hi % size and hi != n):
             raise ValueError(f"evaluation slice [{lo}, {hi}) of {n} samples must lie within "
                              f"the set, with bounds multiples of {size} (or the set's end)")
+        start, stop = self._held[split]
+        if lo < hi and not (start <= lo and hi <= stop):
+            raise ValueError(f"evaluation slice [{lo}, {hi}) of the {split} set is not held "
+                             f"here (this problem keeps [{start}, {stop}), evaluation_part="
+                             f"{self.evaluation_part}; (0, 1) keeps the whole set)")
         self._load(vector)
         self.model.eval()
         rows = []
         with torch.no_grad():
             for s in range(lo, hi, size):
-                xb, yb = data.span(s, min(s + size, hi))
+                xb, yb = data.span(s - start, min(s + size, hi) - start)
                 xb, yb = xb.to(self.device), yb.to(self.device)
                 out = self.model(xb)
                 if self.loss is None:
@@ -693,6 +749,18 @@ def _check_local_nodes(local_nodes, nodes: int):
     if bad or not local:
         raise ValueError(f"local_nodes must name nodes in 0..{nodes - 1}, got {list(local_nodes)}")
     return local
+
+
+def _check_part(part):
+    if part is None:
+        return None
+    try:
+        index, parts = (int(v) for v in part)
+    except (TypeError, ValueError):
+        raise ValueError(f"evaluation_part must be a pair (part, parts), got {part!r}") from None
+    if parts < 1 or not 0 <= index < parts:
+        raise ValueError(f"evaluation_part needs 0 <= part < parts, got {part!r}")
+    return (index, parts)
 
 
 def _resolve_device(device) -> str:

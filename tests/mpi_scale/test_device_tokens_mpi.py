@@ -1,0 +1,42 @@
+"""A run with device tokens (torch tensors, here on the CPU) records what the host path
+and the simulator record, bit for bit. (Run inside the ranks by tests/test_device_tokens.py.)"""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpi_teleport as mt
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+
+def digits_problem(nodes, rank, device_tokens):
+    from mpi_teleport.problems import datasets, models
+
+    return mt.TorchProblem(models.build_model("digits-cnn", 0),
+                           datasets.load_digits_dataset(True, seed=0), nodes=nodes, seed=3,
+                           alpha=0.5, batch_size=16,
+                           test=datasets.load_digits_dataset(False, seed=0), n_classes=10,
+                           eval_batch_size=100, local_nodes=None if rank is None else [rank],
+                           device_tokens=device_tokens)
+
+
+def numbers(records):
+    return [{k: v for k, v in r.items() if k != "time_s"} for r in records]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("extra", [dict(k=2, momentum=0.9), dict(k=3, variant="simple"),
+                                   dict(k=2, momentum=0.5, variant="simple")])
+def test_device_tokens_equal_the_host_path(extra):
+    comm = MPI.COMM_WORLD
+    n, rank = comm.Get_size(), comm.Get_rank()
+    settings = {**dict(nodes=n, rounds=6, lr=0.05, log_every=3), **extra}
+    settings["k"] = min(settings["k"], n)
+    on_device = digits_problem(n, rank, True)
+    assert on_device.token_device == "cpu"
+    got = mt.teleportation(on_device, comm=comm, **settings)
+    host = mt.teleportation(digits_problem(n, rank, False), comm=comm, **settings)
+    want = mt.teleportation(digits_problem(n, None, False), **settings)
+    ok = rank != 0 or (numbers(got.records) == numbers(host.records) == numbers(want.records))
+    assert comm.allreduce(bool(ok and np.array_equal(got.x, want.x)), op=MPI.LAND)

@@ -1,0 +1,58 @@
+"""Evaluation shared by the ranks: each rank holds only its node's training share and its
+slice of the test and validation sets (``local_nodes=[rank]``), evaluates its slice, and
+the records equal the simulator's (one process evaluating everything) bit for bit.
+(Run inside the ranks by tests/test_shared_evaluation.py with 1, 2, 3 and 4 ranks.)"""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpi_teleport as mt
+from mpi_teleport.evaluation import chunk_slices
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+
+def digits_problem(nodes, local_nodes=None):
+    """The digits CNN with small evaluation chunks (50 samples): the test set (360) and
+    the validation set (144) span several chunks, so every rank has a slice."""
+    from mpi_teleport.problems import datasets, models
+
+    return mt.TorchProblem(models.build_model("digits-cnn", 0),
+                           datasets.load_digits_dataset(True, seed=0), nodes=nodes, seed=3,
+                           alpha=0.5, batch_size=16,
+                           test=datasets.load_digits_dataset(False, seed=0),
+                           validation_fraction=0.1, n_classes=10, eval_batch_size=50,
+                           local_nodes=local_nodes)
+
+
+def numbers(records):
+    return [{k: v for k, v in r.items() if k != "time_s"} for r in records]
+
+
+def agree(comm, ok) -> bool:
+    return comm.allreduce(bool(ok), op=MPI.LAND)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("name,extra", [("teleportation", dict(k=2, momentum=0.9)),
+                                        ("dsgd", dict()),
+                                        ("search_k", dict())])
+def test_each_rank_holds_its_part_and_records_equal_the_simulator(name, extra):
+    comm = MPI.COMM_WORLD
+    n, rank = comm.Get_size(), comm.Get_rank()
+    settings = {**dict(nodes=n, rounds=6, lr=0.05, log_every=3), **extra}
+    if "k" in settings:
+        settings["k"] = min(settings["k"], n)
+    mine = digits_problem(n, local_nodes=[rank])
+    whole = digits_problem(n)
+    lo, hi = chunk_slices(whole.n_test, 50, n)[rank]
+    held = mine.held_slice("test") == (lo, hi) and mine.n_test == whole.n_test
+    share = len(mine._train) == len(whole.parts[rank])
+    run = getattr(mt, name)
+    got = run(mine, comm=comm, **settings)
+    want = run(whole, **settings)
+    ok = rank != 0 or (numbers(got.records) == numbers(want.records) and got.k == want.k
+                       and got.candidates == want.candidates)
+    assert agree(comm, held and share), "a rank keeps more than its share and slice"
+    assert agree(comm, ok and np.array_equal(got.x, want.x))

@@ -1,0 +1,75 @@
+"""Tokens as torch tensors (backends/device.py): on CPU tensors the momentum step and the
+gossip sum give the numbers of the numpy path bit for bit, and a whole MPI run with
+device tokens records what the host path records (tests/mpi_scale, under mpirun).
+No GPU was available to this project's tests: the GPU path (pinned staging buffers) is
+not exercised here."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from mpi_teleport.algorithms import local_step, weighted_sum, work_buffer  # noqa: E402
+from mpi_teleport.backends import device  # noqa: E402
+
+
+class Linear:
+    """g = A x + b, deterministic in (node, t)."""
+
+    def __init__(self, d, dtype):
+        gen = np.random.default_rng(0)
+        self.a = gen.standard_normal(d).astype(dtype)
+        self.b = gen.standard_normal(d).astype(dtype)
+
+    def gradient(self, nodes, x, t, out=None):
+        out = np.empty_like(x) if out is None else out
+        np.multiply(x, self.a * (t + 1 + nodes[0]), out=out)
+        out += self.b
+        return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_device_step_and_sum_equal_the_host_arithmetic_bit_for_bit(dtype, momentum):
+    d, gen = 1000, np.random.default_rng(1)
+    problem = Linear(d, dtype)
+    s = device.DeviceTokenState(d, momentum > 0, dtype, "cpu")
+    x = gen.standard_normal(d).astype(dtype)
+    v = gen.standard_normal(d).astype(dtype)
+    s.x[...] = x
+    if momentum:
+        s.v[...] = v
+    host_v = v[None].copy() if momentum else None
+    for t in range(3):  # a few steps and sums, chained
+        want_y = local_step(problem, [2], s.x[None].copy(), host_v, t, 0.05, momentum,
+                            out=np.empty((1, d), dtype))[0]
+        device.local_step(problem, 2, s, t, 0.05, momentum)
+        assert np.array_equal(s.y, want_y)
+        if momentum:
+            assert np.array_equal(s.v, host_v[0])
+        inbox = s.inboxes(3)
+        for i, buf in enumerate(inbox[:2]):
+            buf[...] = gen.standard_normal(d).astype(dtype)
+        inputs = [inbox[0], s.y, inbox[1]]
+        weights = [0.2, 0.45, 0.35]
+        want = weighted_sum(weights, [a.copy() for a in inputs], np.empty(d, dtype),
+                            work_buffer(d, dtype))
+        device.weighted_sum(weights, inputs, s)
+        assert np.array_equal(s.x, want)
+    assert s.tensor(s.x).data_ptr() == s.x.ctypes.data  # CPU: the tensor is the wire
+
+
+def test_swapped_buffers_keep_their_tensors():
+    s = device.DeviceTokenState(4, True, np.float32, "cpu")
+    s.x, s.y = s.y, s.x
+    s.y[...] = 3
+    assert torch.equal(s.tensor(s.y), torch.full((4,), 3.0))
+    with pytest.raises(ValueError):
+        s.tensor(np.zeros(4, np.float32))
+
+
+@pytest.mark.parametrize("ranks", [3])
+def test_device_tokens_under_mpirun_equal_the_host_path(mpirun, ranks):
+    proc = mpirun(ranks, ["-m", "mpi4py", "-m", "pytest", "-p", "no:cacheprovider", "--with-mpi",
+                          "-q", "tests/mpi_scale/test_device_tokens_mpi.py", "-o", "addopts="],
+                  timeout=500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -1,0 +1,69 @@
+"""jobs/figure4.sbatch (the paper's Figure 4) in quick mode under the local SLURM.
+
+The quick job runs digits on 4 srun-launched ranks, tau = 5 us on the virtual clock with a
+modelled compute time, for Teleportation, DSGD on the ring and DSGD on the Base-2 Graph, and
+ends with ``benchmarks/bench_figure4.py --from-job``. Every run's records (accuracy, loss,
+consensus and ``virtual_time_s``) must equal the simulator's for the same flags. Skips, with
+the reason, where SLURM cannot start (helpers shared with tests/test_jobs_slurm.py).
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from mpi_teleport.output import read_jsonl
+from mpi_teleport.sim import main as sim_main
+from test_jobs_slurm import ROOT, Job, _start_slurm
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1500)]
+
+METHODS = ("teleportation", "dsgd-ring", "dsgd-base2")
+
+
+def without_time(path):
+    return [{k: v for k, v in r.items() if k != "time_s"} for r in read_jsonl(path)]
+
+
+def started_flags(logs: str) -> dict:
+    """method -> the mpi_teleport.run flags of its 'start' line in the job's log."""
+    found = {}
+    for line in logs.splitlines():
+        m = re.search(r" start \S+_(teleportation|dsgd-ring|dsgd-base2): .* -m mpi_teleport\.run (.*)$",
+                      line)
+        if m:
+            found[m.group(1)] = m.group(2).split()
+    return found
+
+
+def test_figure4_job_quick_mode_equals_the_simulator(tmp_path):
+    if not (ROOT / "jobs" / "figure4.sbatch").exists():
+        pytest.skip("jobs/figure4.sbatch does not exist")
+    env = _start_slurm()["env"]
+    job = Job("figure4", "figure4.sbatch", ["-n", "4"], {**env, "QUICK": "1"}, tmp_path / "job")
+    try:
+        status = job.wait(timeout=1200)
+    finally:
+        job.cancel()
+    logs = job.logs()
+    assert status == 0, f"sbatch --wait figure4.sbatch: status {status}\n{logs[-4000:]}"
+    assert "srun --mpi=pmix" in logs, logs[-2000:]
+    out = job.tmp / "out"
+    flags = started_flags(logs)
+    assert set(flags) == set(METHODS), logs[-3000:]
+    for method in METHODS:
+        run = out / "tau5" / "alpha0.1" / "lr0.05" / "seed0" / method
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["n"] == 4
+        records = without_time(run / "metrics.jsonl")
+        assert records and all("virtual_time_s" in r for r in records)
+        assert "--compute-time" in flags[method] and "mod:5" in flags[method]
+        sim_flags = list(flags[method])
+        sim_flags[sim_flags.index("--out") + 1] = str(tmp_path / "sim" / method)
+        assert sim_main(["--nodes", "4", *sim_flags]) == 0
+        assert records == without_time(tmp_path / "sim" / method / "metrics.jsonl"), method
+    # the plot step tabulated every method
+    table = json.loads((out / "figure4.json").read_text())
+    assert table["methods"] == list(METHODS) and table["taus_us"] == [5.0]
+    assert (out / "figure4.png").stat().st_size > 0 and (out / "figure4.csv").is_file()
