@@ -5,10 +5,11 @@
                                         [--algorithms teleportation dsgd] [--device cpu]
 
 One ``mpirun`` per (model, ranks): the script launches itself with ``--worker``; inside,
-every rank builds the run exactly as ``mpi_teleport.run.execute`` does (``make_problem``,
-``Node``, ``new_state``, ``run_overlap`` = Algorithm 3) and runs each algorithm for W
-warm-up rounds and then R timed rounds, with no logging (an ``on_round`` that only takes
-a timestamp).
+every rank builds the run as ``mpi_teleport.run.execute`` does (``make_problem``, the
+RunSpec of ``cli.run_spec``, ``backends.mpi.MpiBackend`` over a ``Transport`` =
+Algorithm 3) and runs each algorithm for W warm-up rounds and then R timed rounds,
+calling ``backend.step(t)`` as the engine does between logging rounds (no logging; a
+timestamp after every round).
 
 Split of a round, per rank, measured from outside the package (nothing in it is edited):
 
@@ -18,12 +19,14 @@ Split of a round, per rank, measured from outside the package (nothing in it is 
   **update arithmetic** (the momentum/SGD step of ``local_step`` minus the gradient inside
   it, and the gossip weighted sum ``weighted_sum``: element-wise numpy on the token,
   what any implementation of the method has to compute);
-* **comm** -- wall time blocked in ``transport.wait`` (MPI Waitall): a proxy around the
-  transport (posting Isend/Irecv is not blocking and counts as framework);
+* **comm** -- wall time blocked in ``transport.wait`` / ``transport.wait_all`` (MPI
+  Waitall): a proxy around the transport (posting or starting requests is not blocking
+  and counts as framework);
 * **framework** -- the rest of the round: what the package does around the numbers,
-  the schedule (``placement``), topology evaluation (``topology.mixing``), posting
-  Isend/Irecv, Python glue. These parts are timed separately as profile evidence
-  (wrapped where ``algorithms.teleportation`` looks them up; worker process only).
+  the schedule (the phase's roster), topology evaluation (``topology.mixing``, as the
+  plan calls it), posting/starting requests, Python glue. These parts are timed
+  separately as profile evidence (wrapped where ``backends.mpi`` and ``plan`` look them
+  up; worker process only).
   "fw+arith %" is the stricter reading that counts the update arithmetic as framework too.
 
 The table sums these over all ranks and timed rounds (rank-seconds) and gives each as a
@@ -203,9 +206,9 @@ def _worker(args, comm, rank: int, size: int) -> dict:
 
     from mpi4py import MPI
 
-    from mpi_teleport import config, schedule
-    from mpi_teleport.algorithms import learning_rate
-    from mpi_teleport.algorithms import teleportation as tp
+    from mpi_teleport import cli, config
+    from mpi_teleport import plan as plan_module
+    from mpi_teleport.backends import mpi as mpi_backend
     from mpi_teleport.problems import datasets, make_problem
     from mpi_teleport.transport import Transport
 
@@ -214,10 +217,10 @@ def _worker(args, comm, rank: int, size: int) -> dict:
 
     clocks = {name: Clock() for name in ("compute", "comm", "local_step", "weighted_sum",
                                          "schedule", "topology", "post")}
-    # framework parts, wrapped where the algorithm module looks them up (worker only)
-    tp.local_step = clocks["local_step"].timed(tp.local_step)
-    tp.weighted_sum = clocks["weighted_sum"].timed(tp.weighted_sum)
-    tp.topo = Timed(tp.topo, mixing=clocks["topology"])
+    # framework parts, wrapped where the back end and the plan look them up (worker only)
+    mpi_backend.local_step = clocks["local_step"].timed(mpi_backend.local_step)
+    mpi_backend.weighted_sum = clocks["weighted_sum"].timed(mpi_backend.weighted_sum)
+    plan_module.topo = Timed(plan_module.topo, mixing=clocks["topology"])
 
     problem_name = MODELS[args.model]
     k_tele = k_for(size)
@@ -226,59 +229,47 @@ def _worker(args, comm, rank: int, size: int) -> dict:
                            "device": args.device, "algorithm": "teleportation",
                            "k": k_tele, "topology": "ring", "seed": 0}, world_size=size)
     t_load = time.perf_counter()
-    problem = make_problem(base, comm)
-    load_s = time.perf_counter() - t_load
     transport = Transport(comm)
+    local = transport.local_rank() if args.device == "cuda" else 0
+    problem = make_problem(base, local)
+    load_s = time.perf_counter() - t_load
     timed_problem = Timed(problem, gradient=clocks["compute"])
-    timed_transport = Timed(transport, wait=clocks["comm"], post_recvs=clocks["post"],
-                            post_sends=clocks["post"])
+    # the per-round path posts and waits (post_recvs/post_sends, wait); the fast path
+    # starts persistent channels and waits on them (start, wait_all)
+    timed_transport = Timed(transport, wait=clocks["comm"], wait_all=clocks["comm"],
+                            post_recvs=clocks["post"], post_sends=clocks["post"],
+                            start=clocks["post"])
     warm, timed = args.warmup, args.rounds
     results = []
     for algorithm in args.algorithms:
         cfg = base.replace(algorithm=algorithm)
-        if algorithm == "dsgd":
-            k = size
-            fixed = schedule.fixed_holders(size)
-            placement = clocks["schedule"].timed(lambda t, fixed=fixed: fixed)
-        else:
-            k = k_tele
-            placement = clocks["schedule"].timed(
-                lambda t, k=k: schedule.holders(cfg.seed, size, k, t))
-        node = tp.Node(rank, timed_problem, timed_transport, placement, k, cfg.topology,
-                       learning_rate(cfg), cfg.momentum)
-        state = tp.new_state(node, problem.initial())
-        stamps: list[float] = []
-        active_rounds: list[bool] = []
-
-        def on_round(r, roster, x, run=0):
-            stamps.append(time.perf_counter())
-            return False
-
+        k = size if algorithm == "dsgd" else k_tele
+        spec = cli.run_spec(cfg, algorithm, k)
+        spec = type(spec)(spec.algorithm, spec.nodes, spec.k, warm + timed, spec.lr,
+                          spec.momentum, spec.topology, spec.variant, spec.seed)
+        phase = spec.phases()[0]
+        phase.roster = clocks["schedule"].timed(phase.roster)
+        backend = mpi_backend.MpiBackend(timed_problem, spec, timed_transport)
+        backend.begin(phase, 0, problem.initial())
         # warm-up: allocations, first-touch, torch's lazy init
-        tp.run_overlap(node, range(0, warm), state, on_round)
+        for t in range(0, warm):
+            backend.step(t)
         comm.Barrier()
         for c in clocks.values():
             c.reset()
         per_round = []  # (wall, gradient, arithmetic, comm, active) per timed round on this rank
-        stamps.clear()
         cpu0 = time.thread_time()
-        t0 = time.perf_counter()
-        stamps.append(t0)
-        last = {name: (c.wall, c.cpu) for name, c in clocks.items()}
-
-        def on_round_timed(r, roster, x, run=0):
+        t0 = prev = time.perf_counter()
+        last = {name: c.wall for name, c in clocks.items()}
+        for t in range(warm, warm + timed):
+            backend.step(t)
             now = time.perf_counter()
-            prev = stamps[-1]
-            stamps.append(now)
-            delta = {name: c.wall - last[name][0] for name, c in clocks.items()}
-            for name, c in clocks.items():
-                last[name] = (c.wall, c.cpu)
+            delta = {name: c.wall - last[name] for name, c in clocks.items()}
+            last = {name: c.wall for name, c in clocks.items()}
             grad = delta["compute"]
             arith = delta["local_step"] - grad + delta["weighted_sum"]
             per_round.append((now - prev, grad, arith, delta["comm"], grad > 0))
-            return False
-
-        tp.run_overlap(node, range(warm, warm + timed), state, on_round_timed)
+            prev = now
         t1 = time.perf_counter()
         cpu_total = time.thread_time() - cpu0
         comm.Barrier()
@@ -298,7 +289,8 @@ def _worker(args, comm, rank: int, size: int) -> dict:
         }
         gathered = comm.gather(mine, root=0)
         elapsed = comm.reduce(t_all, op=MPI.MAX, root=0)
-        del state
+        backend.close()
+        del backend
         if rank == 0:
             results.append(summarise(args.model, size, algorithm, k, timed, elapsed, gathered,
                                      problem, load_s, args.device))

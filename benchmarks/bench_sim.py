@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mpi_teleport import rng, schedule, sim  # noqa: E402
+from mpi_teleport import metrics, rng, schedule, sim  # noqa: E402
 from mpi_teleport.config import Config  # noqa: E402
 from mpi_teleport.metrics import Recorder  # noqa: E402
 from mpi_teleport.output import RunFiles  # noqa: E402
@@ -85,12 +85,12 @@ def run_simulator(cfg: Config, algorithm: str, k: int) -> tuple[float, np.ndarra
     """Seconds spent in rounds (logging excluded) and the final token matrix."""
     CapturingRecorder.last_x = None
     CapturingRecorder.log_seconds = 0.0
-    saved = sim.Recorder
-    sim.Recorder = CapturingRecorder
+    saved = metrics.Recorder  # api.run looks the recorder class up in metrics at each run
+    metrics.Recorder = CapturingRecorder
     try:
         summary = sim.simulate(cfg, algorithm, k, RunFiles(None))
     finally:
-        sim.Recorder = saved
+        metrics.Recorder = saved
     return summary["wall_time_s"] - CapturingRecorder.log_seconds, CapturingRecorder.last_x
 
 

@@ -163,3 +163,212 @@ def round_messages(topology: str, variant: str, prev: list[np.ndarray] | None,
     elif momentum:
         mom = (compute, np.concatenate(nxt) if len(nxt) > 1 else nxt[0])
     return Messages(compute, fetch, groups, complete, mom)
+
+
+# -- rounds planned ahead ------------------------------------------------------------------
+# The same plan for a block of consecutive rounds, as integer arrays (one row per round),
+# computed in one vectorised pass per (run, mixing matrix): the MPI back end then posts
+# from arrays instead of rebuilding Python objects every round. Row i of a block equals
+# overlap_step / simple_step of round t0 + i (tests/test_plan_ahead.py); lists are padded
+# with -1 (nodes) and 0.0 (weights), their lengths in the n_* columns.
+
+
+@dataclass(frozen=True)
+class OverlapBlock:
+    """Algorithm 3 for one node over rounds t0 .. t0 + len - 1 (fields as in OverlapStep)."""
+
+    t0: int
+    run: np.ndarray  # (B,)
+    token: np.ndarray
+    y_to: np.ndarray  # (B, width), -1 padded
+    n_to: np.ndarray  # (B,)
+    momentum_to: np.ndarray
+    next_run: np.ndarray
+    next_token: np.ndarray
+    y_from: np.ndarray  # (B, width), -1 padded, ascending source token order
+    weights: np.ndarray  # (B, width), 0 padded
+    n_from: np.ndarray
+    momentum_from: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.run)
+
+    def step(self, i: int) -> OverlapStep:
+        """Row i as the round-by-round OverlapStep."""
+        nt, nf = int(self.n_to[i]), int(self.n_from[i])
+        return OverlapStep(self.t0 + i, int(self.run[i]), int(self.token[i]),
+                           tuple(self.y_to[i, :nt].tolist()), int(self.momentum_to[i]),
+                           int(self.next_run[i]), int(self.next_token[i]),
+                           tuple(self.y_from[i, :nf].tolist()), self.weights[i, :nf],
+                           int(self.momentum_from[i]))
+
+
+@dataclass(frozen=True)
+class SimpleBlock:
+    """Algorithm 1 for one node over rounds t0 .. t0 + len - 1 (fields as in SimpleStep)."""
+
+    t0: int
+    held_run: np.ndarray
+    held: np.ndarray
+    model_to: np.ndarray
+    run: np.ndarray
+    token: np.ndarray
+    model_from: np.ndarray
+    y_to: np.ndarray
+    n_to: np.ndarray
+    y_from: np.ndarray
+    weights: np.ndarray
+    n_from: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.run)
+
+    def step(self, i: int) -> SimpleStep:
+        nt, nf = int(self.n_to[i]), int(self.n_from[i])
+        return SimpleStep(self.t0 + i, int(self.held_run[i]), int(self.held[i]),
+                          int(self.model_to[i]), int(self.run[i]), int(self.token[i]),
+                          int(self.model_from[i]), tuple(self.y_to[i, :nt].tolist()),
+                          tuple(self.y_from[i, :nf].tolist()), self.weights[i, :nf])
+
+
+_TABLES: dict = {}
+
+
+def _tables(w) -> tuple:
+    """(sources, weights, n_sources, receivers, n_receivers) of W as padded (k, width)
+    tables, built once per matrix (kept with it, so a recycled id cannot alias)."""
+    hit = _TABLES.get(id(w))
+    if hit is not None and hit[0] is w:
+        return hit[1]
+    if len(_TABLES) > 512:
+        _TABLES.clear()
+    k = w.k
+    rows = [w.row(j) for j in range(k)]
+    outs = [w.receivers(m) for m in range(k)]
+    width = max(1, max(len(r[0]) for r in rows), max(len(o) for o in outs))
+    src = np.full((k, width), -1, dtype=np.int64)
+    wts = np.zeros((k, width))
+    rcv = np.full((k, width), -1, dtype=np.int64)
+    n_src = np.zeros(k, dtype=np.int64)
+    n_rcv = np.zeros(k, dtype=np.int64)
+    for j, (s, v) in enumerate(rows):
+        src[j, :len(s)], wts[j, :len(s)], n_src[j] = s, v, len(s)
+    for m, o in enumerate(outs):
+        rcv[m, :len(o)], n_rcv[m] = o, len(o)
+    tables = (src, wts, n_src, rcv, n_rcv)
+    _TABLES[id(w)] = (w, tables)
+    return tables
+
+
+def _layout(rosters: list[list[np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """All runs' holders side by side, (R, K) for R rosters, with each column's run and
+    token and each run's first column. The runs' sizes are the same in every round of a
+    phase."""
+    sizes = [len(h) for h in rosters[0]]
+    offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    flat = np.array([np.concatenate(r) if len(r) > 1 else r[0] for r in rosters], dtype=np.int64)
+    col_run = np.repeat(np.arange(len(sizes)), sizes)
+    col_tok = np.concatenate([np.arange(k) for k in sizes])
+    return flat, col_run, col_tok, offsets
+
+
+def _roles(flat: np.ndarray, col_run: np.ndarray, col_tok: np.ndarray,
+           node: int) -> tuple[np.ndarray, np.ndarray]:
+    """(run, token) of ``node`` in every roster (rows of ``flat``); -1 where inactive."""
+    hit = flat == node
+    pos = hit.argmax(axis=1)
+    active = hit[np.arange(len(flat)), pos]
+    return np.where(active, col_run[pos], -1), np.where(active, col_tok[pos], -1)
+
+
+def _groups(topology, sizes: list[int], runs: np.ndarray, t0: int):
+    """Rows (rounds) grouped by (run, mixing matrix): yields (q, rows, W)."""
+    t = t0 + np.arange(len(runs))
+    for q, k in enumerate(sizes):
+        mine = np.flatnonzero(runs == q)
+        if len(mine) == 0:
+            continue
+        if callable(topology):
+            keys = t[mine]  # a user's matrix may change every round
+        else:
+            keys = t[mine] % topo.period(topology, k)
+        for key in np.unique(keys):
+            rows = mine[keys == key]
+            yield q, rows, topo.mixing(topology, k, int(t[rows[0]]))
+
+
+def _gather_nodes(flat_rows: np.ndarray, offset: int, tokens: np.ndarray) -> np.ndarray:
+    """flat_rows[i, offset + tokens[i, c]] where tokens >= 0, else -1."""
+    picked = np.take_along_axis(flat_rows, offset + np.maximum(tokens, 0), axis=1)
+    return np.where(tokens >= 0, picked, -1)
+
+
+def overlap_block(topology, rosters: list[list[np.ndarray]], node: int, t0: int) -> OverlapBlock:
+    """Algorithm 3 for ``node`` in rounds t0 .. t0 + B - 1; ``rosters`` are the B + 1
+    rosters of rounds t0 .. t0 + B."""
+    flat, col_run, col_tok, offsets = _layout(rosters)
+    sizes = [len(h) for h in rosters[0]]
+    runs, toks = _roles(flat, col_run, col_tok, node)
+    B = len(rosters) - 1
+    now, nxt = flat[:B], flat[1:]
+    run, token, next_run, next_token = runs[:B], toks[:B], runs[1:], toks[1:]
+    width = 1
+    parts = []
+    for q, rows, w in _groups(topology, sizes, run, t0):
+        src, wts, n_src, rcv, n_rcv = _tables(w)
+        m = token[rows]
+        parts.append(("to", q, rows, _gather_nodes(nxt[rows], offsets[q], rcv[m]), n_rcv[m],
+                      nxt[rows, offsets[q] + m]))
+        width = max(width, rcv.shape[1])
+    for q, rows, w in _groups(topology, sizes, next_run, t0):
+        src, wts, n_src, rcv, n_rcv = _tables(w)
+        j = next_token[rows]
+        parts.append(("from", q, rows, _gather_nodes(now[rows], offsets[q], src[j]), n_src[j],
+                      now[rows, offsets[q] + j], wts[j]))
+        width = max(width, src.shape[1])
+    y_to = np.full((B, width), -1, dtype=np.int64)
+    y_from = np.full((B, width), -1, dtype=np.int64)
+    weights = np.zeros((B, width))
+    n_to, n_from = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
+    momentum_to, momentum_from = np.full(B, -1, dtype=np.int64), np.full(B, -1, dtype=np.int64)
+    for part in parts:
+        if part[0] == "to":
+            _, q, rows, nodes, count, mom = part
+            y_to[rows, :nodes.shape[1]], n_to[rows], momentum_to[rows] = nodes, count, mom
+        else:
+            _, q, rows, nodes, count, mom, wt = part
+            y_from[rows, :nodes.shape[1]], n_from[rows], momentum_from[rows] = nodes, count, mom
+            weights[rows, :wt.shape[1]] = wt
+    return OverlapBlock(t0, run, token, y_to, n_to, momentum_to, next_run, next_token,
+                        y_from, weights, n_from, momentum_from)
+
+
+def simple_block(topology, prevs: list[list[np.ndarray]], nows: list[list[np.ndarray]],
+                 node: int, t0: int) -> SimpleBlock:
+    """Algorithm 1 for ``node`` in rounds t0 .. t0 + B - 1: ``prevs[i]`` is where the tokens
+    of round t0 + i sit on entry, ``nows[i]`` its roster."""
+    pflat, col_run, col_tok, offsets = _layout(prevs)
+    flat = _layout(nows)[0]
+    sizes = [len(h) for h in nows[0]]
+    held_run, held = _roles(pflat, col_run, col_tok, node)
+    run, token = _roles(flat, col_run, col_tok, node)
+    B = len(nows)
+    ii = np.arange(B)
+    model_to = np.where(held >= 0, flat[ii, offsets[np.maximum(held_run, 0)] + held], -1)
+    model_from = np.where(token >= 0, pflat[ii, offsets[np.maximum(run, 0)] + token], -1)
+    groups = list(_groups(topology, sizes, run, t0))
+    width = max([1] + [_tables(w)[0].shape[1] for _, _, w in groups])
+    y_to = np.full((B, width), -1, dtype=np.int64)
+    y_from = np.full((B, width), -1, dtype=np.int64)
+    weights = np.zeros((B, width))
+    n_to, n_from = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
+    for q, rows, w in groups:
+        src, wts, n_src, rcv, n_rcv = _tables(w)
+        m = token[rows]
+        here = flat[rows]
+        y_from[rows, :src.shape[1]] = _gather_nodes(here, offsets[q], src[m])
+        y_to[rows, :rcv.shape[1]] = _gather_nodes(here, offsets[q], rcv[m])
+        weights[rows, :wts.shape[1]] = wts[m]
+        n_from[rows], n_to[rows] = n_src[m], n_rcv[m]
+    return SimpleBlock(t0, held_run, held, model_to, run, token, model_from, y_to, n_to,
+                       y_from, weights, n_from)

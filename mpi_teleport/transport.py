@@ -35,8 +35,11 @@ class Transport:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
-        self._rounds_per_cycle = max(1, tag_ub // N_KINDS)
+        # the top N_KINDS tags are the persistent channels' (one per kind, see below)
+        self._rounds_per_cycle = max(1, tag_ub // N_KINDS - 1)
+        self._steady_tag0 = self._rounds_per_cycle * N_KINDS
         self._local: dict[int, np.ndarray] = {}
+        self._channels: dict[tuple, object] = {}
 
     @classmethod
     def duplicate(cls, comm) -> "Transport":
@@ -45,6 +48,7 @@ class Transport:
         return cls(comm.Dup(), owned=True)
 
     def free(self) -> None:
+        self.release_channels()
         if self._owned and self.comm is not None:
             self.comm.Free()
             self.comm = None
@@ -88,6 +92,44 @@ class Transport:
             pending.requests.clear()
         if self._local:
             raise RuntimeError(f"local receives without a matching send: tags {sorted(self._local)}")
+
+    # Persistent channels: the round loop's fast path (plain transport only; the latency
+    # layer stamps every message and keeps the per-round path). A channel is a persistent
+    # request bound to (direction, peer, kind, buffer), created once and started every
+    # round that moves that buffer between those two ranks. All channels of a kind share
+    # one tag, outside the per-round tags: a receiver completes all of round t's
+    # receives before it posts round t+1's, and at most one message per (sender,
+    # receiver, kind) travels in a round, so MPI's non-overtaking order matches round t's
+    # message to round t's receive.
+    def send_channel(self, buf: np.ndarray, dest: int, kind: int):
+        """The persistent send of ``buf`` to ``dest`` (created on first use)."""
+        key = (True, dest, kind, id(buf))
+        hit = self._channels.get(key)
+        if hit is None:
+            hit = self._channels[key] = self.comm.Send_init(buf, dest, self._steady_tag0 + kind)
+        return hit
+
+    def recv_channel(self, buf: np.ndarray, source: int, kind: int):
+        """The persistent receive into ``buf`` from ``source`` (created on first use)."""
+        key = (False, source, kind, id(buf))
+        hit = self._channels.get(key)
+        if hit is None:
+            hit = self._channels[key] = self.comm.Recv_init(buf, source, self._steady_tag0 + kind)
+        return hit
+
+    def start(self, channels: list) -> None:
+        """Start channels (a list from send_channel/recv_channel); complete with wait_all."""
+        self._mpi.Prequest.Startall(channels)
+
+    def wait_all(self, channels: list) -> None:
+        self._mpi.Request.Waitall(channels)
+
+    def release_channels(self, buffers=None) -> None:
+        """Free the channels of ``buffers`` (all channels when None): a channel holds its
+        buffer; a new one is made on next use."""
+        ids = None if buffers is None else {id(b) for b in buffers if b is not None}
+        for key in [key for key in self._channels if ids is None or key[3] in ids]:
+            self._channels.pop(key).Free()
 
     # Collective helpers used only at logging rounds and at start-up.
     def gather_rows(self, row: np.ndarray | None, holders: np.ndarray, d: int,

@@ -45,6 +45,24 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
     """
     g = problem.gradient(nodes, x, t, out=out)
     d = g.shape[-1]
+    if d <= BLOCK:  # one block: the same operations on the whole vectors, no views made
+        if momentum > 0:
+            v *= momentum
+            v += g
+            np.multiply(v, lr, out=g)
+        else:
+            g *= lr
+        np.subtract(x, g, out=g)
+    else:
+        _blocked_step(g, x, v, lr, momentum)
+    after_step = getattr(problem, "after_step", None)
+    if after_step is not None:  # state the forward pass updates (e.g. normalisation statistics)
+        after_step(nodes, g)
+    return g
+
+
+def _blocked_step(g, x, v, lr: float, momentum: float) -> None:
+    d = g.shape[-1]
     for a in range(0, d, BLOCK):  # block by block: v, g, x pass through memory once
         b = min(a + BLOCK, d)
         gb, xb = g[..., a:b], x[..., a:b]
@@ -56,10 +74,6 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
         else:
             gb *= lr
         np.subtract(xb, gb, out=gb)
-    after_step = getattr(problem, "after_step", None)
-    if after_step is not None:  # state the forward pass updates (e.g. normalisation statistics)
-        after_step(nodes, g)
-    return g
 
 
 def work_buffer(d: int, dtype) -> np.ndarray:
@@ -79,6 +93,13 @@ def weighted_sum(weights, inputs, out: np.ndarray, work: np.ndarray) -> np.ndarr
     """
     weights = np.asarray(weights, dtype=out.dtype)
     d = out.shape[-1]
+    if d <= BLOCK:  # one block: the same operations on the whole vectors, no views made
+        tmp = work if work.shape[-1] == d else work[..., :d]
+        np.multiply(inputs[0], weights[0], out=out)
+        for s in range(1, len(inputs)):
+            np.multiply(inputs[s], weights[s], out=tmp)
+            out += tmp
+        return out
     n = min(d, BLOCK)
     for a in range(0, d, n):
         b = min(a + n, d)
