@@ -32,10 +32,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def pytest_configure(config):
     config.addinivalue_line("markers", "slurm: needs the local SLURM (jobs/local-cluster.sh)")
     config.addinivalue_line("markers", "torch: needs torch/torchvision")
+    config.addinivalue_line("markers", "one_mpi: what the test checks does not depend on the MPI "
+                            "implementation (the MPI tier covers that): it runs under Open MPI "
+                            "only, unless MPI_TELEPORT_TEST_MPICH=all")
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 def mpi_impl(request) -> MPIImpl:
+    if (request.param != "openmpi" and request.node.get_closest_marker("one_mpi")
+            and os.environ.get("MPI_TELEPORT_TEST_MPICH") != "all"):
+        pytest.skip(f"{request.param}: marked one_mpi (the suite's time budget); "
+                    "MPI_TELEPORT_TEST_MPICH=all runs it")
     impl = implementation(request.param)
     if isinstance(impl, str):
         pytest.skip(f"{request.param}: {impl}")

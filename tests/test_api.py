@@ -13,6 +13,8 @@ from mpi_teleport.output import read_jsonl
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main as sim_main
 
+pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi.py and the MPI tier
+
 
 def test_public_surface_is_short_and_documented():
     assert set(mt.__all__) == {"teleportation", "dsgd", "search_k", "Problem", "TorchProblem",

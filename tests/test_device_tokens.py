@@ -11,6 +11,8 @@ torch = pytest.importorskip("torch")
 from mpi_teleport.algorithms import local_step, weighted_sum, work_buffer  # noqa: E402
 from mpi_teleport.backends import device  # noqa: E402
 
+pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi.py and the MPI tier
+
 
 class Linear:
     """g = A x + b, deterministic in (node, t)."""

@@ -20,6 +20,8 @@ import pytest
 
 from mpi_teleport.output import read_jsonl
 
+pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi.py and the MPI tier
+
 ROOT = Path(__file__).resolve().parents[1]
 HAS_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "sklearn"))
 

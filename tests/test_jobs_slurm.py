@@ -124,7 +124,7 @@ QUICK = {  # name -> (script, sbatch arguments, extra environment); [mpich]: PYT
     "latency_sweep.sbatch": ("latency_sweep.sbatch", ["-n", "4"], {}),
 }
 for _script in SCRIPTS:  # any further script: quick mode on 4 tasks
-    if _script not in QUICK:
+    if _script not in QUICK and _script != "figure4.sbatch":  # (tests/test_jobs_figure4.py runs it)
         QUICK[_script] = (_script, ["-n", "4"], {})
 
 

@@ -16,6 +16,8 @@ from mpi_teleport.search import CRITERIA, SearchRecorder
 from mpi_teleport.sim import main as sim_main
 from mpi_teleport.spec import Logging, RunSpec
 
+pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi.py and the MPI tier
+
 # n = 7 (candidates 1, 2, 4 and 7) where the three criteria choose three different k
 # (averaged 7, tokens 4, time-average 1: checked below, so the test keeps its teeth).
 SETTING = ["--k", "auto", "--algorithm", "teleportation", "--nodes", "7", "--dim", "10",

@@ -4,6 +4,8 @@ import pytest
 
 from mpi_teleport.evaluation import chunk_slices
 
+pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi.py and the MPI tier
+
 
 def test_chunk_slices_cover_the_set_in_order():
     for n in (0, 1, 49, 50, 51, 360, 1000):
