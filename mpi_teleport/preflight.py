@@ -298,21 +298,10 @@ def _flag(name: str) -> str:
 
 
 def check_settings(cfg):
-    """Validate the checkpoint flags of a resolved Config (before any communication).
-    Raises UsageError with one line."""
-    if cfg.checkpoint_every < 0:
-        raise UsageError(f"--checkpoint-every must be >= 0 (0 = no periodic checkpoints), "
-                         f"got {cfg.checkpoint_every}")
-    if cfg.keep_checkpoints < 1:
-        raise UsageError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}")
+    """Check the checkpoint flags of a resolved Config against the disk (before any
+    communication); their values alone were checked by config.resolve. Raises
+    UsageError with one line."""
     auto = any(k == "auto" for _, k in report.runs_requested(cfg))
-    if auto and (cfg.checkpoint_every or cfg.resume is not None):
-        flag = "--resume" if cfg.resume is not None else "--checkpoint-every"
-        raise UsageError(f"{flag} is not supported with --k auto (Algorithm 2 runs 2T rounds, "
-                         f"usually short); choose k, or run the search without checkpoints")
-    if cfg.checkpoint_every and cfg.out is None and cfg.checkpoint_dir is None:
-        raise UsageError("--checkpoint-every needs a place to write: give --out DIR "
-                         "(checkpoints go to DIR/checkpoints) or --checkpoint-dir DIR")
     if cfg.checkpoint_dir is not None:
         _check_writable("--checkpoint-dir", Path(cfg.checkpoint_dir))
     if cfg.out is not None:
