@@ -17,10 +17,6 @@ from . import topology as topo
 from .errors import NonFiniteError  # noqa: E402  (re-exported: metrics.NonFiniteError)
 
 
-def is_log_round(r: int, every: int, rounds: int) -> bool:
-    return r == 0 or r % every == 0 or r == rounds
-
-
 def lr_text(lr) -> str:
     """The step size for messages: the number, or a schedule's base value."""
     return f"{lr}" if not callable(lr) else f"{getattr(lr, 'base', 'a schedule')}"

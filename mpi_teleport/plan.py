@@ -30,16 +30,6 @@ def role(roster: list[np.ndarray], node: int) -> tuple[int, int]:
     return -1, -1
 
 
-def max_inputs(topology: str, ks) -> int:
-    """Most inputs any receiver sums in one round (sizes the receive buffers)."""
-    most = 1
-    for k in ks:
-        for r in range(topo.period(topology, k)):
-            w = topo.mixing(topology, k, r)
-            most = max(most, w.k if w.complete else int(np.diff(w.indptr).max()))
-    return most
-
-
 @dataclass(frozen=True)
 class OverlapStep:
     """One node's part of round t of Algorithm 3 (one communication phase).

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import schedule
+from .latency.model import needs_layer
 from .virtual_clock import Phase
 
 ALGORITHMS = ("teleportation", "dsgd", "search")
@@ -99,8 +100,7 @@ class LatencySettings:
 
     @property
     def active(self) -> bool:
-        return (str(self.spec).strip().lower() != "none" or self.clock == "virtual"
-                or self.compute_time is not None)
+        return needs_layer(self.spec, self.clock, self.compute_time)
 
 
 def cosine_lr(lr: float, total: int) -> Callable[[int], float]:

@@ -209,10 +209,15 @@ def check_compute_time(value) -> None:
         raise UsageError(f"--compute-time must be a finite number of microseconds >= 0, got {value}")
 
 
-def layer_active(cfg) -> bool:
+def needs_layer(spec, clock: str, compute_time) -> bool:
     """Whether a run needs the layer: any latency, the virtual clock, or a modelled compute time."""
-    return (str(getattr(cfg, "latency", "none")).strip().lower() != "none"
-            or getattr(cfg, "clock", "real") == "virtual"
-            or getattr(cfg, "compute_time", None) is not None)
+    return (str(spec).strip().lower() != "none" or clock == "virtual"
+            or compute_time is not None)
+
+
+def layer_active(cfg) -> bool:
+    """:func:`needs_layer` of a Config."""
+    return needs_layer(getattr(cfg, "latency", "none"), getattr(cfg, "clock", "real"),
+                       getattr(cfg, "compute_time", None))
 
 
