@@ -213,6 +213,19 @@ class MpiBackend:
                    out=y)
 
     # -- Algorithm 3 ---------------------------------------------------------------------
+    def _gossip_inputs(self, y_from, y) -> tuple[list, list]:
+        """The inputs of a gossip sum in source order (this rank's own y where it is a
+        source, else a receive buffer) and the receive channels that fill them."""
+        inbox, me = self.state.inboxes(len(y_from)), self.rank
+        inputs, recvs = [], []
+        for i, src in enumerate(y_from):
+            if src == me:
+                inputs.append(y)
+            else:
+                inputs.append(inbox[i])
+                recvs.append(self.transport.recv_channel(inbox[i], src, KIND_Y))
+        return inputs, recvs
+
     def _overlap_record(self, row, w, buffers):
         """Round of Alg. 3 as channels and arrays -> (record, buffers after the round). A
         rank that is its own successor on an edge keeps what it would send itself: its y
@@ -220,17 +233,11 @@ class MpiBackend:
         token, momentum_to, next_token, momentum_from, n_to, n_from = row[:6]
         width = (len(row) - 6) // 2
         y_to, y_from = row[6:6 + n_to], row[6 + width:6 + width + n_from]
-        tr, me, s = self.transport, self.rank, self.state
+        tr, me = self.transport, self.rank
         x, y, v, v_in = buffers
         recvs, sends, inputs, swap = [], [], [], False
         if next_token >= 0:
-            inbox = s.inboxes(n_from)
-            for i, src in enumerate(y_from):
-                if src == me:
-                    inputs.append(y)
-                else:
-                    inputs.append(inbox[i])
-                    recvs.append(tr.recv_channel(inbox[i], src, KIND_Y))
+            inputs, recvs = self._gossip_inputs(y_from, y)
             if v is not None and momentum_from != me:
                 recvs.append(tr.recv_channel(v_in, momentum_from, KIND_MOMENTUM))
                 swap = True
@@ -307,13 +314,7 @@ class MpiBackend:
             x, y, v, v_in = y, x, v_in, v
         gossip, inputs, step_args = [], [], None
         if token >= 0:
-            inbox = s.inboxes(n_from)
-            for i, src in enumerate(y_from):
-                if src == me:
-                    inputs.append(y)
-                else:
-                    inputs.append(inbox[i])
-                    gossip.append(tr.recv_channel(inbox[i], src, KIND_Y))
+            inputs, gossip = self._gossip_inputs(y_from, y)
             gossip += [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]
             step_args = (self._view(x), self._view(v), self._view(y))
         weights = np.array(w[:n_from], dtype=s.x.dtype)
