@@ -239,7 +239,8 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
         transport=None, out: Path | None = None, plan: Plan | None = None,
         settings: dict | None = None, progress: bool | Progress = False, terminator=None,
         resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
-        config_record: dict | None = None, hold=()) -> engine.Result:
+        config_record: dict | None = None, hold=(), summary_extra: dict | None = None
+        ) -> engine.Result:
     """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
     the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
     communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
@@ -271,7 +272,8 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
         recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
         backend = _backend(problem, spec, latency, transport)
         result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
-                                settings=settings, terminator=terminator, resume_from=resume_from)
+                                settings=settings, terminator=terminator, resume_from=resume_from,
+                                summary_extra=summary_extra)
         backend.close()
         return result
     finally:

@@ -99,9 +99,5 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
     result = api.run(problem, spec, logging, latency, transport=transport, plan=plan,
                      settings=cfg.to_dict(), progress=progress or False, terminator=terminator,
                      resume_from=cfg.out, problem_name=cfg.problem, files=files,
-                     config_record=record)
-    if phases and result.summary is not None:  # (root) the same facts in summary.json
-        result.summary.update(phases)
-        if files is not None:
-            files.summary(result.summary)
+                     config_record=record, summary_extra=phases)  # (rounds per phase: also summary.json)
     return result.summary

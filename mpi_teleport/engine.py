@@ -60,7 +60,8 @@ def average(x: np.ndarray) -> np.ndarray:
 
 
 def execute(problem, spec, logging, backend, recorder, *, plan: Plan | None = None,
-            settings: dict | None = None, terminator=None, resume_from=None) -> Result:
+            settings: dict | None = None, terminator=None, resume_from=None,
+            summary_extra: dict | None = None) -> Result:
     """Run ``spec`` on ``backend``; the root writes through ``recorder``. Returns the
     whole Result on every process."""
     plan = plan or Plan(None, 0, 2)
@@ -89,7 +90,7 @@ def execute(problem, spec, logging, backend, recorder, *, plan: Plan | None = No
     wall = time.perf_counter() - start_clock
     summary = None
     if backend.root:
-        summary = recorder.summary(wall, {"backend": backend.name})
+        summary = recorder.summary(wall, {"backend": backend.name, **(summary_extra or {})})
     keeper.finish(summary)
     final = recorder.final_tokens() if backend.root else None
     # every process gets the whole result (one broadcast, once)
