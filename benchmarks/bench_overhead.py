@@ -38,13 +38,17 @@ Implementations, each timed on the same rounds of the same schedule:
 The package's fixed cost per round is reported in microseconds: alg3 - bare and
 alg1 - bare1 (median per-round times); it is meaningful at small d.
 
-Timing: blocks of R rounds, bracketed by barriers on rank 0's clock; block 0 is a
-warm-up; the implementations run one after another within each block (order rotated
-per block, so background load hits all alike); each block restarts every
-implementation from the same x0 at the block's first round. Per-round time = median
-over the timed blocks of (block time / R). R shrinks with d (10^7 doubles = 80 MB per
-message). Targets (issue 16): alg3 <= 1.10 x bare and alg1 <= 1.10 x bare1 for
-d >= 10^4, alg3 <= 1.5 x bare at d = 10^3.
+Timing: every implementation runs the same rounds 0 .. T-1 from the same x0, as one
+run (the package: one phase, ``backend.begin`` once, then ``backend.step(t)``; each bare
+loop keeps its own tokens from block to block); the rounds are timed in blocks of R,
+bracketed by barriers on rank 0's clock; block 0 is a warm-up; the implementations take
+turns within each block (order rotated per block, so background load hits all alike).
+Per-round time = median over the timed blocks of (block time / R). Up to d = 10^4 a block
+is R = BLOCK_ROUNDS rounds, aligned with the package's planning, so each timed block pays
+one block compilation in full, as a run does; R shrinks for larger d (10^7 doubles = 80 MB
+per message), where a compilation is a negligible share of a block. The final token
+vectors of all implementations are compared (``identical``). Targets (issue 16): alg3 <=
+1.10 x bare and alg1 <= 1.10 x bare1 for d >= 10^4, alg3 <= 1.5 x bare at d = 10^3.
 
 Oversubscription (more ranks than the 2 cores here) makes timings noisy; mpirun runs
 with the flags that made oversubscribed exchanges fastest here. A (ranks, d) pair whose
@@ -85,16 +89,22 @@ BUFFERS_PER_RANK = 17  # x0; bare: x, y, tmp, 3 inboxes; each backend: x, y, 3 i
 
 
 def plan(d: int, quick: bool) -> tuple[int, int]:
-    """(rounds per block, timed blocks) for vectors of d doubles."""
+    """(rounds per block, timed blocks) for vectors of d doubles. Up to d = 1e4 a timed
+    block is one block of the package's planning (BLOCK_ROUNDS rounds, aligned with it), so
+    every timed block pays exactly one block compilation, as a run does; from d = 1e5 a
+    round costs so much more than its share of a compilation (about 1 us) that shorter
+    blocks are timed."""
+    from mpi_teleport.backends.mpi import BLOCK_ROUNDS
+
     if quick:
-        return (20, 3) if d <= 10**4 else (5, 3) if d <= 10**5 else (2, 2)
+        return (BLOCK_ROUNDS // 4, 3) if d <= 10**4 else (5, 3) if d <= 10**5 else (2, 2)
     if d <= 10**4:
-        return 100, 7
+        return BLOCK_ROUNDS, 7
     if d <= 10**5:
-        return 40, 7
+        return 64, 7
     if d <= 10**6:
-        return 6, 5
-    return 1, 5
+        return 8, 5
+    return 2, 5
 
 
 # ----------------------------------------------------------------------------- worker
@@ -151,8 +161,8 @@ def bare1_plan(rank: int, n: int, k: int, rounds: range, tag_of) -> list[tuple]:
     """Alg. 1 per round (its own two-phase pattern), precomputed outside the clock: where
     this rank's entry token goes and whence its round-t token comes (model fetch, line 8),
     then the gossip within holders(t): receives (source, slot), sends (dest), the slot of
-    its own y, the weights. The first round of a block starts with the tokens at
-    holders(start - 1) (holders(0) at round 0), as the package restarts them."""
+    its own y, the weights. Round t's tokens sit with holders(t - 1) on entry (holders(0)
+    at round 0)."""
     from mpi_teleport import schedule
     from mpi_teleport import topology as topo
 
@@ -248,7 +258,6 @@ def worker(args) -> int:
     from mpi_teleport.backends.mpi import MpiBackend
     from mpi_teleport.spec import RunSpec
     from mpi_teleport.transport import KIND_Y, Transport
-    from mpi_teleport.virtual_clock import Phase
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -266,9 +275,16 @@ def worker(args) -> int:
         for name, variant in (("alg3", "overlap"), ("alg1", "simple")):
             spec = RunSpec("teleportation", n, k, total, LR, topology=TOPOLOGY,
                            variant=variant, seed=SEED)
-            backends[name] = (MpiBackend(problem, spec, transport), spec.phases()[0])
-        x, y, tmp = np.zeros(d), np.zeros(d), np.zeros(d)
+            backend = backends[name] = MpiBackend(problem, spec, transport)
+            backend.begin(spec.phases()[0], 0, x0)  # one phase over all blocks, as a run
+        # each bare loop its own tokens (they continue from block to block, as the package's)
+        x, y, x1, y1, tmp = (np.zeros(d) for _ in range(5))
         inbox = [np.zeros(d) for _ in range(3)]
+        first = token_of(placement(0), rank) >= 0  # round 0: the tokens sit with holders(0)
+        if first:
+            x[...] = x0
+            x1[...] = x0
+        bufs = [x1, y1]
         times = {name: [] for name in IMPLS}
         finals = {}
         for b in range(blocks + 1):  # block 0: warm-up
@@ -277,21 +293,10 @@ def worker(args) -> int:
             plans1 = bare1_plan(rank, n, k, rounds, lambda t: 2 * t % 30000)
             order = IMPLS[b % len(IMPLS):] + IMPLS[:b % len(IMPLS)]
             for name in order:
-                # restart from x0: Alg. 3 / bare hold round-start tokens at holders(start),
-                # Alg. 1 at holders(start - 1)
-                if name in backends:  # a phase of the block's rounds: the package plans
-                    backend, phase = backends[name]  # no round it will not run
-                    backend.begin(Phase(phase.roster, rounds.start, rounds.stop), rounds.start, x0)
-                else:
-                    before = placement(rounds.start - 1 if name == "bare1" and rounds.start > 0
-                                       else rounds.start)
-                    if token_of(before, rank) >= 0:
-                        x[...] = x0
-                    bufs = [x, y]
                 comm.Barrier()
                 start = MPI.Wtime()
                 if name in backends:
-                    step = backend.step
+                    step = backends[name].step
                     for t in rounds:
                         step(t)
                 elif name == "bare1":
@@ -304,16 +309,16 @@ def worker(args) -> int:
                     times[name].append(elapsed / len(rounds))
                 if b == blocks and name != "bare_comm":
                     if name in backends:
-                        m, final = backend.held[1], backend.state.x
+                        m, final = backends[name].held[1], backends[name].state.x
                     else:
-                        after = placement(rounds.stop - 1 if name == "bare1" else rounds.stop)
+                        after = placement(total if name == "bare" else total - 1)
                         m, final = token_of(after, rank), bufs[0] if name == "bare1" else x
                     mine = (m, digest(final)) if m >= 0 else None
                     held = comm.gather(mine, root=0)
                     finals[name] = dict(h for h in held if h is not None) if rank == 0 else None
-        for backend, _ in backends.values():
+        for backend in backends.values():
             backend.close()
-        del backends, x, y, tmp, inbox
+        del backends, x, y, x1, y1, tmp, inbox
         if rank == 0:
             med = {name: statistics.median(v) for name, v in times.items()}
             identical = (finals["alg3"] == finals["bare"] == finals["alg1"] == finals["bare1"])

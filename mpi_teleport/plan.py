@@ -12,6 +12,7 @@ Ranks are node ids. A message from a node to itself is not a message: it stays i
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -250,38 +251,47 @@ def _tables(w) -> tuple:
     return tables
 
 
-def _layout(rosters: list[list[np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """All runs' holders side by side, (R, K) for R rosters, with each column's run and
-    token and each run's first column. The runs' sizes are the same in every round of a
-    phase."""
-    sizes = [len(h) for h in rosters[0]]
+def flat_rosters(rosters: list[list[np.ndarray]]) -> np.ndarray:
+    """Rosters as one (R, K) int64 array: row r holds every run's holders side by side
+    (run 0's first). The runs' sizes are the same in every round of a phase."""
+    return np.array([np.concatenate(r) if len(r) > 1 else r[0] for r in rosters], dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def _columns(sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each column's run and token, and each run's first column, for runs of ``sizes``."""
     offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    flat = np.array([np.concatenate(r) if len(r) > 1 else r[0] for r in rosters], dtype=np.int64)
     col_run = np.repeat(np.arange(len(sizes)), sizes)
     col_tok = np.concatenate([np.arange(k) for k in sizes])
-    return flat, col_run, col_tok, offsets
+    for a in (offsets, col_run, col_tok):
+        a.flags.writeable = False
+    return col_run, col_tok, offsets
 
 
 def _roles(flat: np.ndarray, col_run: np.ndarray, col_tok: np.ndarray,
            node: int) -> tuple[np.ndarray, np.ndarray]:
     """(run, token) of ``node`` in every roster (rows of ``flat``); -1 where inactive."""
-    hit = flat == node
-    pos = hit.argmax(axis=1)
-    active = hit[np.arange(len(flat)), pos]
-    return np.where(active, col_run[pos], -1), np.where(active, col_tok[pos], -1)
+    rows, cols = np.nonzero(flat == node)  # holders are distinct: one hit per row at most
+    runs = np.full(len(flat), -1, dtype=np.int64)
+    toks = np.full(len(flat), -1, dtype=np.int64)
+    runs[rows], toks[rows] = col_run[cols], col_tok[cols]
+    return runs, toks
 
 
-def _groups(topology, sizes: list[int], runs: np.ndarray, t0: int):
+def _groups(topology, sizes: tuple[int, ...], runs: np.ndarray, t0: int):
     """Rows (rounds) grouped by (run, mixing matrix): yields (q, rows, W)."""
-    t = t0 + np.arange(len(runs))
+    t = None
     for q, k in enumerate(sizes):
-        mine = np.flatnonzero(runs == q)
+        mine = np.flatnonzero(runs == q) if len(sizes) > 1 else np.flatnonzero(runs >= 0)
         if len(mine) == 0:
             continue
-        if callable(topology):
-            keys = t[mine]  # a user's matrix may change every round
-        else:
-            keys = t[mine] % topo.period(topology, k)
+        period = None if callable(topology) else topo.period(topology, k)
+        if period == 1:  # a static graph: one matrix for all rows
+            yield q, mine, topo.mixing(topology, k, t0)
+            continue
+        if t is None:
+            t = t0 + np.arange(len(runs))
+        keys = t[mine] if period is None else t[mine] % period  # a user's W may change every round
         for key in np.unique(keys):
             rows = mine[keys == key]
             yield q, rows, topo.mixing(topology, k, int(t[rows[0]]))
@@ -296,39 +306,39 @@ def _gather_nodes(flat_rows: np.ndarray, offset: int, tokens: np.ndarray) -> np.
 def overlap_block(topology, rosters: list[list[np.ndarray]], node: int, t0: int) -> OverlapBlock:
     """Algorithm 3 for ``node`` in rounds t0 .. t0 + B - 1; ``rosters`` are the B + 1
     rosters of rounds t0 .. t0 + B."""
-    flat, col_run, col_tok, offsets = _layout(rosters)
-    sizes = [len(h) for h in rosters[0]]
+    return overlap_block_flat(topology, flat_rosters(rosters), tuple(len(h) for h in rosters[0]),
+                              node, t0)
+
+
+def overlap_block_flat(topology, flat: np.ndarray, sizes: tuple[int, ...], node: int,
+                       t0: int) -> OverlapBlock:
+    """:func:`overlap_block` from the B + 1 rosters as one array (:func:`flat_rosters`)."""
+    col_run, col_tok, offsets = _columns(sizes)
     runs, toks = _roles(flat, col_run, col_tok, node)
-    B = len(rosters) - 1
+    B = len(flat) - 1
     now, nxt = flat[:B], flat[1:]
     run, token, next_run, next_token = runs[:B], toks[:B], runs[1:], toks[1:]
-    width = 1
-    parts = []
-    for q, rows, w in _groups(topology, sizes, run, t0):
-        src, wts, n_src, rcv, n_rcv = _tables(w)
-        m = token[rows]
-        parts.append(("to", q, rows, _gather_nodes(nxt[rows], offsets[q], rcv[m]), n_rcv[m],
-                      nxt[rows, offsets[q] + m]))
-        width = max(width, rcv.shape[1])
-    for q, rows, w in _groups(topology, sizes, next_run, t0):
-        src, wts, n_src, rcv, n_rcv = _tables(w)
-        j = next_token[rows]
-        parts.append(("from", q, rows, _gather_nodes(now[rows], offsets[q], src[j]), n_src[j],
-                      now[rows, offsets[q] + j], wts[j]))
-        width = max(width, src.shape[1])
+    to_groups = list(_groups(topology, sizes, run, t0))
+    from_groups = list(_groups(topology, sizes, next_run, t0))
+    width = max([1] + [_tables(w)[0].shape[1] for _, _, w in to_groups + from_groups])
     y_to = np.full((B, width), -1, dtype=np.int64)
     y_from = np.full((B, width), -1, dtype=np.int64)
     weights = np.zeros((B, width))
     n_to, n_from = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
     momentum_to, momentum_from = np.full(B, -1, dtype=np.int64), np.full(B, -1, dtype=np.int64)
-    for part in parts:
-        if part[0] == "to":
-            _, q, rows, nodes, count, mom = part
-            y_to[rows, :nodes.shape[1]], n_to[rows], momentum_to[rows] = nodes, count, mom
-        else:
-            _, q, rows, nodes, count, mom, wt = part
-            y_from[rows, :nodes.shape[1]], n_from[rows], momentum_from[rows] = nodes, count, mom
-            weights[rows, :wt.shape[1]] = wt
+    for q, rows, w in to_groups:
+        src, wts, n_src, rcv, n_rcv = _tables(w)
+        m = token[rows]
+        y_to[rows, :rcv.shape[1]] = _gather_nodes(nxt[rows], offsets[q], rcv[m])
+        n_to[rows] = n_rcv[m]
+        momentum_to[rows] = nxt[rows, offsets[q] + m]
+    for q, rows, w in from_groups:
+        src, wts, n_src, rcv, n_rcv = _tables(w)
+        j = next_token[rows]
+        y_from[rows, :src.shape[1]] = _gather_nodes(now[rows], offsets[q], src[j])
+        n_from[rows] = n_src[j]
+        momentum_from[rows] = now[rows, offsets[q] + j]
+        weights[rows, :wts.shape[1]] = wts[j]
     return OverlapBlock(t0, run, token, y_to, n_to, momentum_to, next_run, next_token,
                         y_from, weights, n_from, momentum_from)
 
@@ -337,12 +347,18 @@ def simple_block(topology, prevs: list[list[np.ndarray]], nows: list[list[np.nda
                  node: int, t0: int) -> SimpleBlock:
     """Algorithm 1 for ``node`` in rounds t0 .. t0 + B - 1: ``prevs[i]`` is where the tokens
     of round t0 + i sit on entry, ``nows[i]`` its roster."""
-    pflat, col_run, col_tok, offsets = _layout(prevs)
-    flat = _layout(nows)[0]
-    sizes = [len(h) for h in nows[0]]
+    return simple_block_flat(topology, flat_rosters(prevs), flat_rosters(nows),
+                             tuple(len(h) for h in nows[0]), node, t0)
+
+
+def simple_block_flat(topology, pflat: np.ndarray, flat: np.ndarray, sizes: tuple[int, ...],
+                      node: int, t0: int) -> SimpleBlock:
+    """:func:`simple_block` from the rosters as arrays (:func:`flat_rosters`): ``pflat``
+    row i where round t0 + i's tokens sit on entry, ``flat`` row i its roster."""
+    col_run, col_tok, offsets = _columns(sizes)
     held_run, held = _roles(pflat, col_run, col_tok, node)
     run, token = _roles(flat, col_run, col_tok, node)
-    B = len(nows)
+    B = len(flat)
     ii = np.arange(B)
     model_to = np.where(held >= 0, flat[ii, offsets[np.maximum(held_run, 0)] + held], -1)
     model_from = np.where(token >= 0, pflat[ii, offsets[np.maximum(run, 0)] + token], -1)

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from . import schedule
 from .latency.model import needs_layer
 from .virtual_clock import Phase
@@ -61,7 +63,8 @@ class RunSpec:
         n, seed, T = self.nodes, self.seed, self.rounds
         if self.algorithm == "dsgd":
             fixed = [schedule.fixed_holders(n)]
-            return [Phase(lambda t: fixed, 0, T)]
+            return [Phase(lambda t: fixed, 0, T,
+                          block=lambda t0, t1: np.broadcast_to(fixed[0], (t1 - t0, n)))]
         if self.algorithm == "teleportation":
             k = self.k
             return [Phase(lambda t: [schedule.holders(seed, n, k, t)], 0, T)]

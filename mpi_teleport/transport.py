@@ -40,6 +40,8 @@ class Transport:
         self._steady_tag0 = self._rounds_per_cycle * N_KINDS
         self._local: dict[int, np.ndarray] = {}
         self._channels: dict[tuple, object] = {}
+        self.start = MPI.Prequest.Startall
+        self.wait_all = MPI.Request.Waitall
 
     @classmethod
     def duplicate(cls, comm) -> "Transport":
@@ -117,12 +119,9 @@ class Transport:
             hit = self._channels[key] = self.comm.Recv_init(buf, source, self._steady_tag0 + kind)
         return hit
 
-    def start(self, channels: list) -> None:
-        """Start channels (a list from send_channel/recv_channel); complete with wait_all."""
-        self._mpi.Prequest.Startall(channels)
-
-    def wait_all(self, channels: list) -> None:
-        self._mpi.Request.Waitall(channels)
+    # start(channels): start channels (a list from send_channel/recv_channel);
+    # wait_all(channels): complete them. Bound in __init__ to mpi4py's own functions: the
+    # round loop calls them every round, a wrapper would add its call to each.
 
     def release_channels(self, buffers=None) -> None:
         """Free the channels of ``buffers`` (all channels when None): a channel holds its

@@ -21,12 +21,22 @@ from . import plan
 @dataclass
 class Phase:
     """Rounds [start, stop) whose rosters come from ``roster(t)``; ``fresh``: the phase
-    starts from new tokens placed at roster(start) (Algorithm 2, phase 2)."""
+    starts from new tokens placed at roster(start) (Algorithm 2, phase 2). ``block``, when
+    given, computes the rosters of many rounds at once (:meth:`rosters`); it must agree
+    with ``roster``."""
 
     roster: Callable[[int], list]
     start: int
     stop: int
     fresh: bool = False
+    block: Callable[[int, int], np.ndarray] | None = None
+
+    def rosters(self, t0: int, t1: int) -> np.ndarray:
+        """The rosters of rounds t0 .. t1 - 1 as one (t1 - t0, K) int64 array, every run's
+        holders side by side (:func:`mpi_teleport.plan.flat_rosters`)."""
+        if self.block is not None:
+            return self.block(t0, t1)
+        return plan.flat_rosters([self.roster(t) for t in range(t0, t1)])
 
 
 class Oracle:

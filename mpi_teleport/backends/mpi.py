@@ -4,6 +4,7 @@ are the paper's lines, executed from :mod:`mpi_teleport.plan`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,9 +34,13 @@ class TokenState:
 
 
 
-# Rounds planned and compiled at a time: long enough to amortise the block's setup,
-# short enough that a run stopped early wastes little.
-BLOCK_ROUNDS = 128
+# Rounds planned and compiled at a time: long enough that the block's numpy calls cost
+# well under a microsecond per round, short enough that a run stopped early wastes little
+# (about a millisecond of planning).
+BLOCK_ROUNDS = 1024
+# Compiled round records kept (by pattern); a run with more distinct patterns rebuilds
+# records (cheap: table lookups), it never grows without bound.
+RECORDS_KEPT = 1 << 14
 
 
 def _uses_channels(transport) -> bool:
@@ -44,16 +49,32 @@ def _uses_channels(transport) -> bool:
     return not hasattr(transport, "clock_us") and callable(getattr(transport, "send_channel", None))
 
 
+@dataclass
+class _Block:
+    """Rounds t0 .. t1 - 1 planned and compiled: each round's record, and where the tokens
+    are after each round (row i of ``after``: every run's holders side by side; this
+    node's (run, token) in ``after_run``/``after_token``)."""
+
+    t0: int
+    t1: int
+    records: list
+    after: np.ndarray
+    after_run: np.ndarray
+    after_token: np.ndarray
+
+
 class MpiBackend:
     """This rank's node. ``transport`` moves vectors (optionally through the latency
     layer); ``problem`` computes this node's gradients.
 
-    Rounds are planned ahead, a block at a time (:func:`plan.overlap_block`,
-    :func:`plan.simple_block`), and compiled into per-round records: the persistent
-    channels to start, the input vectors and weights of the gossip sum, the buffer swaps.
-    A round then starts requests, steps, waits and sums, with no planning, no allocation
-    and no per-peer Python work. Under the latency layer the records are the round's
-    plan steps, executed with per-round messages as before.
+    Rounds are planned ahead, a block at a time (:func:`plan.overlap_block_flat`,
+    :func:`plan.simple_block_flat`, on the rosters of the whole block from
+    :meth:`Phase.rosters`), and compiled into per-round records: the persistent channels
+    to start, the input vectors and weights of the gossip sum, the buffer swaps. Rounds
+    with the same pattern share one record, found by the bytes of their plan row. A round
+    then starts requests, steps, waits and sums, with no planning, no allocation and no
+    per-peer Python work. Under the latency layer the records are the round's plan steps,
+    executed with per-round messages as before.
     """
 
     name = "mpi"
@@ -68,110 +89,158 @@ class MpiBackend:
         self.rank = transport.rank
         self.root = self.rank == 0
         self.state: TokenState | None = None
-        self._rosters: dict[int, list] = {}
         # persistent channels move numpy buffers: host tokens on a plain transport
         self._fast = _uses_channels(transport) and self.token_device is None
-        self._block = None  # (t0, t1, records) of the rounds compiled ahead
+        self._block: _Block | None = None
+        self._last = -1  # index in the block of the last round run (-1: none yet)
         self._nodes = [self.rank]
         self._views: dict[int, np.ndarray] = {}
-        self._records: dict[tuple, tuple] = {}  # compiled rounds by pattern and buffers
-        overlap = spec.moves == "overlap"
-        self._round = ((self._overlap_fast if overlap else self._simple_fast) if self._fast
-                       else (self._overlap if overlap else self._simple))
+        self._records: dict[bytes, tuple] = {}  # compiled rounds by plan row and buffers
+        self._overlap = spec.moves == "overlap"
+        self._round = ((self._overlap_fast if self._overlap else self._simple_fast) if self._fast
+                       else (self._overlap_step if self._overlap else self._simple_step))
 
-    # -- rosters, computed once per round ------------------------------------------------
-    def roster(self, t: int) -> list:
-        hit = self._rosters.get(t)
-        if hit is None:
-            if len(self._rosters) > 3 * BLOCK_ROUNDS:  # keep the current block's and later
-                floor = self._block[0] - 1 if self._block is not None else t - 1
-                kept = {r: v for r, v in self._rosters.items() if r >= floor}
-                self._rosters = kept if len(kept) <= 2 * BLOCK_ROUNDS + 2 else {}
-            hit = self._rosters[t] = self.phase.roster(t)
-        return hit
+    # -- where the tokens are --------------------------------------------------------------
+    @property
+    def held(self) -> tuple[int, int]:
+        """(run, token) this rank holds now (after the last round run), or (-1, -1)."""
+        b, i = self._block, self._last
+        if b is None or i < 0:
+            return self._held
+        return int(b.after_run[i]), int(b.after_token[i])
 
-    def _prev_roster(self, t: int) -> list:
-        """Where the round-t tokens sit on entry under Alg. 1: holders(t-1), or holders(t)
-        at the start of a fresh phase (and of the run)."""
-        if t == self.phase.start and (self.phase.fresh or t == 0):
-            return self.roster(t)
-        return self.roster(t - 1)
+    @property
+    def holding(self) -> list[np.ndarray]:
+        """Every run's holders of the tokens as they sit now."""
+        b, i = self._block, self._last
+        if b is None or i < 0:
+            return self._holding
+        return self._split(b.after[i])
+
+    def _split(self, row: np.ndarray) -> list[np.ndarray]:
+        cuts = np.cumsum(self._sizes)[:-1]
+        return np.split(row, cuts) if len(cuts) else [row]
+
+    def _settle(self) -> None:
+        """Keep where the tokens are before the block they were read from is replaced."""
+        self._held, self._holding = self.held, self.holding
+        self._block, self._last = None, -1
 
     # -- placing tokens ----------------------------------------------------------------
     def begin(self, phase, start: int, x0: np.ndarray, restore=None) -> None:
         """Tokens of round ``start``: Alg. 3 (and DSGD) keep them with holders(start),
         Alg. 1 with holders(start - 1) (holders(start) at a fresh start)."""
-        self.phase, self._rosters, self._block = phase, {}, None
+        self.phase, self._block, self._last = phase, None, -1
         if self.state is None:
             self.state = self._new_state(len(x0), self.spec.momentum > 0, x0.dtype)
+            s = self.state
+            self._canonical = (s.x, s.y, s.v, s.v_in)  # the buffers' roles at parity 0
         s = self.state
         if s.v is not None:
             s.v[...] = 0
-        self.holding = self.roster(start) if self.spec.moves == "overlap" else self._prev_roster(start)
-        self.held = plan.role(self.holding, self.rank)
+        first = self._entry_rosters(start, start + 1)[0]
+        self._sizes = tuple(len(h) for h in phase.roster(start))
+        self._holding = self._split(first)
+        self._held = plan.role(self._holding, self.rank)
         if restore is None:
-            if self.held[1] >= 0:
+            if self._held[1] >= 0:
                 s.x[...] = x0
             return
-        if self.held[1] >= 0:
-            restore_token(s, load_token(*restore, self.held[1]))
+        if self._held[1] >= 0:
+            restore_token(s, load_token(*restore, self._held[1]))
+
+    def _entry_rosters(self, t0: int, t1: int) -> np.ndarray:
+        """Where the tokens of rounds t0 .. t1 - 1 sit on entry, one row per round: the
+        round's own roster under Alg. 3; under Alg. 1 the previous round's, or the round's
+        own at the start of a fresh phase (and of the run)."""
+        phase = self.phase
+        if self._overlap:
+            return phase.rosters(t0, t1)
+        if t0 == phase.start and (phase.fresh or t0 == 0):
+            rows = phase.rosters(t0, t1)
+            return np.concatenate([rows[:1], rows[:-1]])
+        return phase.rosters(t0 - 1, t1 - 1)
 
     # -- one round -----------------------------------------------------------------------
     def step(self, t: int) -> None:
         block = self._block
-        if block is None or not block[0] <= t < block[1]:
-            block = self._block = self._compile(t)
-        i = t - block[0]
-        self._round(t, block[2][i])
-        self.holding, self.held = block[3][i]
+        if block is None or not block.t0 <= t < block.t1:
+            block = self._compile(t)
+        i = t - block.t0
+        self._round(t, block.records[i])
+        self._last = i
 
-    def _ahead(self, t: int) -> None:
-        """The roster a block ahead (the schedule's cost is then paid while a round's
-        messages travel, not when the next block is compiled)."""
-        r = t + BLOCK_ROUNDS + 1
-        if r <= self.phase.stop and r not in self._rosters:
-            self.roster(r)
-
-    def _compile(self, t0: int):
+    def _compile(self, t0: int) -> _Block:
         """Plan rounds t0 .. t1 - 1 (to the end of the phase at most) in one pass and turn
-        each into the record its round executes: (t0, t1, records, (holding, held) after
-        each round). Rounds with the same pattern (DSGD on a static topology, a token that
-        stays put, a two-node run) share one record."""
-        t1 = max(t0 + 1, min(t0 + BLOCK_ROUNDS, self.phase.stop))
-        top, me, s, overlap = self.spec.topology, self.rank, self.state, self.spec.moves == "overlap"
-        nows = [self.roster(t) for t in range(t0, t1 + 1)]
-        if overlap:
-            block = plan.overlap_block(top, nows, me, t0)
-            after = list(zip(nows[1:], zip(block.next_run.tolist(), block.next_token.tolist())))
+        each into the record its round executes."""
+        self._settle()
+        phase, top, me = self.phase, self.spec.topology, self.rank
+        t1 = max(t0 + 1, min(t0 + BLOCK_ROUNDS, phase.stop))
+        if self._overlap:
+            flat = phase.rosters(t0, t1 + 1)
+            block = plan.overlap_block_flat(top, flat, self._sizes, me, t0)
+            after, after_run, after_token = flat[1:], block.next_run, block.next_token
         else:
-            block = plan.simple_block(top, [self._prev_roster(t) for t in range(t0, t1)],
-                                      nows[:-1], me, t0)
-            after = list(zip(nows[:-1], zip(block.run.tolist(), block.token.tolist())))
-        if not self._fast:
-            return t0, t1, [block.step(i) for i in range(t1 - t0)], after
-        if overlap:
-            columns = (block.token, block.momentum_to, block.next_token, block.momentum_from,
-                       block.n_to, block.n_from, block.y_to, block.y_from)
+            nows = phase.rosters(t0, t1)
+            block = plan.simple_block_flat(top, self._entry_rosters(t0, t1), nows, self._sizes,
+                                           me, t0)
+            after, after_run, after_token = nows, block.run, block.token
+        if self._fast:
+            records = self._compiled(block)
+        else:
+            records = [block.step(i) for i in range(t1 - t0)]
+        self._block = _Block(t0, t1, records, after, after_run, after_token)
+        return self._block
+
+    def _compiled(self, block) -> list:
+        """One record per round of ``block``, shared by rounds with the same plan row and
+        the same buffers in the same roles (the parity of the buffer swaps so far)."""
+        me, s, momentum = self.rank, self.state, self.state.v is not None
+        if self._overlap:
+            columns = [block.token, block.momentum_to, block.next_token, block.momentum_from,
+                       block.n_to, block.n_from]
+            # the momentum arrives in v_in and the two swap (Alg. 3's momentum hop)
+            swaps = (block.next_token >= 0) & (block.momentum_from != me) if momentum else None
+            start = int(momentum and s.v is not self._canonical[2])
             make = self._overlap_record
         else:
-            columns = (block.held, block.model_to, block.token, block.model_from,
-                       block.n_to, block.n_from, block.y_to, block.y_from)
+            columns = [block.held, block.model_to, block.token, block.model_from,
+                       block.n_to, block.n_from]
+            swaps = (block.token >= 0) & (block.model_from != me)  # a model that arrives
+            start = int(s.x is not self._canonical[0])
             make = self._simple_record
-        rows = np.column_stack(columns).tolist()
-        weights = block.weights.tolist()
-        buffers = [s.x, s.y, s.v, s.v_in]  # which array plays which part, round by round
+        if swaps is None:
+            parity = np.full(len(block), start, dtype=np.int64)
+        else:
+            parity = (start + np.cumsum(swaps) - swaps) % 2
+        weights = np.ascontiguousarray(block.weights)
+        rows = np.column_stack(columns + [block.y_to, block.y_from, weights.view(np.int64),
+                                          parity])
+        keys = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
         cache = self._records
-        if len(cache) > 4096:
+        if len(cache) > RECORDS_KEPT:
             cache.clear()
-        records = []
-        for row, w in zip(rows, weights):
-            key = (*row, *w, id(buffers[0]), id(buffers[2]))
-            hit = cache.get(key)
-            if hit is None:
-                hit = cache[key] = make(row, w, list(buffers))
-            records.append(hit[0])
-            buffers = hit[1]
-        return t0, t1, records, after
+        get = cache.get
+        records = [get(key) for key in keys]
+        if None in records:
+            width = block.y_to.shape[1]
+            for i, record in enumerate(records):
+                if record is None:
+                    row = rows[i].tolist()
+                    y_to = row[6:6 + row[4]]
+                    y_from = row[6 + width:6 + width + row[5]]
+                    w = weights[i, :row[5]]
+                    records[i] = cache[keys[i]] = make(row[:4], y_to, y_from, w,
+                                                       self._buffers(row[-1]))
+        return records
+
+    def _buffers(self, parity: int) -> list:
+        """[x, y, v, v_in] at a parity of swaps: Alg. 3 swaps v and v_in (momentum hop),
+        Alg. 1 swaps x with y and v with v_in (an arriving model)."""
+        x, y, v, v_in = self._canonical
+        if not parity:
+            return [x, y, v, v_in]
+        return [x, y, v_in, v] if self._overlap else [y, x, v_in, v]
 
     def _view(self, a: np.ndarray | None):
         """a[None], made once per array (local_step takes rows of a matrix)."""
@@ -226,13 +295,11 @@ class MpiBackend:
                 recvs.append(self.transport.recv_channel(inbox[i], src, KIND_Y))
         return inputs, recvs
 
-    def _overlap_record(self, row, w, buffers):
-        """Round of Alg. 3 as channels and arrays -> (record, buffers after the round). A
-        rank that is its own successor on an edge keeps what it would send itself: its y
-        is the input (no copy), its momentum stays."""
-        token, momentum_to, next_token, momentum_from, n_to, n_from = row[:6]
-        width = (len(row) - 6) // 2
-        y_to, y_from = row[6:6 + n_to], row[6 + width:6 + width + n_from]
+    def _overlap_record(self, head, y_to, y_from, w, buffers) -> tuple:
+        """Round of Alg. 3 as channels and arrays. A rank that is its own successor on an
+        edge keeps what it would send itself: its y is the input (no copy), its momentum
+        stays."""
+        token, momentum_to, next_token, momentum_from = head
         tr, me = self.transport, self.rank
         x, y, v, v_in = buffers
         recvs, sends, inputs, swap = [], [], [], False
@@ -245,29 +312,30 @@ class MpiBackend:
             sends = [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]
             if v is not None and momentum_to != me:
                 sends.append(tr.send_channel(v, momentum_to, KIND_MOMENTUM))
-        weights = np.array(w[:n_from], dtype=x.dtype)
+        weights = np.array(w, dtype=x.dtype)
         step_args = (self._view(x), self._view(v), self._view(y)) if token >= 0 else None
-        record = (recvs, sends, recvs + sends, step_args, inputs, weights, swap)
-        return record, [x, y, v_in, v] if swap else buffers
+        return recvs, sends, recvs + sends, step_args, inputs, weights, swap
 
     def _overlap_fast(self, t: int, record) -> None:
         recvs, sends, both, step_args, inputs, weights, swap = record
-        tr, s = self.transport, self.state
+        tr = self.transport
         if recvs:  # line 12, posted before computing so data can arrive meanwhile
             tr.start(recvs)
         if step_args is not None:  # lines 8-9
-            self._local_step(t, *step_args)
+            x, v, y = step_args
+            local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t),
+                       self.spec.momentum, out=y)
             if sends:
                 tr.start(sends)
-        self._ahead(t)  # while the messages travel
         if both:
             tr.wait_all(both)
         if inputs:  # line 13, summed in ascending token order
+            s = self.state
             weighted_sum(weights, inputs, s.x, s.work)
             if swap:
                 s.v, s.v_in = s.v_in, s.v
 
-    def _overlap(self, t: int, p) -> None:
+    def _overlap_step(self, t: int, p) -> None:
         """Algorithm 3 with per-round messages (the latency layer stamps each one)."""
         tr, me, s = self.transport, self.rank, self.state
         tag_y, tag_v = tr.tag(t, KIND_Y), tr.tag(t, KIND_MOMENTUM)
@@ -293,14 +361,11 @@ class MpiBackend:
                 s.v, s.v_in = s.v_in, s.v
 
     # -- Algorithm 1 ---------------------------------------------------------------------
-    def _simple_record(self, row, w, buffers):
-        """Round of Alg. 1 as channels and arrays -> (record, buffers after the round). A
-        token that stays put is not copied; an arriving model lands in y and the two swap
-        (its momentum alike)."""
-        held, model_to, token, model_from, n_to, n_from = row[:6]
-        width = (len(row) - 6) // 2
-        y_to, y_from = row[6:6 + n_to], row[6 + width:6 + width + n_from]
-        tr, me, s = self.transport, self.rank, self.state
+    def _simple_record(self, head, y_to, y_from, w, buffers) -> tuple:
+        """Round of Alg. 1 as channels and arrays. A token that stays put is not copied; an
+        arriving model lands in y and the two swap (its momentum alike)."""
+        held, model_to, token, model_from = head
+        tr, me = self.transport, self.rank
         x, y, v, v_in = buffers
         fetch, moved = [], token >= 0 and model_from != me
         if held >= 0 and model_to != me:  # line 8
@@ -317,8 +382,8 @@ class MpiBackend:
             inputs, gossip = self._gossip_inputs(y_from, y)
             gossip += [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]
             step_args = (self._view(x), self._view(v), self._view(y))
-        weights = np.array(w[:n_from], dtype=s.x.dtype)
-        return (fetch, moved, step_args, gossip, inputs, weights), [x, y, v, v_in]
+        weights = np.array(w, dtype=x.dtype)
+        return fetch, moved, step_args, gossip, inputs, weights
 
     def _simple_fast(self, t: int, record) -> None:
         fetch, moved, step_args, gossip, inputs, weights = record
@@ -331,14 +396,15 @@ class MpiBackend:
             if s.v is not None:
                 s.v, s.v_in = s.v_in, s.v
         if step_args is not None:
-            self._local_step(t, *step_args)  # line 10
+            x, v, y = step_args  # line 10
+            local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t),
+                       self.spec.momentum, out=y)
             if gossip:
                 tr.start(gossip)
-                self._ahead(t)  # while the messages travel
                 tr.wait_all(gossip)
             weighted_sum(weights, inputs, s.x, s.work)  # line 13
 
-    def _simple(self, t: int, p) -> None:
+    def _simple_step(self, t: int, p) -> None:
         """Algorithm 1 with per-round messages (the latency layer stamps each one): fetch
         the token from its previous holder (line 8), take an SGD step (line 10), then
         gossip among the round-t holders (lines 11-13)."""

@@ -1,0 +1,191 @@
+"""The MPI back end's compiled fast path (blocks of rounds planned ahead, records shared
+by pattern, buffer swaps tracked by parity) equals the simulator bit for bit, across many
+block boundaries, without MPI: n back ends run in n threads of this process over a
+loopback transport whose persistent channels are queues (serial tier, seconds).
+
+MPI itself is exercised by tests/test_mpi.py and the in-rank suites; this file reaches
+what short MPI runs do not: block boundaries every few rounds, momentum swaps carried
+across blocks, both phases of Algorithm 2, records reused and rebuilt.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+import pytest
+
+from mpi_teleport.backends import mpi as mpi_backend
+from mpi_teleport.backends.local import LocalBackend
+from mpi_teleport.backends.mpi import MpiBackend
+from mpi_teleport.problems.quadratic import quadratic
+from mpi_teleport.spec import RunSpec
+from mpi_teleport.virtual_clock import Phase
+
+WAIT_S = 30  # a lost message fails the test instead of hanging it
+
+
+class _Channel:
+    def __init__(self, send: bool, src: int, dest: int, kind: int, buf: np.ndarray):
+        self.send, self.src, self.dest, self.kind, self.buf = send, src, dest, kind, buf
+
+
+class Hub:
+    """The wires between n thread-ranks: one FIFO per (source, destination, kind), as
+    MPI's non-overtaking order between a pair for one tag."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self._queues: dict[tuple, queue.Queue] = {}
+        self._lock = threading.Lock()
+
+    def wire(self, src: int, dest: int, kind: int) -> queue.Queue:
+        with self._lock:
+            return self._queues.setdefault((src, dest, kind), queue.Queue())
+
+
+class Loopback:
+    """A transport with persistent channels only (what MpiBackend's fast path uses)."""
+
+    def __init__(self, hub: Hub, rank: int):
+        self.hub, self.rank, self.size = hub, rank, hub.n
+        self._channels: dict[tuple, _Channel] = {}
+        self.started = 0
+
+    def send_channel(self, buf, dest, kind):
+        key = (True, dest, kind, id(buf))
+        return self._channels.setdefault(key, _Channel(True, self.rank, dest, kind, buf))
+
+    def recv_channel(self, buf, source, kind):
+        key = (False, source, kind, id(buf))
+        return self._channels.setdefault(key, _Channel(False, source, self.rank, kind, buf))
+
+    def start(self, channels) -> None:
+        self.started += len(channels)
+        for c in channels:
+            if c.send:  # the data as it is when the send starts
+                self.hub.wire(c.src, c.dest, c.kind).put(c.buf.copy())
+
+    def wait_all(self, channels) -> None:
+        for c in channels:
+            if not c.send:
+                np.copyto(c.buf, self.hub.wire(c.src, c.dest, c.kind).get(timeout=WAIT_S))
+
+    def release_channels(self, buffers=None) -> None:
+        pass
+
+
+def _one_at_a_time(phase: Phase) -> Phase:
+    """The phase with its schedule evaluated under a lock: under MPI every rank is a
+    process; here the thread-ranks share one, and the schedule need not be thread-safe."""
+    lock = threading.Lock()
+
+    def locked(fn):
+        if fn is None:
+            return None
+
+        def call(*args):
+            with lock:
+                return fn(*args)
+        return call
+
+    return Phase(locked(phase.roster), phase.start, phase.stop, phase.fresh, locked(phase.block))
+
+
+def run_threads(spec: RunSpec, dim: int) -> list[dict]:
+    """Every phase of ``spec`` on n thread-ranks: per phase, {token of run q: x} as
+    (run, token) -> vector."""
+    n = spec.nodes
+    hub = Hub(n)
+    problems = [quadratic(n, seed=3, dim=dim, sigma2=1.0, zeta2=1.0) for _ in range(n)]
+    backends = [MpiBackend(problems[r], spec, Loopback(hub, r)) for r in range(n)]
+    assert all(b._fast for b in backends)
+    x0 = problems[0].initial()
+    phases = [_one_at_a_time(phase) for phase in spec.phases()]
+    results: list[list] = [[None] * len(phases) for _ in range(n)]
+    errors: list = []
+
+    def rank_main(r: int) -> None:
+        try:
+            b = backends[r]
+            for index, phase in enumerate(phases):
+                b.begin(phase, phase.start, x0)
+                for t in range(phase.start, phase.stop):
+                    b.step(t)
+                results[r][index] = (b.held, b.state.x.copy())
+        except Exception as exc:  # reported by the main thread
+            errors.append((r, repr(exc)))
+
+    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=WAIT_S * 4)
+    assert not errors, errors
+    assert not any(th.is_alive() for th in threads), "a thread-rank is stuck"
+    out = []
+    for index in range(len(phases)):
+        tokens = {}
+        for r in range(n):
+            (run, m), x = results[r][index]
+            if m >= 0:
+                assert (run, m) not in tokens, f"token {(run, m)} held twice"
+                tokens[(run, m)] = x
+        out.append(tokens)
+    return out
+
+
+def run_simulator(spec: RunSpec, dim: int) -> list[dict]:
+    problem = quadratic(spec.nodes, seed=3, dim=dim, sigma2=1.0, zeta2=1.0)
+    sim = LocalBackend(problem, spec)
+    x0 = problem.initial()
+    out = []
+    for phase in spec.phases():
+        sim.begin(phase, phase.start, x0)
+        for t in range(phase.start, phase.stop):
+            sim.step(t)
+        out.append({(q, m): sim.tokens(q)[m] for q in range(len(sim.xs))
+                    for m in range(len(sim.xs[q]))})
+    return out
+
+
+CASES = {
+    "alg3 k<n momentum": dict(algorithm="teleportation", nodes=7, k=3, momentum=0.9),
+    "alg1 k<n momentum": dict(algorithm="teleportation", nodes=7, k=3, momentum=0.9,
+                              variant="simple"),
+    "alg3 k=n": dict(algorithm="teleportation", nodes=5, k=5),
+    "alg1 k=1": dict(algorithm="teleportation", nodes=4, k=1, variant="simple", momentum=0.5),
+    "alg3 k=1 momentum": dict(algorithm="teleportation", nodes=4, k=1, momentum=0.5),
+    "two nodes": dict(algorithm="teleportation", nodes=2, k=2, momentum=0.9),
+    "dsgd base2": dict(algorithm="dsgd", nodes=6, k=None, topology="base2", momentum=0.9),
+    "alg2 search": dict(algorithm="search", nodes=7, k=None, momentum=0.9),
+    "alg2 search simple": dict(algorithm="search", nodes=7, k=None, variant="simple"),
+    "onepeer-exp sparse": dict(algorithm="teleportation", nodes=12, k=2, topology="onepeer-exp",
+                               variant="simple", momentum=0.9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("block_rounds", [1, 7])
+def test_compiled_rounds_equal_the_simulator_across_blocks(monkeypatch, name, block_rounds):
+    monkeypatch.setattr(mpi_backend, "BLOCK_ROUNDS", block_rounds)
+    settings = dict(CASES[name])
+    spec = RunSpec(rounds=31, lr=0.05, seed=11, **settings)
+    dim = 6
+    got, want = run_threads(spec, dim), run_simulator(spec, dim)
+    assert len(got) == len(want)
+    for phase_got, phase_want in zip(got, want):
+        assert sorted(phase_got) == sorted(phase_want)
+        for key in phase_want:
+            assert np.array_equal(phase_got[key], phase_want[key]), (name, key)
+
+
+def test_records_are_rebuilt_when_the_cache_is_full(monkeypatch):
+    """A run with more distinct round patterns than records kept still computes the same
+    numbers (records are rebuilt, not reused wrongly)."""
+    monkeypatch.setattr(mpi_backend, "BLOCK_ROUNDS", 5)
+    monkeypatch.setattr(mpi_backend, "RECORDS_KEPT", 3)
+    spec = RunSpec("teleportation", 7, 3, 40, 0.05, momentum=0.9, seed=5)
+    got, want = run_threads(spec, 5), run_simulator(spec, 5)
+    for key in want[0]:
+        assert np.array_equal(got[0][key], want[0][key])
