@@ -2,6 +2,7 @@
 
     python benchmarks/bench_memory.py [--out benchmarks/results] [--ranks 4]
                                       [--eval-ranks 1 2 4] [--rounds 20] [--before REF]
+                                      [--python PY ...]
 
 A full-size fake Fashion-MNIST (60,000 + 10,000 random images, the real IDX format) is
 written to a temporary directory; then
@@ -12,7 +13,15 @@ written to a temporary directory; then
   temporary folder): every rank reports its peak resident memory (``ru_maxrss``) when the
   run is over, the floor (peak RSS after importing torch and setting it up as the run
   does, before the run), the difference, and its proportional set size at the end.
-  Target (issue 14): at most 40 % of the 1,090 MB per rank measured before the change.
+  With ``--python``, the memory run is repeated with each given interpreter (e.g. one
+  whose torch is a CPU-only build; its own ``mpirun`` beside it): a row says which torch
+  it ran. Target (issue 14): at most 40 % of the 1,090 MB per rank measured before the
+  change.
+
+  Resident set size (RSS, ``ru_maxrss`` is its peak) counts every page a process has
+  mapped, shared library pages (torch's) included, in every process that maps them;
+  proportional set size (PSS) divides each shared page among the processes that map it,
+  so the PSS of the ranks add up to what the machine holds for them.
 * **evaluation**: for each number of ranks in ``--eval-ranks``, every rank builds the
   problem as the command line does (``local_nodes=[rank]``) and the MPI back end
   evaluates the averaged model on the 10,000 test images (``MpiBackend.evaluate``: each
@@ -57,11 +66,13 @@ def write_fake_fashion_mnist(data_dir: Path, n_train=60000, n_test=10000) -> Non
             (raw / f"{prefix}-{kind}").write_bytes(head + arr.tobytes())
 
 
-def mpirun(n: int, args: list, env: dict, timeout: int = 1800) -> subprocess.CompletedProcess:
+def mpirun(n: int, args: list, env: dict, timeout: int = 1800,
+           python: str | None = None) -> subprocess.CompletedProcess:
     sys.path.insert(0, str(ROOT))
     from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command
 
-    cmd = mpirun_command(n, [sys.executable, *args], find_mpirun())
+    python = python or sys.executable
+    cmd = mpirun_command(n, [python, *args], find_mpirun(python))
     return subprocess.run(cmd, env=mpi_env({**os.environ, **env}), capture_output=True,
                           text=True, timeout=timeout)
 
@@ -72,6 +83,9 @@ def worker_train(args) -> None:
     from mpi_teleport import run
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    import torch
+
+    import_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     from mpi_teleport.problems import models  # torch, set up as the run sets it up: the floor
 
     models.configure_torch_threads(1)
@@ -82,7 +96,8 @@ def worker_train(args) -> None:
                        "--log-every", "10", "--lr", "0.01", "--device", "cpu"])
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     Path(args.report, f"rank{rank}.json").write_text(json.dumps(
-        {"rank": rank, "peak_rss_mb": peak_mb, "torch_floor_mb": floor_mb,
+        {"rank": rank, "torch": torch.__version__, "torch_import_mb": import_mb,
+         "peak_rss_mb": peak_mb, "torch_floor_mb": floor_mb,
          "above_floor_mb": peak_mb - floor_mb, "pss_end_mb": _pss_mb(), "status": status,
          "wall_s": time.perf_counter() - start}))
 
@@ -102,6 +117,7 @@ def worker_eval(args) -> None:
     """Each rank: the problem as the CLI builds it; rank 0 reports evaluation times."""
     from mpi4py import MPI
 
+    from mpi_teleport import cli, config
     from mpi_teleport.backends.mpi import MpiBackend
     from mpi_teleport.problems.network import fashion_mnist
     from mpi_teleport.transport import Transport
@@ -109,7 +125,9 @@ def worker_eval(args) -> None:
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
     problem = fashion_mnist(n, seed=0, data_dir=args.data_dir, local_nodes=[rank])
-    backend = MpiBackend(problem, None, Transport(comm))
+    cfg = config.resolve({"problem": "fashion-mnist", "data_dir": args.data_dir,
+                          "algorithm": "teleportation", "k": 1, "nodes": n}, world_size=n)
+    backend = MpiBackend(problem, cli.run_spec(cfg, "teleportation", 1), Transport(comm))
     x = np.tile(problem.initial(), (2, 1)) if rank == 0 else None
     backend.evaluate(problem, x)  # warm-up
     walls, cpus, metrics = [], [], None
@@ -138,12 +156,13 @@ def package_at(ref: str, where: Path) -> Path:
     return where
 
 
-def measure_memory(ranks: int, data_dir: Path, rounds: int, code: Path, label: str, tmp: Path) -> list:
+def measure_memory(ranks: int, data_dir: Path, rounds: int, code: Path, label: str, tmp: Path,
+                   python: str | None = None) -> list:
     report = tmp / f"mem-{label}"
     report.mkdir()
     proc = mpirun(ranks, [str(Path(__file__).resolve()), "--worker", "train", "--data-dir",
                           str(data_dir), "--rounds", str(rounds), "--report", str(report)],
-                  env={"PYTHONPATH": str(code)}, timeout=3600)
+                  env={"PYTHONPATH": str(code)}, timeout=3600, python=python)
     if proc.returncode != 0:
         raise SystemExit(f"{label}: mpirun failed\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     rows = [json.loads(p.read_text()) for p in sorted(report.glob("rank*.json"))]
@@ -170,15 +189,19 @@ def plot(rows: list, path: Path) -> None:
     mem = [r for r in rows if r["kind"] == "memory"]
     labels = sorted({r["code"] for r in mem}, key=lambda c: c != "before")
     for i, label in enumerate(labels):
-        vals = [r["peak_rss_mb"] for r in mem if r["code"] == label]
-        a.bar([i * (len(vals) + 1) + j for j in range(len(vals))], vals, label=label)
-    floors = [r["torch_floor_mb"] for r in mem if "torch_floor_mb" in r]
-    if floors:
-        a.axhline(max(floors), color="black", ls="-.", label=f"torch alone ({max(floors):.0f} MB)")
+        got = [r for r in mem if r["code"] == label]
+        xs = [i * (len(got) + 1) + j for j in range(len(got))]
+        torch_version = got[0].get("torch") or "torch ?"
+        bars = a.bar(xs, [r["peak_rss_mb"] for r in got], label=f"{label} ({torch_version}): peak RSS")
+        a.bar(xs, [r["pss_end_mb"] or 0 for r in got], color="none", hatch="//",
+              edgecolor="black", label="PSS at the end" if i == 0 else None)
+        a.hlines(max(r["torch_floor_mb"] for r in got), xs[0] - 0.4, xs[-1] + 0.4,
+                 colors=bars.patches[0].get_facecolor(), linestyles="-.", linewidth=2,
+                 label="torch floor (import + set-up)" if i == 0 else None)
     a.axhline(BEFORE_MB, color="grey", ls=":", label=f"{BEFORE_MB:.0f} MB (issue 14)")
     a.axhline(TARGET * BEFORE_MB, color="red", ls="--", label=f"target {TARGET:.0%}")
     a.set_ylabel("peak RSS per rank (MB)")
-    a.set_title("Fashion-MNIST full size, LeNet-5, 4 ranks: a bar per rank")
+    a.set_title("Fashion-MNIST full size, LeNet-5, 4 ranks: a bar per rank", fontsize=9)
     a.legend(fontsize=8)
     ev = sorted((r for r in rows if r["kind"] == "evaluation"), key=lambda r: r["ranks"])
     n = [r["ranks"] for r in ev]
@@ -202,6 +225,8 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--eval-ranks", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--before", help="git commit to measure the memory of, for comparison")
+    parser.add_argument("--python", nargs="+", default=[],
+                        help="more interpreters (another torch build) to measure this checkout with")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
     if args.worker == "train":
@@ -219,24 +244,32 @@ def main() -> int:
             old = package_at(args.before, tmp / "before")
             rows += measure_memory(args.ranks, data, args.rounds, old, "before", tmp)
         rows += measure_memory(args.ranks, data, args.rounds, ROOT, "after", tmp)
+        for i, python in enumerate(args.python):
+            rows += measure_memory(args.ranks, data, args.rounds, ROOT, f"after-python{i + 1}",
+                                   tmp, python)
         for n in args.eval_ranks:
             rows.append(measure_eval(n, data, tmp))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    after = [r["peak_rss_mb"] for r in rows if r["kind"] == "memory" and r["code"] == "after"]
-    mem = {code: [r for r in rows if r["kind"] == "memory" and r["code"] == code]
-           for code in ("before", "after")}
-    above = {code: max((r["above_floor_mb"] for r in got), default=None) for code, got in mem.items()}
-    summary = {"peak_rss_mb_max_rank": max(after), "before_mb": BEFORE_MB,
-               "fraction_of_before": max(after) / BEFORE_MB,
-               "target_fraction": TARGET, "pass": max(after) <= TARGET * BEFORE_MB,
-               "torch_floor_mb_max_rank": max(r["torch_floor_mb"] for r in mem["after"]),
-               "above_floor_mb_max_rank": above,
-               "above_floor_fraction": (above["after"] / above["before"]
-                                        if above["before"] else None),
-               "note": "peak RSS counts torch itself (import + thread set-up, measured as "
-                       "torch_floor_mb in each rank before the run): the target cannot be met "
-                       "while that floor alone exceeds it; above_floor_mb is what the run adds",
+    codes = sorted({r["code"] for r in rows if r["kind"] == "memory"}, key=lambda c: c != "before")
+    builds = {}
+    for code in codes:
+        got = [r for r in rows if r["kind"] == "memory" and r["code"] == code]
+        peak = max(r["peak_rss_mb"] for r in got)
+        builds[code] = {"torch": got[0].get("torch"), "peak_rss_mb_max_rank": peak,
+                        "fraction_of_before": peak / BEFORE_MB,
+                        "pass": peak <= TARGET * BEFORE_MB,
+                        "torch_import_mb_max_rank": max((r.get("torch_import_mb") or 0) for r in got) or None,
+                        "torch_floor_mb_max_rank": max(r["torch_floor_mb"] for r in got),
+                        "above_floor_mb_max_rank": max(r["above_floor_mb"] for r in got),
+                        "pss_end_mb_max_rank": max(r["pss_end_mb"] or 0 for r in got),
+                        "pss_end_mb_sum_ranks": sum(r["pss_end_mb"] or 0 for r in got)}
+    summary = {"before_mb": BEFORE_MB, "target_fraction": TARGET,
+               "target_mb": TARGET * BEFORE_MB, "by_code": builds,
+               "note": "the target is peak RSS per rank (ru_maxrss); RSS counts torch's shared "
+                       "library pages in every rank, PSS divides them among the ranks (the sum "
+                       "of PSS is what the machine holds); torch_floor_mb: peak RSS after "
+                       "importing torch and setting it up as the run does, before the run",
                "gpu": "none: no GPU was available; no GPU rows (not estimated)",
                "host": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end"}
     out = Path(args.out)

@@ -91,7 +91,8 @@ def test_a_rank_holds_its_share_and_its_evaluation_slice_only(tmp_path):
         g = mine.gradient([rank], x[:1], t=5)
         assert np.array_equal(g, whole.gradient([rank], x[:1], t=5))
         rows = mine.evaluation_sums(whole.average(x), lo, hi)
-        assert np.array_equal(rows, full_rows[-(-lo // 1000): -(-hi // 1000)])
+        size = whole.eval_batch_size
+        assert np.array_equal(rows, full_rows[-(-lo // size): -(-hi // size)])
         with pytest.raises(ValueError, match="not held here"):
             mine.evaluation_sums(whole.average(x), *test_slices[(rank + 1) % 3])
     whole_bytes = 600 * 0.9 * (28 * 28 + 8)  # what one problem held per node before
@@ -111,3 +112,21 @@ def test_cifar10_is_converted_once_and_memory_mapped(tmp_path):
     datasets.open_cifar10(tmp_path, True, verify_md5=False)  # done already: not redone
     assert os.stat(os.path.join(folder, "train-images.npy")).st_mtime_ns == stamp
     assert not [f for f in os.listdir(folder) if f.endswith(".tmp")]
+
+
+def test_kept_rows_read_through_the_file_equal_the_memory_map_rows(tmp_path):
+    """ImageRows.keep reads a rank's rows through the file in blocks (the memory map's
+    pages would count in the rank's resident memory): the same rows, in the order asked,
+    for scattered, unsorted and repeated positions and blocks smaller than a row."""
+    _fmnist(str(tmp_path))
+    images, _ = datasets.open_fashion_mnist(tmp_path, True)
+    assert images.file is not None
+    pos = np.array([599, 3, 3, 250, 0, 17, 598, 251], dtype=np.int64)
+    want = images[pos]
+    assert np.array_equal(images.keep(pos)[np.arange(len(pos))], want)
+    narrowed = images.select(np.arange(600)[::-1])  # kept rows go through the narrowing
+    assert np.array_equal(narrowed.keep(slice(1, 5))[np.arange(4)], images[[598, 597, 596, 595]])
+    for block in (1, 784 * 3, 1 << 22):
+        raw = datasets._read_rows(*images.file, images.raw.shape, pos, block_bytes=block)
+        assert np.array_equal(raw, images.raw[pos])
+    assert datasets._read_rows(*images.file, images.raw.shape, pos[:0]).shape == (0, 1, 28, 28)

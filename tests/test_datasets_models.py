@@ -420,3 +420,19 @@ def test_download_failure_is_one_line(tmp_path, monkeypatch):
             loader(tmp_path, train=True, download=True)
         msg = str(e.value)
         assert "download failed" in msg and "no route to host second line" in msg and "\n" not in msg
+
+
+def test_torch_set_up_asks_for_deterministic_algorithms_without_loading_the_compiler():
+    """configure_torch_threads: one intra-op thread and deterministic algorithms
+    (warn-only), without importing torch._inductor (sympy, triton: ~150 MB per rank)."""
+    pytest.importorskip("torch")
+    code = ("import sys, torch\n"
+            "from mpi_teleport.problems.models import configure_torch_threads\n"
+            "configure_torch_threads(1)\n"
+            "assert torch.get_num_threads() == 1\n"
+            "assert torch.are_deterministic_algorithms_enabled()\n"
+            "assert torch.is_deterministic_algorithms_warn_only_enabled()\n"
+            "assert 'torch._inductor.config' not in sys.modules, 'inductor imported'\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert res.returncode == 0, res.stderr[-2000:]

@@ -178,14 +178,20 @@ class ImageRows:
     element the same numbers. :meth:`select` narrows the rows without reading anything;
     :meth:`keep` copies the selected rows into memory (uint8, a quarter of float32) and
     drops the reference to the file: what a rank keeps of a set it needs only part of.
+    ``file=(path, offset)``: where ``raw``'s rows lie in a file (C order, from
+    ``offset``); :meth:`keep` then reads them through the file in bounded blocks instead
+    of the memory map (the pages a memory map touches count in the process's resident
+    memory while it is mapped: a share scattered over the whole file touches all of it).
     """
 
     dtype = np.dtype(np.float32)
     ndim = 4
 
-    def __init__(self, raw: np.ndarray, mean, std, index: np.ndarray | None = None):
+    def __init__(self, raw: np.ndarray, mean, std, index: np.ndarray | None = None,
+                 file: tuple | None = None):
         self.raw, self.mean, self.std = raw, tuple(mean), tuple(std)
         self.index = None if index is None else np.asarray(index, dtype=np.int64)
+        self.file = file
 
     def __len__(self) -> int:
         return len(self.raw) if self.index is None else len(self.index)
@@ -209,14 +215,17 @@ class ImageRows:
         """These rows (an index array or a slice of this set), nothing read."""
         if isinstance(idx, slice):
             idx = np.arange(len(self))[idx]
-        return ImageRows(self.raw, self.mean, self.std, self._positions(np.asarray(idx, np.int64)))
+        return ImageRows(self.raw, self.mean, self.std, self._positions(np.asarray(idx, np.int64)),
+                         self.file)
 
     def keep(self, idx) -> "ImageRows":
         """These rows copied into memory (uint8); the file is no longer referenced."""
         if isinstance(idx, slice):
             idx = np.arange(len(self))[idx]
-        rows = self.raw[self._positions(np.asarray(idx, np.int64))]
-        return ImageRows(np.array(rows, dtype=np.uint8), self.mean, self.std)
+        positions = self._positions(np.asarray(idx, np.int64))
+        if self.file is not None:
+            return ImageRows(_read_rows(*self.file, self.raw.shape, positions), self.mean, self.std)
+        return ImageRows(np.array(self.raw[positions], dtype=np.uint8), self.mean, self.std)
 
     @property
     def nbytes(self) -> int:
@@ -229,6 +238,36 @@ class ImageRows:
     def mapped(self) -> bool:
         """Whether the rows are read from a file (a memory map)."""
         return isinstance(self.raw, np.memmap) or isinstance(self.raw.base, np.memmap)
+
+
+def _read_rows(path: str, offset: int, shape: tuple, positions: np.ndarray,
+               block_bytes: int = 1 << 22) -> np.ndarray:
+    """Rows ``positions`` (any order) of a uint8 array of ``shape`` stored in C order from
+    byte ``offset`` of ``path``, read in blocks of about ``block_bytes`` (blocks holding
+    none of the rows are skipped), so no more than a block is held besides the result."""
+    row_shape = tuple(shape[1:])
+    row_bytes = int(np.prod(row_shape, dtype=np.int64))
+    out = np.empty((len(positions), *row_shape), np.uint8)
+    if len(positions) == 0:
+        return out
+    order = np.argsort(positions, kind="stable")
+    wanted = positions[order]
+    per_block = max(1, block_bytes // max(row_bytes, 1))
+    buf = np.empty((per_block, row_bytes), np.uint8)
+    flat = out.reshape(len(positions), row_bytes)
+    with open(path, "rb") as f:
+        i = 0
+        while i < len(wanted):
+            first = int(wanted[i])
+            stop = min(first + per_block, int(shape[0]))
+            j = int(np.searchsorted(wanted, stop, side="left"))
+            f.seek(offset + first * row_bytes)
+            got = f.readinto(memoryview(buf)[:(stop - first)].cast("B"))
+            if got != (stop - first) * row_bytes:
+                raise OSError(f"{path}: short read ({got} of {(stop - first) * row_bytes} bytes)")
+            flat[order[i:j]] = buf[wanted[i:j] - first]
+            i = j
+    return out
 
 
 # ------------------------------------------------------------------- consistency
@@ -535,7 +574,7 @@ def open_fashion_mnist(data_dir, train: bool, download: bool = False):
 
     images, labels = _read("Fashion-MNIST", raw, read, "replace them with good copies")
     _check_arrays("Fashion-MNIST", raw, images, labels, (1, 28, 28))
-    return ImageRows(images, FMNIST_MEAN, FMNIST_STD), labels
+    return ImageRows(images, FMNIST_MEAN, FMNIST_STD, file=(images_path, 16)), labels
 
 
 # -------------------------------------------------------------------------- CIFAR-10
@@ -702,7 +741,11 @@ def open_cifar10(data_dir, train: bool, download: bool = False, verify_md5: bool
 
     images, labels = _read("CIFAR-10", base, read, "delete " + folder + " to have it redone")
     _check_arrays("CIFAR-10", base, images, labels, (3, 32, 32))
-    return ImageRows(images, CIFAR10_MEAN, CIFAR10_STD), labels.astype(np.int64, copy=False)
+    file = None  # (the .npy copy is C-ordered after its header: read through the file)
+    if isinstance(images, np.memmap) and images.flags.c_contiguous:
+        file = (os.path.join(folder, f"{prefix}-images.npy"), int(images.offset))
+    return (ImageRows(images, CIFAR10_MEAN, CIFAR10_STD, file=file),
+            labels.astype(np.int64, copy=False))
 
 
 # ---------------------------------------------------------------------------- digits

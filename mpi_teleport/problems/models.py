@@ -60,7 +60,18 @@ def configure_torch_threads(num_threads: int = 1, deterministic: bool = True) ->
     except RuntimeError:
         pass
     if deterministic:
+        _deterministic_algorithms()
+
+
+def _deterministic_algorithms() -> None:
+    """``torch.use_deterministic_algorithms(True, warn_only=True)`` without its import of
+    ``torch._inductor.config``: that import (sympy, triton; only ``torch.compile`` reads
+    the setting, and the package does not compile) adds about 150 MB to every process."""
+    set_flag = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if set_flag is None:  # (a torch without the private setter: the public call)
         torch.use_deterministic_algorithms(True, warn_only=True)
+    else:
+        set_flag(True, warn_only=True)
 
 
 # ----------------------------------------------------------------------------- models

@@ -52,7 +52,10 @@ from ..evaluation import chunk_slices  # noqa: F401  (re-exported)
 
 __all__ = ["TorchProblem", "chunk_slices", "EVAL_BATCH_SIZE"]
 
-EVAL_BATCH_SIZE = 1000  # samples per evaluation chunk (the chunks' global boundaries)
+# Samples per evaluation chunk (the chunks' global boundaries). A chunk's forward pass is
+# the evaluation's peak memory: LeNet-5 on 1,000 Fashion-MNIST images adds ~80 MB to a
+# rank's peak resident memory, on 250 ~28 MB, and runs no slower on the CPU.
+EVAL_BATCH_SIZE = 250
 
 
 # ------------------------------------------------------------------------ samples
