@@ -31,6 +31,9 @@ def _remaining(n: int, k: int) -> np.ndarray:
     return left
 
 
+_WORDS_AT_ONCE = 1 << 20  # hash words one pass holds (8 MiB, plus the sort's as much again)
+
+
 def _ordered_sample_block(seed: int, stream: int, n: int, k: int, t0: int, count: int) -> np.ndarray:
     """(count, k) int64: row r a uniformly random ordered choice of k distinct integers
     out of range(n), a pure function of (seed, stream, n, k, t0 + r).
@@ -42,6 +45,11 @@ def _ordered_sample_block(seed: int, stream: int, n: int, k: int, t0: int, count
     kept in a dict, so cost is O(k) however large n is. The branch depends on (n, k)
     only, so every process picks the same one.
     """
+    width = n if 4 * k >= n else k
+    if count > 1 and count * width > _WORDS_AT_ONCE:  # bound the temporaries: rows in chunks
+        step = max(1, _WORDS_AT_ONCE // width)
+        return np.concatenate([_ordered_sample_block(seed, stream, n, k, t, min(step, t0 + count - t))
+                               for t in range(t0, t0 + count, step)])
     ts = range(t0, t0 + count)
     if 4 * k >= n:
         order = np.argsort(rng.words(seed, stream, ts, n), axis=1, kind="stable")

@@ -61,6 +61,13 @@ def test_block_rows_are_the_rounds(n, k):
     assert np.array_equal(block[50:], schedule.holders_block(4, n, k, 67, 150))
 
 
+def test_large_blocks_are_computed_in_chunks_with_the_same_rows(monkeypatch):
+    whole = schedule.holders_block(2, 30, 10, 0, 50), schedule.holders_block(2, 10**6, 5, 0, 50)
+    monkeypatch.setattr(schedule, "_WORDS_AT_ONCE", 70)  # dense: 2 rows a chunk; sparse: 14
+    assert np.array_equal(schedule.holders_block(2, 30, 10, 0, 50), whole[0])
+    assert np.array_equal(schedule.holders_block(2, 10**6, 5, 0, 50), whole[1])
+
+
 def test_sparse_rows_with_repeated_draws_replay_the_shuffle():
     # n = 40, k = 9: about 60% of the rounds draw a position twice
     rows = [schedule.holders(1, 40, 9, t).tolist() for t in range(300)]
