@@ -53,7 +53,7 @@ def _ordered_sample_block(seed: int, stream: int, n: int, k: int, t0: int, count
     ts = range(t0, t0 + count)
     if 4 * k >= n:
         order = np.argsort(rng.words(seed, stream, ts, n), axis=1, kind="stable")
-        return order[:, :k] if k < n else order
+        return np.ascontiguousarray(order[:, :k]) if k < n else order  # (C order: a buffer)
     draws = rng.below(rng.words(seed, stream, ts, k), _remaining(n, k))
     draws += _span(k)  # draws[r, j] uniform in [j, n)
     # Where a row's draws are distinct no swap is ever read back (the dict below would

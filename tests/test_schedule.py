@@ -53,7 +53,7 @@ def _reference_sample(seed, stream, n, k, t):
                                  (1000, 16), (10**12, 64)])
 def test_block_rows_are_the_rounds(n, k):
     block = schedule.holders_block(4, n, k, 17, 200)
-    assert block.shape == (200, k) and block.dtype == np.int64
+    assert block.shape == (200, k) and block.dtype == np.int64 and block.flags.c_contiguous
     for r in range(200):
         assert np.array_equal(block[r], schedule.holders(4, n, k, 17 + r))
     for r in (0, 1, 99, 199):  # the fast paths (distinct draws need no replay) change nothing
