@@ -9,7 +9,7 @@ without sharing any generator state. Two tools serve that:
   alone (one MPI rank) or inside a block of 10^4 rows (the simulator). Box-Muller turns
   words into normals with element-wise ufuncs on contiguous arrays.
 * :func:`words` and :func:`below` -- hash words for a block of rounds at once, and exact
-  bounded integers from them (the schedule, DESIGN.md §3.2).
+  bounded integers from them (the schedule, mpi_teleport/DESIGN.md §3.2).
 * :func:`generator` -- a numpy ``Generator`` on Philox keyed by (seed, stream, t, i),
   for draws whose count varies (mini-batch indices).
 """

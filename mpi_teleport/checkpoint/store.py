@@ -24,9 +24,9 @@ import numpy as np
 from ..errors import UsageError
 from ..output import dumps, write_atomic, write_atomic_with
 
-# 2: schedule v2 (hash words, DESIGN.md §3.2). A format-1 checkpoint comes from a version
-# whose schedule placed the tokens differently: resuming it here would continue a different
-# run, so it is refused (not migrated).
+# 2: schedule v2 (hash words, mpi_teleport/DESIGN.md §3.2). A format-1 checkpoint comes
+# from a version whose schedule placed the tokens differently: resuming it here would
+# continue a different run, so it is refused (not migrated).
 FORMAT = 2
 MANIFEST = "MANIFEST.json"
 RUN_MARKER = ".run_id"  # in a round-* directory: the lineage that writes it (for pruning)
