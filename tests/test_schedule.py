@@ -72,8 +72,8 @@ def test_sparse_rows_with_repeated_draws_replay_the_shuffle():
     # n = 40, k = 9: about 60% of the rounds draw a position twice
     rows = [schedule.holders(1, 40, 9, t).tolist() for t in range(300)]
     assert all(r == _reference_sample(1, rng.STREAM_SCHEDULE, 40, 9, t) for t, r in enumerate(rows))
-    draws = [[j + ((w * (40 - j)) >> 64) for j, w in enumerate(rng.words(1, rng.STREAM_SCHEDULE, [t], 9)[0].tolist())]
-             for t in range(300)]
+    words = rng.words(1, rng.STREAM_SCHEDULE, range(300), 9).tolist()
+    draws = [[j + ((w * (40 - j)) >> 64) for j, w in enumerate(row)] for row in words]
     assert sum(len(set(d)) < 9 for d in draws) > 50
 
 
