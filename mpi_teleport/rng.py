@@ -125,15 +125,16 @@ def words(seed: int, stream: int, ts, count: int) -> np.ndarray:
     stream_key = key(seed, stream)
     counters = _counters(count)
     if isinstance(ts, range):
-        ts = np.arange(ts.start, ts.stop, ts.step, dtype=np.int64)
-    ts = np.atleast_1d(np.asarray(ts))
+        ts = [ts.start] if len(ts) == 1 else np.arange(ts.start, ts.stop, ts.step, dtype=np.int64)
+    elif np.ndim(ts) == 0:
+        ts = [ts]
     if len(ts) == 1:  # one round: its key in Python ints costs less than 10 ufunc calls
-        z = counters + _const(_round_key_int(stream_key, int(ts[0])))
+        z = counters + _round_key_int(stream_key, int(ts[0]))  # (a Python int < 2^64: uint64)
         return _mix_array(z).reshape(1, count)
-    z = ts.astype(np.uint64) * _GOLDEN
+    z = np.asarray(ts).astype(np.uint64) * _GOLDEN
     z += _ONE
     round_keys = _mix_array(z)
-    round_keys ^= _const(stream_key)
+    round_keys ^= stream_key
     z = _mix_array(round_keys)[:, None] + counters[None, :]
     return _mix_array(z)
 
