@@ -8,8 +8,10 @@ without sharing any generator state. Two tools serve that:
   hash of (key, node, index), so the row of node i is the same whether it is computed
   alone (one MPI rank) or inside a block of 10^4 rows (the simulator). Box-Muller turns
   words into normals with element-wise ufuncs on contiguous arrays.
+* :func:`words` and :func:`below` -- hash words for a block of rounds at once, and exact
+  bounded integers from them (the schedule, mpi_teleport/DESIGN.md §3.2).
 * :func:`generator` -- a numpy ``Generator`` on Philox keyed by (seed, stream, t, i),
-  for draws whose count varies (rejection sampling: schedules, mini-batches).
+  for draws whose count varies (mini-batch indices).
 """
 from __future__ import annotations
 
@@ -39,13 +41,27 @@ def _mix_int(z: int) -> int:
     return z ^ (z >> 31)
 
 
+def _const(value: int) -> np.ndarray:
+    """A read-only 0-d uint64 array: as an operand it dispatches faster than a numpy scalar,
+    which matters when a call mixes only a few dozen words."""
+    c = np.array(value, dtype=np.uint64)
+    c.flags.writeable = False
+    return c
+
+
+_S30, _S27, _S31 = _const(30), _const(27), _const(31)
+_M1, _M2 = _const(0xBF58476D1CE4E5B9), _const(0x94D049BB133111EB)
+_GOLDEN, _ONE = _const(GOLDEN), _const(1)
+
+
 def _mix_array(z: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser on a uint64 array (wrapping arithmetic)."""
-    z = z ^ (z >> np.uint64(30))
-    z = z * np.uint64(0xBF58476D1CE4E5B9)
-    z = z ^ (z >> np.uint64(27))
-    z = z * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    """SplitMix64 finaliser on a uint64 array (wrapping arithmetic); ``z`` is not changed."""
+    z = z ^ (z >> _S30)  # a new array: the steps below work in place on it
+    z *= _M1
+    z ^= z >> _S27
+    z *= _M2
+    z ^= z >> _S31
+    return z
 
 
 @functools.lru_cache(maxsize=1024)
@@ -83,6 +99,71 @@ def normals(k: int, nodes, d: int) -> np.ndarray:
     z[:, :half] = radius * np.cos(angle)
     z[:, half:] = radius * np.sin(angle)
     return z[:, :d] if 2 * half != d else z
+
+
+@functools.lru_cache(maxsize=64)
+def _counters(count: int) -> np.ndarray:
+    """(i + 1) * GOLDEN for i < count (wrapping), read-only: the per-word offsets."""
+    c = np.arange(1, count + 1, dtype=np.uint64) * np.uint64(GOLDEN)
+    c.flags.writeable = False
+    return c
+
+
+def _round_key_int(stream_key: int, t: int) -> int:
+    return _mix_int(stream_key ^ _mix_int(((int(t) & MASK64) * GOLDEN + 1) & MASK64))
+
+
+def words(seed: int, stream: int, ts, count: int) -> np.ndarray:
+    """Hash words, uint64 of shape (len(ts), count): word [r, i] is a pure function of
+    (seed, stream, ts[r], i), so a round's row is the same computed alone or in a block.
+
+    SplitMix64 construction: stream key K = key(seed, stream); round key
+    R(t) = mix(K ^ mix(t * GOLDEN + 1)); word i = mix(R(t) + (i + 1) * GOLDEN), where mix
+    is the SplitMix64 finaliser and arithmetic wraps mod 2^64 (the shape of
+    :func:`uniforms`, with a round in place of a node).
+    """
+    stream_key = key(seed, stream)
+    counters = _counters(count)
+    if isinstance(ts, range):
+        ts = [ts.start] if len(ts) == 1 else np.arange(ts.start, ts.stop, ts.step, dtype=np.int64)
+    elif np.ndim(ts) == 0:
+        ts = [ts]
+    if len(ts) == 1:  # one round: its key in Python ints costs less than 10 ufunc calls
+        z = counters + _round_key_int(stream_key, int(ts[0]))  # (a Python int < 2^64: uint64)
+        return _mix_array(z).reshape(1, count)
+    z = np.asarray(ts).astype(np.uint64) * _GOLDEN
+    z += _ONE
+    round_keys = _mix_array(z)
+    round_keys ^= stream_key
+    z = _mix_array(round_keys)[:, None] + counters[None, :]
+    return _mix_array(z)
+
+
+_LOW32, _SHIFT32 = _const(0xFFFFFFFF), _const(32)
+
+
+def below(words: np.ndarray, bounds) -> np.ndarray:
+    """floor(words * bounds / 2^64) exactly, element-wise (broadcasting): an integer in
+    [0, bounds) from each uint64 word (Lemire's multiply-high; bias < bounds / 2^64).
+
+    numpy has no 128-bit product, so the high half is assembled from 32-bit limbs, every
+    partial product and carry fitting in uint64. ``bounds`` must be in [1, 2^63).
+    """
+    w = np.asarray(words, dtype=np.uint64)
+    b = np.asarray(bounds, dtype=np.uint64)
+    w_hi, w_lo = w >> _SHIFT32, w & _LOW32
+    if int(b.max(initial=0)) >> 32 == 0:  # bounds < 2^32: two partial products, no overflow
+        return ((w_hi * b + ((w_lo * b) >> _SHIFT32)) >> _SHIFT32).astype(np.int64)
+    b_hi, b_lo = b >> _SHIFT32, b & _LOW32  # b_hi < 2^31
+    lo_lo = w_lo * b_lo
+    lo_hi = w_lo * b_hi
+    hi_lo = w_hi * b_lo
+    carry = (lo_lo >> _SHIFT32) + (lo_hi & _LOW32) + (hi_lo & _LOW32)  # < 3 * 2^32
+    high = w_hi * b_hi
+    high += lo_hi >> _SHIFT32
+    high += hi_lo >> _SHIFT32
+    high += carry >> _SHIFT32
+    return high.astype(np.int64)
 
 
 def _philox_state(seed: int, stream: int, t: int, i: int) -> dict:

@@ -138,6 +138,7 @@ SETUPS = {
                                                 lambda d, _: d.update(recorder="x")),
     "ck_clocks": lambda b: _edit_manifest(b, "ck_clocks", lambda d, _: d.update(clocks_us=["a"])),
     "ck_format": lambda b: _edit_manifest(b, "ck_format", lambda d, _: d.update(format=99)),
+    "ck_format1": lambda b: _edit_manifest(b, "ck_format1", lambda d, _: d.update(format=1)),
     "ck_not_json": lambda b: _edit_manifest(b, "ck_not_json", lambda d, _: "{not json"),
     "ck_list": lambda b: _edit_manifest(b, "ck_list", lambda d, _: "[1, 2]"),
     "ck_no_round": lambda b: _edit_manifest(b, "ck_no_round", lambda d, _: d.pop("round")),
@@ -288,6 +289,8 @@ CASES = [
     _damaged("ck_recorder_str", "field 'recorder'"),
     _damaged("ck_clocks", "clocks_us"),
     _damaged("ck_format", "format 99"),
+    _damaged("ck_format1", "written by an earlier mpi_teleport (checkpoint format 1) whose "
+                           "schedule (which node holds which token in each round) differs"),
     _damaged("ck_not_json", "not readable JSON"),
     _damaged("ck_list", "not a JSON object"),
     _damaged("ck_no_round", "lacks 'round'"),

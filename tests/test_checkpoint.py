@@ -82,6 +82,24 @@ def test_checkpoint_files_are_complete_and_atomic(tmp_path):
     assert none.returncode == 1
 
 
+def test_a_checkpoint_of_the_earlier_schedule_is_refused_in_one_line(tmp_path):
+    # format 1 = schedule v1 (a Philox generator per round): its rounds would continue under
+    # another schedule, so neither resume nor the checkpoint CLI accepts it
+    assert checkpoint.FORMAT == 2
+    assert sim_main(["--nodes", "4", "--k", "2", "--algorithm", "teleportation", "--rounds", "4",
+                     "--checkpoint-every", "2", "--checkpoint-dir", str(tmp_path / "ck")]) == 0
+    path = tmp_path / "ck" / "round-00000004"
+    data = json.loads((path / "MANIFEST.json").read_text())
+    assert data["format"] == 2
+    (path / "MANIFEST.json").write_text(json.dumps({**data, "format": 1}))
+    with pytest.raises(checkpoint.EarlierScheduleError, match="cannot resume it: start afresh"):
+        checkpoint.read_manifest(path)
+    out = subprocess.run([sys.executable, "-m", "mpi_teleport.checkpoint", "show", str(path)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "written by an earlier mpi_teleport" in out.stderr and "whose schedule" in out.stderr
+
+
 def test_sim_sigterm_writes_a_checkpoint_and_exits_75(tmp_path):
     out = tmp_path / "run"
     common = ["--nodes", "8", "--k", "4", "--algorithm", "teleportation", "--log-every", "100",

@@ -19,10 +19,11 @@ from mpi_teleport.spec import Logging, RunSpec
 pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi.py and the MPI tier
 
 # n = 7 (candidates 1, 2, 4 and 7) where the three criteria choose three different k
-# (averaged 7, tokens 4, time-average 1: checked below, so the test keeps its teeth).
+# (averaged 7, tokens 4, time-average 1: checked below, so the test keeps its teeth; seed 2
+# under schedule v2, found by trying seeds from 0).
 SETTING = ["--k", "auto", "--algorithm", "teleportation", "--nodes", "7", "--dim", "10",
            "--sigma2", "10", "--zeta2", "10", "--lr", "0.05", "--rounds", "24",
-           "--log-every", "5", "--seed", "3", "--progress", "off"]
+           "--log-every", "5", "--seed", "2", "--progress", "off"]
 RUN = ["-m", "mpi_teleport.run"]
 
 

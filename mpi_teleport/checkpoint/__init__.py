@@ -49,6 +49,6 @@ flags against the disk are the preflight's (:mod:`mpi_teleport.preflight`).
 from .find import any_checkpoint, complete, locate, newest, owner, prune  # noqa: F401
 from .keeper import Keeper, Plan  # noqa: F401
 from .store import (FORMAT, LAYOUT_MATRIX, LAYOUT_TOKENS, MANIFEST, RUN_MARKER,  # noqa: F401
-                    DamagedCheckpointError, check_arrays, check_manifest, load_matrix,
+                    DamagedCheckpointError, EarlierScheduleError, check_arrays, check_manifest, load_matrix,
                     load_token, read_manifest, restore_token, round_dir, save_matrix,
                     save_token, token_arrays, token_file, write_manifest)

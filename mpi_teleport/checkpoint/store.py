@@ -24,7 +24,10 @@ import numpy as np
 from ..errors import UsageError
 from ..output import dumps, write_atomic, write_atomic_with
 
-FORMAT = 1
+# 2: schedule v2 (hash words, mpi_teleport/DESIGN.md §3.2). A format-1 checkpoint comes
+# from a version whose schedule placed the tokens differently: resuming it here would
+# continue a different run, so it is refused (not migrated).
+FORMAT = 2
 MANIFEST = "MANIFEST.json"
 RUN_MARKER = ".run_id"  # in a round-* directory: the lineage that writes it (for pruning)
 _ROUND_RE = re.compile(r"^round-(\d{8,})$")
@@ -101,6 +104,12 @@ class DamagedCheckpointError(UsageError):
     line naming the directory and the fault (never a silent fallback to older data)."""
 
 
+class EarlierScheduleError(DamagedCheckpointError):
+    """A checkpoint written by an mpi_teleport whose schedule differs from this one's
+    (format 1): intact, but its rounds cannot continue here. A subclass of
+    :class:`DamagedCheckpointError` so every reader refuses it the same way."""
+
+
 def _damaged(directory, reason: str) -> DamagedCheckpointError:
     return DamagedCheckpointError(
         f"checkpoint {directory} is damaged: {reason}; resume from another round-* "
@@ -126,6 +135,12 @@ def check_manifest(directory, data) -> dict:
     the directory's name, so a renamed or copied checkpoint never resumes at a wrong round."""
     if not isinstance(data, dict):
         raise _damaged(directory, f"{MANIFEST} is not a JSON object")
+    if data.get("format") == 1:
+        raise EarlierScheduleError(
+            f"checkpoint {directory} was written by an earlier mpi_teleport (checkpoint format "
+            f"1) whose schedule (which node holds which token in each round) differs from this "
+            f"version's, so this version cannot resume it: start afresh, or resume with the "
+            f"version that wrote it")
     if data.get("format") != FORMAT:
         raise _damaged(directory, f"{MANIFEST} has format {data.get('format')!r}, this version "
                                   f"reads format {FORMAT}")
