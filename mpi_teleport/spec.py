@@ -67,9 +67,12 @@ class RunSpec:
                           block=lambda t0, t1: np.broadcast_to(fixed[0], (t1 - t0, n)))]
         if self.algorithm == "teleportation":
             k = self.k
-            return [Phase(lambda t: [schedule.holders(seed, n, k, t)], 0, T)]
-        return [Phase(lambda t: [schedule.holders(seed, n, n, t)], 0, T),
-                Phase(lambda t: schedule.search_blocks(seed, n, t), T, 2 * T, fresh=True)]
+            return [Phase(lambda t: [schedule.holders(seed, n, k, t)], 0, T,
+                          block=lambda t0, t1: schedule.holders_block(seed, n, k, t0, t1 - t0))]
+        return [Phase(lambda t: [schedule.holders(seed, n, n, t)], 0, T,
+                      block=lambda t0, t1: schedule.holders_block(seed, n, n, t0, t1 - t0)),
+                Phase(lambda t: schedule.search_blocks(seed, n, t), T, 2 * T, fresh=True,
+                      block=lambda t0, t1: schedule.search_order_block(seed, n, t0, t1 - t0))]
 
     def run_ks(self, phase: int) -> list[int]:
         """k of each concurrent run in phase ``phase``."""

@@ -90,3 +90,20 @@ def test_block_weights_are_the_rows_of_w():
         nf = block.n_from[i]
         assert np.all(block.weights[i, nf:] == 0) and np.all(block.y_from[i, nf:] == -1)
         assert block.weights[i, :nf].sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("algorithm,k", [("teleportation", 3), ("teleportation", 1),
+                                         ("teleportation", 9), ("dsgd", None),
+                                         ("search", None)])
+def test_phase_rosters_in_one_call_equal_the_rosters_of_each_round(algorithm, k):
+    """Phase.rosters (a block of rounds from schedule.holders_block / search_order_block,
+    what the MPI back end plans from) equals the round-by-round rosters side by side, in
+    every phase, from any first round."""
+    spec = RunSpec(algorithm, 9, k, 40, 0.1, seed=4)
+    for phase in spec.phases():
+        assert phase.block is not None
+        for t0, t1 in ((phase.start, phase.stop), (phase.start + 7, phase.start + 8),
+                       (phase.stop - 3, phase.stop + 2)):
+            want = np.array([np.concatenate(phase.roster(t)) for t in range(t0, t1)])
+            got = phase.rosters(t0, t1)
+            assert got.dtype == np.int64 and np.array_equal(got, want), (algorithm, t0, t1)

@@ -19,12 +19,12 @@ if MPI.COMM_WORLD.Get_rank() == victim:
     elif mode == "badflag":
         argv = [*argv, "--k", "0"]
     elif mode == "schedule":
-        real = schedule.holders
+        real = schedule.holders_block  # holders(...) is its first row
 
-        def shifted(seed, n, k, t):
-            return (real(seed, n, k, t) + 1) % n
+        def shifted(seed, n, k, t0, count):
+            return (real(seed, n, k, t0, count) + 1) % n
 
-        schedule.holders = shifted
+        schedule.holders_block = shifted
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 
