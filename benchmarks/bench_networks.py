@@ -545,7 +545,7 @@ def memory_cells(r: dict) -> tuple[str, ...]:
 def table(rows: list[dict]) -> str:
     head = ("model", "dev", "ranks", "algorithm", "k", "rounds/s", "gradient %", "arith %",
             "comm %", "framework %", "fw+arith %", "active fw %", "fw/(fw+comp) cpu %", "",
-            "peak RSS MB", "floor MB", "PSS MB", "eval s (test n)")
+            "torch", "peak RSS MB", "floor MB", "PSS MB", "eval s (test n)")
     lines = [head]
     for r in rows:
         lines.append((r["model"], r["device"], str(r["ranks"]), r["algorithm"], str(r["k"]),
@@ -554,7 +554,7 @@ def table(rows: list[dict]) -> str:
                       f"{r['framework_pct']:.2f}", f"{r['framework_and_arith_pct']:.2f}",
                       "-" if r["active_framework_pct"] is None else f"{r['active_framework_pct']:.2f}",
                       f"{r['framework_cpu_share_pct']:.2f}", "PASS" if r["pass"] else "FAIL",
-                      *memory_cells(r)))
+                      r.get("torch") or "-", *memory_cells(r)))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     out = ["  ".join(c.rjust(w) if i > 0 else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths)))
            for line in lines]
@@ -576,8 +576,12 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
               for r in rows]
     x = np.arange(len(rows))
     with_memory = any(r.get("peak_rss_mb_max") is not None for r in rows)
-    fig, axes = plt.subplots(1, 3 if with_memory else 2,
-                             figsize=(max(12, (3.3 if with_memory else 2.2) * len(rows) + 3), 5.6))
+    if with_memory:  # three panels stacked, legends on the right
+        fig, axes = plt.subplots(3, 1, figsize=(max(10, 1.1 * len(rows) + 6), 15))
+        legend = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "ncol": 1}
+    else:
+        fig, axes = plt.subplots(1, 2, figsize=(max(12, 2.2 * len(rows) + 3), 5.6))
+        legend = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.2)}
     ax, bx = axes[0], axes[1]
     bottom = np.zeros(len(rows))
     for key, name, colour in (("gradient_pct", "compute: gradient (forward/backward)", "#4C72B0"),
@@ -596,7 +600,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     ax.set_ylabel("share of the rank-seconds of a round (%)")
     ax.set_ylim(0, 115)
     ax.set_title("wall-clock split of a round (all ranks)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
+    ax.legend(fontsize=7, **{"ncol": 1, **legend})
 
     # framework parts at the bottom (the 5 % line is theirs), the update arithmetic
     # (compute, not framework) hatched on top for comparison
@@ -617,16 +621,16 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     bx.set_xticklabels(labels, fontsize=7)
     bx.set_ylabel("CPU time / (framework + compute) CPU time (%)")
     bx.set_title("CPU time by part, excluding the gradient (descheduling excluded)", fontsize=9)
-    bx.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    bx.legend(fontsize=7, **{"ncol": 2, **legend})
     if with_memory:
-        plot_memory(axes[2], rows, x, labels)
+        plot_memory(axes[2], rows, x, labels, legend)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
 
-def plot_memory(mx, rows: list[dict], x, labels) -> None:
+def plot_memory(mx, rows: list[dict], x, labels, legend: dict) -> None:
     """Peak RSS per rank (bar: max over ranks, tick: min), PSS at the end (hatched), the
     torch floor (dash) and the evaluation wall time written above each bar."""
     peak = np.array([r.get("peak_rss_mb_max") or 0.0 for r in rows])
@@ -649,7 +653,7 @@ def plot_memory(mx, rows: list[dict], x, labels) -> None:
     mx.set_ylabel("MB per rank")
     mx.set_ylim(0, max(BEFORE_MB, float(peak.max())) * 1.12)
     mx.set_title("memory per rank; one shared evaluation (wall)", fontsize=9)
-    mx.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
+    mx.legend(fontsize=7, **legend)
 
 
 def main(argv=None) -> int:
