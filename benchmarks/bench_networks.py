@@ -69,7 +69,8 @@ data set, and writes ``bench_networks_full.*``; CIFAR-10 stays small (1,000 + 20
 way. Shapes are the real ones (1x28x28 LeNet-5, 3x32x32 VGG-11), so the per-round
 cost is that of the real problem. CIFAR-10's loader verifies torchvision's md5 sums by
 default and the package has no setting to skip it, so the worker calls
-``datasets.load_cifar10(..., verify_md5=False)`` (a wrapper installed in the worker only).
+``datasets.load_cifar10`` / ``open_cifar10`` with ``verify_md5=False`` (wrappers installed
+in the worker only).
 
 Devices: ``--device cpu`` (default) pins every rank to one torch thread, as the runtime
 does. ``--device cuda`` runs the same with ``--device cuda`` (rank -> GPU by local rank,
@@ -234,6 +235,7 @@ def _worker(args, comm, rank: int, size: int) -> dict:
 
     # fake CIFAR-10 files cannot pass torchvision's md5 check: skip it (worker only)
     datasets.load_cifar10 = functools.partial(datasets.load_cifar10, verify_md5=False)
+    datasets.open_cifar10 = functools.partial(datasets.open_cifar10, verify_md5=False)
 
     clocks = {name: Clock() for name in ("compute", "comm", "local_step", "weighted_sum",
                                          "schedule", "topology", "post")}
