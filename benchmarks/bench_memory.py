@@ -98,11 +98,11 @@ def worker_train(args) -> None:
     Path(args.report, f"rank{rank}.json").write_text(json.dumps(
         {"rank": rank, "torch": torch.__version__, "torch_import_mb": import_mb,
          "peak_rss_mb": peak_mb, "torch_floor_mb": floor_mb,
-         "above_floor_mb": peak_mb - floor_mb, "pss_end_mb": _pss_mb(), "status": status,
+         "above_floor_mb": peak_mb - floor_mb, "pss_end_mb": pss_mb(), "status": status,
          "wall_s": time.perf_counter() - start}))
 
 
-def _pss_mb() -> float | None:
+def pss_mb() -> float | None:
     """Proportional set size now (shared library pages divided among their users)."""
     try:
         for line in open("/proc/self/smaps_rollup"):

@@ -1,11 +1,14 @@
-"""Rounds per second of the network problems under MPI, and where a round's time goes.
+"""Rounds per second of the network problems under MPI, where a round's time goes, memory
+per rank and the time of one shared evaluation.
 
     python benchmarks/bench_networks.py [--quick] [--out benchmarks/results]
                                         [--models lenet vgg] [--ranks 8 25]
                                         [--algorithms teleportation dsgd] [--device cpu]
+                                        [--full-size] [--python PY ...]
 
 One ``mpirun`` per (model, ranks): the script launches itself with ``--worker``; inside,
-every rank builds the run as ``mpi_teleport.run.execute`` does (``make_problem``, the
+every rank builds the run as ``mpi_teleport.run.execute`` does (``make_problem`` with
+its own node's data only, ``local_nodes=[rank]``, the
 RunSpec of ``cli.run_spec``, ``backends.mpi.MpiBackend`` over a ``Transport`` =
 Algorithm 3) and runs each algorithm for W warm-up rounds and then R timed rounds,
 calling ``backend.step(t)`` as the engine does between logging rounds (no logging; a
@@ -41,21 +44,40 @@ eight calls a round) are not subtracted: they count as framework. Ranks that wou
 into the available memory (about 0.75 GB per VGG rank: torch itself ~0.3 GB, 12
 model-sized vectors) are skipped with a note (``--force`` runs them).
 
+Memory and evaluation, per row (the helpers are ``bench_memory``'s, which has the full
+breakdown): every rank records its RSS right after ``import torch`` and the floor (peak RSS
+after importing torch and setting it up as the run does, before the problem is built), and,
+once the row's timed rounds and evaluation are over, its peak resident set size
+(``ru_maxrss``: the peak of the process so far, so a later algorithm's row includes the
+earlier ones') and its proportional set size (``Pss`` of ``/proc/self/smaps_rollup``:
+shared library pages divided among the processes that map them). Rank 0 gathers them: the
+row has the peak RSS per rank (max and min over ranks), the floor, the PSS (max over ranks
+and their sum). Evaluation: after the timed rounds, the averaged model is evaluated as the
+engine does at a logging round (the tokens gathered on rank 0, ``MpiBackend.evaluate``:
+every rank its slice of the test set); ``eval_s`` is the median wall time of 3 (after one
+untimed), ``eval_cpu_s_max_rank`` the CPU time of the busiest rank, with the test set's
+size. ``--python`` runs every row again with another interpreter (e.g. one whose torch is a
+CPU-only build, with the ``mpirun`` beside it); a row says which torch it ran.
+
 Data: the real data sets are not needed. A small fake data set is written in the REAL
 on-disk formats into a temporary directory -- ``FashionMNIST/raw/*-idx?-ubyte`` (IDX)
 and ``cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}`` (python pickles) --
 and passed as ``--data-dir``; the loaders parse them with torchvision as they would the
-real files. Shapes are the real ones (1x28x28 LeNet-5, 3x32x32 VGG-11), so the per-round
+real files. ``--full-size`` writes Fashion-MNIST at its real size (60,000 + 10,000 images,
+``bench_memory.write_fake_fashion_mnist``) so the memory figures are those of the real
+data set, and writes ``bench_networks_full.*``; CIFAR-10 stays small (1,000 + 200) either
+way. Shapes are the real ones (1x28x28 LeNet-5, 3x32x32 VGG-11), so the per-round
 cost is that of the real problem. CIFAR-10's loader verifies torchvision's md5 sums by
 default and the package has no setting to skip it, so the worker calls
-``datasets.load_cifar10(..., verify_md5=False)`` (a wrapper installed in the worker only).
+``datasets.load_cifar10`` / ``open_cifar10`` with ``verify_md5=False`` (wrappers installed
+in the worker only).
 
 Devices: ``--device cpu`` (default) pins every rank to one torch thread, as the runtime
 does. ``--device cuda`` runs the same with ``--device cuda`` (rank -> GPU by local rank,
 host staging of the token vector); it is skipped with a note when no CUDA device is
 visible.
 
-Writes bench_networks[_quick].{csv,json,png} into --out.
+Writes bench_networks[_full][_quick].{csv,json,png} into --out.
 """
 from __future__ import annotations
 
@@ -65,8 +87,9 @@ import json
 import os
 import pickle
 import platform
+import resource
 import shutil
-import struct
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -79,7 +102,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mpi_teleport.launch import mpi_env, mpirun_command  # noqa: E402
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(1, str(ROOT / "benchmarks"))
+
+from bench_memory import BEFORE_MB, pss_mb, write_fake_fashion_mnist  # noqa: E402
+from bench_memory import TARGET as TARGET_MEMORY  # noqa: E402
+from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command  # noqa: E402
 
 TARGET_FRAMEWORK = 0.05
 MODELS = {"lenet": "fashion-mnist", "vgg": "cifar10"}
@@ -103,24 +131,6 @@ def k_for(ranks: int) -> int:
 
 
 # --------------------------------------------------------------------- fake data sets
-def _idx(arr: np.ndarray) -> bytes:
-    """IDX (LeCun) big-endian unsigned-byte file: magic 0x0000 08 <ndim>, dims, data."""
-    head = struct.pack(">I", 0x0800 + arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape)
-    return head + np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
-
-
-def write_fake_fmnist(root: str, n_train: int = 1000, n_test: int = 200) -> None:
-    raw = os.path.join(root, "FashionMNIST", "raw")
-    os.makedirs(raw, exist_ok=True)
-    g = np.random.default_rng(0)
-    for prefix, n in (("train", n_train), ("t10k", n_test)):
-        x = g.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
-        y = g.integers(0, 10, size=n, dtype=np.uint8)
-        for kind, arr in (("images-idx3-ubyte", x), ("labels-idx1-ubyte", y)):
-            with open(os.path.join(raw, f"{prefix}-{kind}"), "wb") as f:
-                f.write(_idx(arr))
-
-
 def write_fake_cifar(root: str, per_batch: int = 200, n_test: int = 200) -> None:
     base = os.path.join(root, "cifar-10-batches-py")
     os.makedirs(base, exist_ok=True)
@@ -206,6 +216,17 @@ def _worker(args, comm, rank: int, size: int) -> dict:
 
     from mpi4py import MPI
 
+    from mpi_teleport.memory import keep_freed_memory
+
+    keep_freed_memory()  # as mpi_teleport.run's main does first
+    import torch
+
+    import_mb = max_rss_mb()
+    from mpi_teleport.problems import models
+
+    models.configure_torch_threads(1)  # as the run sets torch up: the floor (bench_memory's)
+    floor_mb = max_rss_mb()
+
     from mpi_teleport import cli, config
     from mpi_teleport import plan as plan_module
     from mpi_teleport.backends import mpi as mpi_backend
@@ -214,6 +235,7 @@ def _worker(args, comm, rank: int, size: int) -> dict:
 
     # fake CIFAR-10 files cannot pass torchvision's md5 check: skip it (worker only)
     datasets.load_cifar10 = functools.partial(datasets.load_cifar10, verify_md5=False)
+    datasets.open_cifar10 = functools.partial(datasets.open_cifar10, verify_md5=False)
 
     clocks = {name: Clock() for name in ("compute", "comm", "local_step", "weighted_sum",
                                          "schedule", "topology", "post")}
@@ -231,7 +253,7 @@ def _worker(args, comm, rank: int, size: int) -> dict:
     t_load = time.perf_counter()
     transport = Transport(comm)
     local = transport.local_rank() if args.device == "cuda" else 0
-    problem = make_problem(base, local)
+    problem = make_problem(base, local, local_nodes=[rank])  # its data only, as the run does
     load_s = time.perf_counter() - t_load
     timed_problem = Timed(problem, gradient=clocks["compute"])
     # the per-round path posts and waits (post_recvs/post_sends, wait); the fast path
@@ -289,12 +311,58 @@ def _worker(args, comm, rank: int, size: int) -> dict:
         }
         gathered = comm.gather(mine, root=0)
         elapsed = comm.reduce(t_all, op=MPI.MAX, root=0)
+        eval_s, eval_cpu_s = time_evaluation(backend, problem, comm)
+        memory = comm.gather({"torch_import_mb": import_mb, "torch_floor_mb": floor_mb,
+                              "peak_rss_mb": max_rss_mb(), "pss_mb": pss_mb(),
+                              "eval_cpu_s": eval_cpu_s}, root=0)
         backend.close()
         del backend
         if rank == 0:
-            results.append(summarise(args.model, size, algorithm, k, timed, elapsed, gathered,
-                                     problem, load_s, args.device))
+            row = summarise(args.model, size, algorithm, k, timed, elapsed, gathered,
+                            problem, load_s, args.device)
+            row.update(memory_columns(memory, eval_s, problem, torch.__version__))
+            results.append(row)
     return {"results": results}
+
+
+def max_rss_mb() -> float:
+    """This process's peak resident set size so far (``ru_maxrss``, KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def time_evaluation(backend, problem, comm, repeats: int = 3) -> tuple[float, float]:
+    """(median wall, median CPU seconds of this rank) of one evaluation of the averaged
+    model as the engine does it at a logging round: the tokens gathered on the root
+    (``backend.tokens``), then ``backend.evaluate`` (collective: every rank its slice of
+    the test set). One untimed evaluation first (torch's first forward on a batch size)."""
+    x = backend.tokens(0)
+    backend.evaluate(problem, x)
+    walls, cpus = [], []
+    for _ in range(repeats):
+        comm.Barrier()
+        w0, c0 = time.perf_counter(), time.process_time()
+        backend.evaluate(problem, x)
+        cpus.append(time.process_time() - c0)
+        comm.Barrier()
+        walls.append(time.perf_counter() - w0)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def memory_columns(per_rank: list[dict], eval_s: float, problem, torch_version: str) -> dict:
+    """A row's memory and evaluation columns from every rank's figures (MB, seconds)."""
+    pss = [r["pss_mb"] for r in per_rank if r["pss_mb"] is not None]
+    return {
+        "torch": torch_version,
+        "peak_rss_mb_max": max(r["peak_rss_mb"] for r in per_rank),
+        "peak_rss_mb_min": min(r["peak_rss_mb"] for r in per_rank),
+        "torch_import_mb": max(r["torch_import_mb"] for r in per_rank),
+        "torch_floor_mb": max(r["torch_floor_mb"] for r in per_rank),
+        "pss_mb_max": max(pss) if pss else None,
+        "pss_mb_sum": sum(pss) if pss else None,
+        "eval_s": eval_s,
+        "eval_cpu_s_max_rank": max(r["eval_cpu_s"] for r in per_rank),
+        "test_samples": int(getattr(problem, "n_test", 0)) or None,
+    }
 
 
 def summarise(model, ranks, algorithm, k, timed, elapsed, per_rank, problem, load_s, device) -> dict:
@@ -382,7 +450,7 @@ def worker_env() -> dict:
     return env
 
 
-def launch(model, ranks, args, data_dir, device) -> list[dict] | None:
+def launch(model, ranks, args, data_dir, device, python) -> list[dict] | None:
     warm, timed = plan(model, ranks, args.quick)
     if args.rounds:
         timed = args.rounds
@@ -391,9 +459,10 @@ def launch(model, ranks, args, data_dir, device) -> list[dict] | None:
     with tempfile.TemporaryDirectory(prefix="bench_networks_") as tmp:
         result = os.path.join(tmp, "result.json")
         cmd = mpirun_command(ranks, [
-            sys.executable, str(Path(__file__).resolve()), "--worker", "--model", model,
+            python, str(Path(__file__).resolve()), "--worker", "--model", model,
             "--data-dir", data_dir, "--result", result, "--warmup", str(warm),
-            "--rounds", str(timed), "--device", device, "--algorithms", *args.algorithms])
+            "--rounds", str(timed), "--device", device, "--algorithms", *args.algorithms],
+            find_mpirun(python))
         print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=worker_env(), timeout=args.timeout)
@@ -402,7 +471,20 @@ def launch(model, ranks, args, data_dir, device) -> list[dict] | None:
             print(f"bench_networks: {model} x {ranks} ranks failed (exit {proc.returncode})",
                   file=sys.stderr)
             return None
-        return json.loads(Path(result).read_text())["results"]
+        rows = json.loads(Path(result).read_text())["results"]
+        for row in rows:
+            row["data"] = data_label(model, args)
+            row["python"] = python
+        return rows
+
+
+def data_label(model: str, args) -> str:
+    """Which data set the row ran on (the memory figures depend on it)."""
+    if args.data_dir is not None:
+        return "given --data-dir"
+    if model == "lenet" and args.full_size:
+        return "fake, full size (60,000 + 10,000)"
+    return "fake, small (1,000 + 200)"  # CIFAR-10 stays small even with --full-size
 
 
 PARAMS = {"lenet": 61_706, "vgg": 9_228_362}
@@ -443,12 +525,29 @@ FIELDS = ["model", "device", "ranks", "algorithm", "k", "timed_rounds", "rounds_
           "active_comm_pct", "active_framework_pct", "framework_cpu_pct",
           "framework_cpu_share_pct", "framework_schedule_pct", "framework_topology_pct",
           "framework_post_pct", "framework_other_pct", "grad_ms", "grad_cpu_ms", "message_mb",
-          "pass"]
+          "pass", "data", "torch", "peak_rss_mb_max", "peak_rss_mb_min", "torch_import_mb",
+          "torch_floor_mb", "pss_mb_max", "pss_mb_sum", "eval_s", "eval_cpu_s_max_rank",
+          "test_samples"]
+
+
+def _mb(value) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def memory_cells(r: dict) -> tuple[str, ...]:
+    """Peak RSS per rank (min-max), torch floor, PSS per rank (max), evaluation wall time;
+    "-" for rows measured before these columns existed."""
+    if r.get("peak_rss_mb_max") is None:
+        return ("-", "-", "-", "-")
+    peak = f"{r['peak_rss_mb_min']:.0f}-{r['peak_rss_mb_max']:.0f}"
+    ev = f"{r['eval_s']:.3f} ({r['test_samples']})" if r.get("test_samples") else f"{r['eval_s']:.3f}"
+    return (peak, _mb(r.get("torch_floor_mb")), _mb(r.get("pss_mb_max")), ev)
 
 
 def table(rows: list[dict]) -> str:
     head = ("model", "dev", "ranks", "algorithm", "k", "rounds/s", "gradient %", "arith %",
-            "comm %", "framework %", "fw+arith %", "active fw %", "fw/(fw+comp) cpu %", "")
+            "comm %", "framework %", "fw+arith %", "active fw %", "fw/(fw+comp) cpu %", "",
+            "torch", "peak RSS MB", "floor MB", "PSS MB", "eval s (test n)")
     lines = [head]
     for r in rows:
         lines.append((r["model"], r["device"], str(r["ranks"]), r["algorithm"], str(r["k"]),
@@ -456,7 +555,8 @@ def table(rows: list[dict]) -> str:
                       f"{r['arith_pct']:.1f}", f"{r['comm_pct']:.1f}",
                       f"{r['framework_pct']:.2f}", f"{r['framework_and_arith_pct']:.2f}",
                       "-" if r["active_framework_pct"] is None else f"{r['active_framework_pct']:.2f}",
-                      f"{r['framework_cpu_share_pct']:.2f}", "PASS" if r["pass"] else "FAIL"))
+                      f"{r['framework_cpu_share_pct']:.2f}", "PASS" if r["pass"] else "FAIL",
+                      r.get("torch") or "-", *memory_cells(r)))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     out = ["  ".join(c.rjust(w) if i > 0 else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths)))
            for line in lines]
@@ -470,11 +570,21 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    torches = {r.get("torch") for r in rows}
     labels = [f"{r['model']}\n{r['ranks']} ranks\n"
               + (f"tele k={r['k']}" if r["algorithm"] == "teleportation" else "dsgd")
-              + (f"\n{r['device']}" if r["device"] != "cpu" else "") for r in rows]
+              + (f"\n{r['device']}" if r["device"] != "cpu" else "")
+              + (f"\ntorch {r['torch'].split('+')[-1]}" if len(torches) > 1 else "")
+              for r in rows]
     x = np.arange(len(rows))
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(max(12, 2.2 * len(rows) + 3), 5.6))
+    with_memory = any(r.get("peak_rss_mb_max") is not None for r in rows)
+    if with_memory:  # three panels stacked, legends on the right
+        fig, axes = plt.subplots(3, 1, figsize=(max(10, 1.1 * len(rows) + 6), 15))
+        legend = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "ncol": 1}
+    else:
+        fig, axes = plt.subplots(1, 2, figsize=(max(12, 2.2 * len(rows) + 3), 5.6))
+        legend = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.2)}
+    ax, bx = axes[0], axes[1]
     bottom = np.zeros(len(rows))
     for key, name, colour in (("gradient_pct", "compute: gradient (forward/backward)", "#4C72B0"),
                               ("arith_pct", "compute: update arithmetic (momentum step, "
@@ -492,7 +602,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     ax.set_ylabel("share of the rank-seconds of a round (%)")
     ax.set_ylim(0, 115)
     ax.set_title("wall-clock split of a round (all ranks)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
+    ax.legend(fontsize=7, **{"ncol": 1, **legend})
 
     # framework parts at the bottom (the 5 % line is theirs), the update arithmetic
     # (compute, not framework) hatched on top for comparison
@@ -513,11 +623,39 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     bx.set_xticklabels(labels, fontsize=7)
     bx.set_ylabel("CPU time / (framework + compute) CPU time (%)")
     bx.set_title("CPU time by part, excluding the gradient (descheduling excluded)", fontsize=9)
-    bx.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    bx.legend(fontsize=7, **{"ncol": 2, **legend})
+    if with_memory:
+        plot_memory(axes[2], rows, x, labels, legend)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
+
+
+def plot_memory(mx, rows: list[dict], x, labels, legend: dict) -> None:
+    """Peak RSS per rank (bar: max over ranks, tick: min), PSS at the end (hatched), the
+    torch floor (dash) and the evaluation wall time written above each bar."""
+    peak = np.array([r.get("peak_rss_mb_max") or 0.0 for r in rows])
+    low = np.array([r.get("peak_rss_mb_min") or 0.0 for r in rows])
+    mx.bar(x, peak, color="#4C72B0", label="peak RSS per rank (max over ranks)")
+    mx.scatter(x, low, marker="_", s=300, color="k", label="peak RSS per rank (min)")
+    mx.bar(x, [r.get("pss_mb_max") or 0.0 for r in rows], color="none", hatch="//",
+           edgecolor="black", label="PSS at the end (max over ranks)")
+    mx.scatter(x, [r.get("torch_floor_mb") or 0.0 for r in rows], marker="D", color="#C44E52",
+               label="torch floor (import + set-up)", zorder=3)
+    mx.axhline(BEFORE_MB, color="grey", ls=":", label=f"{BEFORE_MB:.0f} MB (issue 14, before)")
+    mx.axhline(TARGET_MEMORY * BEFORE_MB, color="red", ls="--",
+               label=f"target {TARGET_MEMORY:.0%} (full-size Fashion-MNIST, 4 ranks)")
+    for i, r in enumerate(rows):
+        if r.get("eval_s") is not None:
+            mx.text(i, peak[i] + 15, f"eval {r['eval_s']:.2f} s", ha="center", va="bottom",
+                    fontsize=7)
+    mx.set_xticks(x)
+    mx.set_xticklabels(labels, fontsize=7)
+    mx.set_ylabel("MB per rank")
+    mx.set_ylim(0, max(BEFORE_MB, float(peak.max())) * 1.12)
+    mx.set_title("memory per rank; one shared evaluation (wall)", fontsize=9)
+    mx.legend(fontsize=7, **legend)
 
 
 def main(argv=None) -> int:
@@ -537,6 +675,13 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true", help="run even when the ranks would not "
                    "fit into the available memory")
     p.add_argument("--data-dir", default=None, help="use these data files instead of fake ones")
+    p.add_argument("--full-size", action="store_true", help="fake Fashion-MNIST of the real "
+                   "size (60,000 + 10,000 images, IDX) instead of the small one, so the memory "
+                   "figures are those of the real data set (CIFAR-10 stays small); writes "
+                   "bench_networks_full.*")
+    p.add_argument("--python", nargs="+", default=[sys.executable], metavar="PY",
+                   help="interpreters to run the ranks with, one pass each (e.g. one whose "
+                   "torch is a CPU-only build; the mpirun beside it is used); default: this one")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
@@ -563,32 +708,35 @@ def main(argv=None) -> int:
         print("bench_networks: " + notes[-1], file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "bench_networks_quick" if args.quick else "bench_networks"
+    stem = "bench_networks" + ("_full" if args.full_size else "") + ("_quick" if args.quick else "")
     rows = []
     tmp = tempfile.mkdtemp(prefix="bench_networks_data_")
     try:
         data_dir = args.data_dir
         if data_dir is None:
-            write_fake_fmnist(tmp)
+            if args.full_size:
+                write_fake_fashion_mnist(Path(tmp))
+            else:
+                write_fake_fashion_mnist(Path(tmp), n_train=1000, n_test=200)
             write_fake_cifar(tmp)
             data_dir = tmp
-        for device in devices:
-            for model in models:
-                for ranks in args.ranks:
-                    need, have = ranks * rank_memory_mb(model), mem_available_mb()
-                    if device == "cpu" and have is not None and need > 0.85 * have and not args.force:
-                        notes.append(f"{model} x {ranks} ranks ({device}) skipped: needs about "
-                                     f"{need / 1024:.1f} GB of memory ({ranks} x "
-                                     f"{rank_memory_mb(model):.0f} MB), {have / 1024:.1f} GB "
-                                     "available (--force runs it anyway)")
-                        print("bench_networks: " + notes[-1], file=sys.stderr, flush=True)
-                        continue
-                    got = launch(model, ranks, args, data_dir, device)
-                    if got is None:
-                        notes.append(f"{model} x {ranks} ranks ({device}) failed")
-                        continue
-                    rows += got
-                    print(table(got).split("\n", 2)[-1], flush=True)
+        for python, device, model, ranks in ((py, d, m, n) for py in args.python
+                                             for d in devices for m in models
+                                             for n in args.ranks):
+            need, have = ranks * rank_memory_mb(model), mem_available_mb()
+            if device == "cpu" and have is not None and need > 0.85 * have and not args.force:
+                notes.append(f"{model} x {ranks} ranks ({device}) skipped: needs about "
+                             f"{need / 1024:.1f} GB of memory ({ranks} x "
+                             f"{rank_memory_mb(model):.0f} MB), {have / 1024:.1f} GB "
+                             "available (--force runs it anyway)")
+                print("bench_networks: " + notes[-1], file=sys.stderr, flush=True)
+                continue
+            got = launch(model, ranks, args, data_dir, device, python)
+            if got is None:
+                notes.append(f"{model} x {ranks} ranks ({device}) failed")
+                continue
+            rows += got
+            print(table(got).split("\n", 2)[-1], flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if not rows:
