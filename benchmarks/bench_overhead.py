@@ -98,8 +98,8 @@ def plan(d: int, quick: bool) -> tuple[int, int]:
 
     if quick:
         return (BLOCK_ROUNDS // 4, 3) if d <= 10**4 else (5, 3) if d <= 10**5 else (2, 2)
-    if d <= 10**4:
-        return BLOCK_ROUNDS, 7
+    if d <= 10**4:  # the oversubscribed rows (8, 25 ranks) vary most here: more blocks
+        return BLOCK_ROUNDS, 11
     if d <= 10**5:
         return 64, 7
     if d <= 10**6:

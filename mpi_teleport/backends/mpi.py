@@ -96,6 +96,7 @@ class MpiBackend:
         self._nodes = [self.rank]
         self._views: dict[int, np.ndarray] = {}
         self._records: dict[bytes, tuple] = {}  # compiled rounds by plan row and buffers
+        self._parities: dict[int, list] = {}  # the buffers' roles at each swap parity
         self._overlap = spec.moves == "overlap"
         self._round = ((self._overlap_fast if self._overlap else self._simple_fast) if self._fast
                        else (self._overlap_step if self._overlap else self._simple_step))
@@ -222,25 +223,35 @@ class MpiBackend:
             cache.clear()
         get = cache.get
         records = [get(key) for key in keys]
-        if None in records:
+        if None in records:  # new patterns: build each once (rounds of this block share too)
             width = block.y_to.shape[1]
+            token_weights = weights.astype(s.x.dtype)  # rounded to the token's dtype once
             for i, record in enumerate(records):
                 if record is None:
-                    row = rows[i].tolist()
-                    y_to = row[6:6 + row[4]]
-                    y_from = row[6 + width:6 + width + row[5]]
-                    w = weights[i, :row[5]]
-                    records[i] = cache[keys[i]] = make(row[:4], y_to, y_from, w,
-                                                       self._buffers(row[-1]))
+                    key = keys[i]
+                    record = get(key)
+                    if record is None:
+                        row = rows[i].tolist()
+                        y_to = row[6:6 + row[4]]
+                        y_from = row[6 + width:6 + width + row[5]]
+                        record = cache[key] = make(row[:4], y_to, y_from,
+                                                   token_weights[i, :row[5]], row[-1])
+                    records[i] = record
         return records
 
-    def _buffers(self, parity: int) -> list:
-        """[x, y, v, v_in] at a parity of swaps: Alg. 3 swaps v and v_in (momentum hop),
-        Alg. 1 swaps x with y and v with v_in (an arriving model)."""
-        x, y, v, v_in = self._canonical
-        if not parity:
-            return [x, y, v, v_in]
-        return [x, y, v_in, v] if self._overlap else [y, x, v_in, v]
+    def _buffers(self, parity: int) -> tuple[list, tuple | None]:
+        """[x, y, v, v_in] at a parity of swaps (Alg. 3 swaps v and v_in: the momentum hop;
+        Alg. 1 swaps x with y and v with v_in: an arriving model), and the (x, v, y) rows a
+        local step in that state reads and writes (y: after Alg. 1's swap)."""
+        hit = self._parities.get(parity)
+        if hit is None:
+            x, y, v, v_in = self._canonical
+            if not parity:
+                buffers = [x, y, v, v_in]
+            else:
+                buffers = [x, y, v_in, v] if self._overlap else [y, x, v_in, v]
+            hit = self._parities[parity] = buffers
+        return list(hit)
 
     def _view(self, a: np.ndarray | None):
         """a[None], made once per array (local_step takes rows of a matrix)."""
@@ -295,13 +306,13 @@ class MpiBackend:
                 recvs.append(self.transport.recv_channel(inbox[i], src, KIND_Y))
         return inputs, recvs
 
-    def _overlap_record(self, head, y_to, y_from, w, buffers) -> tuple:
+    def _overlap_record(self, head, y_to, y_from, weights, parity) -> tuple:
         """Round of Alg. 3 as channels and arrays. A rank that is its own successor on an
         edge keeps what it would send itself: its y is the input (no copy), its momentum
         stays."""
         token, momentum_to, next_token, momentum_from = head
         tr, me = self.transport, self.rank
-        x, y, v, v_in = buffers
+        x, y, v, v_in = self._buffers(parity)
         recvs, sends, inputs, swap = [], [], [], False
         if next_token >= 0:
             inputs, recvs = self._gossip_inputs(y_from, y)
@@ -312,7 +323,6 @@ class MpiBackend:
             sends = [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]
             if v is not None and momentum_to != me:
                 sends.append(tr.send_channel(v, momentum_to, KIND_MOMENTUM))
-        weights = np.array(w, dtype=x.dtype)
         step_args = (self._view(x), self._view(v), self._view(y)) if token >= 0 else None
         return recvs, sends, recvs + sends, step_args, inputs, weights, swap
 
@@ -361,12 +371,12 @@ class MpiBackend:
                 s.v, s.v_in = s.v_in, s.v
 
     # -- Algorithm 1 ---------------------------------------------------------------------
-    def _simple_record(self, head, y_to, y_from, w, buffers) -> tuple:
+    def _simple_record(self, head, y_to, y_from, weights, parity) -> tuple:
         """Round of Alg. 1 as channels and arrays. A token that stays put is not copied; an
         arriving model lands in y and the two swap (its momentum alike)."""
         held, model_to, token, model_from = head
         tr, me = self.transport, self.rank
-        x, y, v, v_in = buffers
+        x, y, v, v_in = self._buffers(parity)
         fetch, moved = [], token >= 0 and model_from != me
         if held >= 0 and model_to != me:  # line 8
             fetch.append(tr.send_channel(x, model_to, KIND_MODEL))
@@ -382,7 +392,6 @@ class MpiBackend:
             inputs, gossip = self._gossip_inputs(y_from, y)
             gossip += [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]
             step_args = (self._view(x), self._view(v), self._view(y))
-        weights = np.array(w, dtype=x.dtype)
         return fetch, moved, step_args, gossip, inputs, weights
 
     def _simple_fast(self, t: int, record) -> None:
