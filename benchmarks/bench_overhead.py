@@ -101,7 +101,7 @@ def plan(d: int, quick: bool) -> tuple[int, int]:
     if d <= 10**4:  # the oversubscribed rows (8, 25 ranks) vary most here: more blocks
         return BLOCK_ROUNDS, 11
     if d <= 10**5:
-        return 64, 7
+        return 128, 11
     if d <= 10**6:
         return 8, 5
     return 2, 5
