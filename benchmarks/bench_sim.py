@@ -67,18 +67,19 @@ CASES = [
 
 class CapturingRecorder(Recorder):
     """The simulator's Recorder, also keeping the last logged token matrix and the
-    time spent logging (excluded from the round timing)."""
+    time spent logging (excluded from the round timing): the engine brackets a logging
+    round, evaluation included, with pause/resume."""
 
     last_x: np.ndarray | None = None
     log_seconds = 0.0
 
-    def log(self, r, x, time_s, extra=None):
-        start = time.perf_counter()
-        try:
-            return super().log(r, x, time_s, extra)
-        finally:
-            CapturingRecorder.last_x = np.array(x, copy=True)
-            CapturingRecorder.log_seconds += time.perf_counter() - start
+    def resume(self, since):
+        CapturingRecorder.log_seconds += time.perf_counter() - since
+        super().resume(since)
+
+    def log(self, r, x, time_s, extra=None, metrics=None):
+        CapturingRecorder.last_x = np.array(x, copy=True)
+        return super().log(r, x, time_s, extra, metrics)
 
 
 def run_simulator(cfg: Config, algorithm: str, k: int) -> tuple[float, np.ndarray]:
