@@ -96,7 +96,7 @@ class MpiBackend:
         self._nodes = [self.rank]
         self._views: dict[int, np.ndarray] = {}
         self._records: dict[bytes, tuple] = {}  # compiled rounds by plan row and buffers
-        self._parities: dict[int, list] = {}  # the buffers' roles at each swap parity
+        self._parities: dict[int, list] = {}  # the buffers' roles at each swap parity (0, 1)
         self._overlap = spec.moves == "overlap"
         self._round = ((self._overlap_fast if self._overlap else self._simple_fast) if self._fast
                        else (self._overlap_step if self._overlap else self._simple_step))
@@ -239,10 +239,9 @@ class MpiBackend:
                     records[i] = record
         return records
 
-    def _buffers(self, parity: int) -> tuple[list, tuple | None]:
+    def _buffers(self, parity: int) -> list:
         """[x, y, v, v_in] at a parity of swaps (Alg. 3 swaps v and v_in: the momentum hop;
-        Alg. 1 swaps x with y and v with v_in: an arriving model), and the (x, v, y) rows a
-        local step in that state reads and writes (y: after Alg. 1's swap)."""
+        Alg. 1 swaps x with y and v with v_in: an arriving model); a fresh list."""
         hit = self._parities.get(parity)
         if hit is None:
             x, y, v, v_in = self._canonical
@@ -278,19 +277,17 @@ class MpiBackend:
 
             device_sum(weights, inputs, s)
 
-    def _local_step(self, t: int, x=None, v=None, y=None) -> None:  # Alg. 1 l. 10 / Alg. 3 l. 8
-        """y = x - lr g on this rank's token: the rows (x, v, y) the fast path compiled,
-        or the state's current arrays."""
+    def _local_step(self, t: int) -> None:  # Alg. 1 l. 10 / Alg. 3 l. 8
+        """y = x - lr g on this rank's token, from the state's current arrays (the
+        per-round path; the fast path steps on the rows its record holds)."""
         s = self.state
         if self.token_device is not None:
             from .device import local_step as device_step
 
             device_step(self.problem, self.rank, s, t, self.spec.lr_at(t), self.spec.momentum)
             return
-        if x is None:
-            x, v, y = s.x[None], None if s.v is None else s.v[None], s.y[None]
-        local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t), self.spec.momentum,
-                   out=y)
+        local_step(self.problem, self._nodes, s.x[None], None if s.v is None else s.v[None], t,
+                   self.spec.lr_at(t), self.spec.momentum, out=s.y[None])
 
     # -- Algorithm 3 ---------------------------------------------------------------------
     def _gossip_inputs(self, y_from, y) -> tuple[list, list]:
