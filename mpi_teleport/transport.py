@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# Message kinds: a token's y (gossip input), its momentum, its model (Alg. 1 fetch).
-KIND_Y, KIND_MOMENTUM, KIND_MODEL, KIND_SPARE = range(4)
-N_KINDS = 4
+from .interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_SPARE, KIND_Y, N_KINDS  # noqa: F401
 
 
 @dataclass
@@ -26,6 +24,13 @@ class Pending:
 
 
 class Transport:
+    """Moves vectors between the ranks of ``comm`` (an
+    :class:`~mpi_teleport.interfaces.ChannelTransport`: per-round messages, persistent
+    channels, the collectives the layers above need)."""
+
+    has_channels = True
+    has_clock = False
+
     def __init__(self, comm, owned: bool = False):
         from mpi4py import MPI
 
@@ -49,7 +54,12 @@ class Transport:
         directly: our messages cannot match theirs); :meth:`free` releases it."""
         return cls(comm.Dup(), owned=True)
 
+    def close(self) -> None:
+        """The end of a run on this transport: nothing is held back here (the back end
+        releases its channels itself); the transport stays usable."""
+
     def free(self) -> None:
+        """Release every channel and, when this transport made it, the communicator."""
         self.release_channels()
         if self._owned and self.comm is not None:
             self.comm.Free()
