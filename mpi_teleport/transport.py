@@ -10,6 +10,7 @@ The communicator is passed in, never taken from COMM_WORLD here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -30,6 +31,11 @@ class Transport:
 
     has_channels = True
     has_clock = False
+    # start(channels) and wait_all(channels) (interfaces.ChannelTransport): bound in
+    # __init__ to mpi4py's own Prequest.Startall and Request.Waitall, since the round loop
+    # calls them every round and a wrapper would add its call to each.
+    start: Callable[[list], None]
+    wait_all: Callable[[list], None]
 
     def __init__(self, comm, owned: bool = False):
         from mpi4py import MPI
@@ -128,10 +134,6 @@ class Transport:
         if hit is None:
             hit = self._channels[key] = self.comm.Recv_init(buf, source, self._steady_tag0 + kind)
         return hit
-
-    # start(channels): start channels (a list from send_channel/recv_channel);
-    # wait_all(channels): complete them. Bound in __init__ to mpi4py's own functions: the
-    # round loop calls them every round, a wrapper would add its call to each.
 
     def release_channels(self, buffers=None) -> None:
         """Free the channels of ``buffers`` (all channels when None): a channel holds its
