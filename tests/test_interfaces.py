@@ -78,6 +78,7 @@ def test_instances_satisfy_the_protocols():
     transport = Loopback(Hub(2), 0)
     for backend in (LocalBackend(quadratic(2, dim=3), spec),
                     MpiBackend(quadratic(2, dim=3), spec, transport)):
+        backend.begin(spec.phases()[0], 0, quadratic(2, dim=3).initial())  # (dim needs tokens)
         assert isinstance(backend, interfaces.Backend)
         assert {"name", "layout", "root", "checks_every_round"} <= attributes(interfaces.Backend)
 
