@@ -1,10 +1,22 @@
 """How vectors move between ranks: the only module of the runtime that talks MPI.
 
-Algorithms hand the transport lists of (peer, tag, contiguous numpy array) and wait;
-they never see a request or a communicator. Messages are buffer messages (uppercase
-Isend/Irecv, no pickling). A message to oneself is a local copy. Tags combine the round
-and the message kind, so a message of round t can never be consumed in another round;
-MPI's non-overtaking rule covers the (astronomically distant) wrap-around of the tag.
+Algorithms hand the transport (peer, tag or kind, contiguous numpy array) and wait; they
+never see a request or a communicator. Messages are buffer messages (uppercase MPI calls,
+no pickling). Two ways to move a round's vectors (:class:`Transport` implements
+:class:`~mpi_teleport.interfaces.ChannelTransport`):
+
+* **Persistent channels**, the default path (the compiled rounds,
+  :mod:`mpi_teleport.backends.compiled`): :meth:`Transport.send_channel` /
+  :meth:`Transport.recv_channel` bind a persistent request (Send_init / Recv_init) to
+  (direction, peer, kind, buffer) once; every round that moves that buffer starts it
+  (``start``: Prequest.Startall) and completes it (``wait_all``: Request.Waitall).
+* **Per-round messages** (the round executor, :mod:`mpi_teleport.algorithms.teleport`,
+  used under the latency layer and with device tokens): :meth:`Transport.post_recvs` /
+  :meth:`Transport.post_sends` post Irecv / Isend, :meth:`Transport.wait` completes them.
+  Tags combine the round and the message kind, so a message of round t can never be
+  consumed in another round; MPI's non-overtaking rule covers the (astronomically
+  distant) wrap-around of the tag. A message to oneself is a local copy.
+
 The communicator is passed in, never taken from COMM_WORLD here.
 """
 from __future__ import annotations
@@ -111,8 +123,8 @@ class Transport:
         if self._local:
             raise RuntimeError(f"local receives without a matching send: tags {sorted(self._local)}")
 
-    # Persistent channels: the round loop's fast path (plain transport only; the latency
-    # layer stamps every message and keeps the per-round path). A channel is a persistent
+    # Persistent channels: the round loop's default path (the latency layer stamps every
+    # message and keeps the per-round path). A channel is a persistent
     # request bound to (direction, peer, kind, buffer), created once and started every
     # round that moves that buffer between those two ranks. All channels of a kind share
     # one tag, outside the per-round tags: a receiver completes all of round t's
@@ -184,15 +196,13 @@ class Transport:
         self.comm.Gatherv(rows, [out, counts, displs, self._mpi.DOUBLE], root=0)
         return out.reshape(-1, width)
 
-    # Point-to-point and requests, for layers that wrap the transport (the latency layer).
+    # Point-to-point and requests, for layers that wrap the transport (the latency layer;
+    # it completes requests with wait_all, as channels are).
     def irecv(self, buf: np.ndarray, source: int, tag: int):
         return self.comm.Irecv(buf, source, tag)
 
     def isend(self, buf: np.ndarray, dest: int, tag: int):
         return self.comm.Isend(buf, dest, tag)
-
-    def waitall(self, requests: list) -> None:
-        self._mpi.Request.Waitall(requests)
 
     def testall(self, requests: list) -> bool:
         return self._mpi.Request.Testall(requests)

@@ -129,7 +129,7 @@ class LatencyTransport:
                         break
                     os.sched_yield()  # cheap when idle; on a shared host it keeps us schedulable
             else:
-                self.inner.waitall(reqs)
+                self.inner.wait_all(reqs)
             reqs.clear()
         self.inner.wait(pending)  # local (self) messages: checks none is left unmatched
         for source, nbytes, stamp in pending.stamps:
@@ -163,7 +163,7 @@ class LatencyTransport:
     def _settle(self) -> None:
         """After a collective every earlier message was received: complete the sends."""
         if self._inflight:
-            self.inner.waitall([r for f in self._inflight for r in f[:2]])
+            self.inner.wait_all([r for f in self._inflight for r in f[:2]])
             self._inflight = []
 
     # collectives (logging rounds, start-up): deferred sends go out first ------
