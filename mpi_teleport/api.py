@@ -14,6 +14,7 @@ from typing import Callable
 from . import engine
 from . import topology as topo
 from .checkpoint import Plan, locate
+from .elastic import parse_failures
 from .errors import UsageError
 from .output import RunFiles
 from .problem import with_defaults
@@ -30,7 +31,8 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Calla
                   out: str | Path | None = None, checkpoint_every: int = 0,
                   checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
                   resume: str | Path | None = None, latency: str = "none", clock: str = "real",
-                  compute_time: float | None = None, progress: bool = False) -> engine.Result:
+                  compute_time: float | None = None, progress: bool = False,
+                  elastic: bool = False, fail=None) -> engine.Result:
     """Train with Teleportation (Takezawa & Stich, ICLR 2025).
 
     In each round only k of the n nodes are active: they take the models (tokens) of the
@@ -80,6 +82,11 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Calla
         time per step in microseconds. Records then carry ``virtual_time_s``.
     progress : bool
         A progress bar on stderr (root).
+    elastic, fail
+        Elastic mode (mpi_teleport/DESIGN.md §12): under MPI (``comm`` of an Open MPI
+        job started with ``mpirun --with-ft ulfm``) the run goes on with the survivors
+        when ranks die; ``fail`` (the simulator): the failure plan, ``["NODE@ROUND",
+        ...]``, giving the numbers an elastic MPI run with those losses computes.
 
     Returns
     -------
@@ -105,7 +112,8 @@ def dsgd(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], float]
          out: str | Path | None = None, checkpoint_every: int = 0,
          checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
          resume: str | Path | None = None, latency: str = "none", clock: str = "real",
-         compute_time: float | None = None, progress: bool = False) -> engine.Result:
+         compute_time: float | None = None, progress: bool = False,
+         elastic: bool = False, fail=None) -> engine.Result:
     """Train with Decentralized SGD: every node active every round, node m always holds
     replica m, gossip over ``topology`` among all n nodes.
 
@@ -203,9 +211,11 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
             if path is not None and (what == "out" or every)]
     if spec.algorithm == "search":
         settings["k_select"] = spec.k_select
+    failures = parse_failures(args.get("fail"), spec.nodes)
     return run(problem, spec, logging, latency, comm=args.get("comm"), out=out, plan=plan,
                settings=settings, progress=bool(args.get("progress")),
-               config_record={**settings, **with_defaults(problem).describe()}, hold=hold)
+               config_record={**settings, **with_defaults(problem).describe()}, hold=hold,
+               elastic=bool(args.get("elastic")) or bool(failures), failures=failures)
 
 
 def check_spec(spec: RunSpec) -> None:
@@ -239,8 +249,8 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
         transport=None, out: Path | None = None, plan: Plan | None = None,
         settings: dict | None = None, progress: bool | Progress = False, terminator=None,
         resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
-        config_record: dict | None = None, hold=(), summary_extra: dict | None = None
-        ) -> engine.Result:
+        config_record: dict | None = None, hold=(), summary_extra: dict | None = None,
+        elastic: bool = False, failures=()) -> engine.Result:
     """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
     the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
     communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
@@ -252,7 +262,14 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
 
     problem = with_defaults(problem)
     own_transport, release = None, None
-    if transport is None and comm is not None:
+    if elastic:
+        check_elastic(spec, latency, transport is not None or comm is not None, failures)
+    if elastic and (transport is not None or comm is not None):
+        from .transport import ElasticTransport
+
+        # (a communicator of its own that survives lost ranks; the caller's is left alone)
+        transport = own_transport = ElasticTransport(transport.comm if transport is not None else comm)
+    elif transport is None and comm is not None:
         from .transport import Transport
 
         transport = own_transport = Transport.duplicate(comm)
@@ -263,14 +280,16 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
             raise UsageError(f"nodes={spec.nodes} but the communicator has {transport.size} "
                              f"ranks: one rank per node")
         if files is None:
-            files = RunFiles(out if root else None)
+            files = RunFiles(out if root or elastic else None, writes=root)
+        elif elastic and not root:
+            files.writes = False
         if config_record is not None:
             files.config(config_record)
         bar = progress if isinstance(progress, Progress) else Progress(spec.algorithm, bool(progress) and root)
         bar.total = max(1, spec.total_rounds)
         recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
         recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
-        backend = _backend(problem, spec, latency, transport)
+        backend = _backend(problem, spec, latency, transport, elastic, failures)
         result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
                                 settings=settings, terminator=terminator, resume_from=resume_from,
                                 summary_extra=summary_extra)
@@ -279,8 +298,21 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
     finally:
         if release is not None:
             release()
-        if own_transport is not None:
+        if own_transport is not None and elastic and own_transport.living != list(range(spec.nodes)):
+            _survivors_meet(own_transport)  # (freeing a communicator with dead ranks may hang)
+        elif own_transport is not None:
             own_transport.free()
+
+
+def _survivors_meet(transport) -> None:
+    """Elastic, after a loss: every survivor is done before any leaves (the command line
+    then ends with os._exit: MPI_Finalize may wait on the dead)."""
+    from .errors import RankLost
+
+    try:
+        transport.barrier()
+    except RankLost:
+        pass
 
 
 def _hold(dirs, transport, root: bool):
@@ -304,7 +336,27 @@ def _hold(dirs, transport, root: bool):
     return release
 
 
-def _backend(problem, spec: RunSpec, latency: LatencySettings, transport):
+def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures) -> None:
+    """What elastic mode cannot do, refused with what to do (UsageError)."""
+    if spec.algorithm == "search":
+        raise UsageError("elastic mode (--elastic, --fail) runs Teleportation or DSGD, not "
+                         "--k auto; choose k")
+    if latency.active:
+        raise UsageError("elastic mode (--elastic, --fail) does not run under the latency "
+                         "layer; drop --latency/--clock/--compute-time")
+    if mpi and failures:
+        raise UsageError("--fail is the simulator's failure plan; under MPI, --elastic "
+                         "detects lost ranks itself")
+    if mpi:
+        from .transport import ulfm_problem
+
+        problem = ulfm_problem()
+        if problem:
+            raise UsageError(problem)
+
+
+def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elastic=False,
+             failures=()):
     if transport is None:
         from .backends.local import LocalBackend
 
@@ -313,7 +365,11 @@ def _backend(problem, spec: RunSpec, latency: LatencySettings, transport):
             from .virtual_clock import for_run
 
             oracle = for_run(spec, latency, problem.dim, problem.dtype.itemsize)
-        return LocalBackend(problem, spec, oracle)
+        return LocalBackend(problem, spec, oracle, failures, elastic=elastic)
+    if elastic:
+        from .backends.elastic import ElasticBackend
+
+        return ElasticBackend(problem, spec, transport)
     from .backends.mpi import MpiBackend
 
     if latency.active:

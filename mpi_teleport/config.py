@@ -80,6 +80,8 @@ class Config:
     checkpoint_dir: str | None = None
     keep_checkpoints: int = 2
     resume: str | None = None
+    elastic: bool = False
+    fail: tuple | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -174,6 +176,12 @@ OPTIONS = (
            "directory, a checkpoint directory or one round-* checkpoint); settings not given "
            "are taken from the checkpoint, and the numbers equal an uninterrupted run's",
            metavar="DIR"),
+    Option("elastic", "bool", "MPI: go on with the surviving nodes when ranks die (needs "
+           "ULFM: Open MPI under mpirun --with-ft ulfm, which python -m mpi_teleport.launch "
+           "adds); Teleportation or DSGD, per-round executor (mpi_teleport/DESIGN.md §12)"),
+    Option("fail", "fails", "simulator: node NODE is lost at the start of round ROUND "
+           "(repeatable), the numbers an elastic MPI run with that loss computes",
+           metavar="NODE@ROUND"),
 )
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -214,6 +222,12 @@ def _coerce(opt: Option, value, source: str):
                 return value
             raise UsageError(f"{where}: unknown value {value!r}; choose one of "
                              f"{', '.join(opt.choices)}, or give package.module:function")
+        if opt.kind == "fails":  # NODE@ROUND strings (the flag repeats; TOML: a list)
+            from .elastic import parse_failures
+
+            items = value if isinstance(value, (list, tuple)) else [value]
+            parse_failures([str(v) for v in items])  # (the form; nodes: resolve)
+            return tuple(str(v) for v in items)
         if opt.kind == "choice":
             value = str(value)
             if value not in opt.choices:
@@ -365,6 +379,20 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
         flag = "--resume" if cfg.resume is not None else "--checkpoint-every"
         raise UsageError(f"{flag} is not supported with --k auto (Algorithm 2 runs 2T rounds, "
                          f"usually short); choose k, or run the search without checkpoints")
+    if cfg.fail:
+        if world_size is not None:
+            raise UsageError("--fail is the simulator's failure plan; under MPI use --elastic "
+                             "(lost ranks are detected)")
+        from .elastic import parse_failures
+
+        parse_failures(list(cfg.fail), n)
+    if cfg.elastic or cfg.fail:
+        flag = "--elastic" if cfg.elastic else "--fail"
+        if cfg.k == "auto":
+            raise UsageError(f"{flag} runs Teleportation or DSGD, not --k auto; choose k")
+        if cfg.algorithm == "compare":
+            raise UsageError(f"{flag}: choose --algorithm teleportation or dsgd (compare "
+                             "runs two algorithms one after the other)")
     if cfg.checkpoint_every and cfg.out is None and cfg.checkpoint_dir is None:
         raise UsageError("--checkpoint-every needs a place to write: give --out DIR "
                          "(checkpoints go to DIR/checkpoints) or --checkpoint-dir DIR")

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 import time
 import traceback
 import warnings
 
 from . import cli, preflight, report, signals
+from .elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles
@@ -92,7 +94,8 @@ def main(argv=None) -> int:
         for algorithm, k in report.runs_requested(cfg):
             progress = Progress.for_run(cfg, algorithm, rank0=rank == 0)
             summaries.append(execute(cfg, algorithm, k, transport, progress, terminator))
-        if rank == 0:  # (comparison.json too is written while the directory is held)
+        lost = {x["node"] for summary in summaries if summary for x in summary.get("lost") or ()}
+        if rank == min(set(range(comm.Get_size())) - lost):  # (comparison.json too: while held)
             text = report.finish(cfg, summaries, report.header(cfg, f"MPI, n={cfg.nodes} ranks"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:  # every rank alike
         return cli.fail(PROG, str(exc), show=rank == 0)
@@ -100,6 +103,11 @@ def main(argv=None) -> int:
         if rank == 0:
             print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         return signals.exit_status(exc)
+    except TooFewSurvivors as exc:  # elastic: every survivor, at the same round
+        release()
+        if getattr(exc, "root", rank == 0):
+            print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
+        _leave(signals.EXIT_CHECKPOINTED)
     except BaseException:  # any failure on any rank ends the whole job, shown once
         sys.stderr.write(f"[rank {rank}] {traceback.format_exc()}")
         sys.stderr.flush()
@@ -107,9 +115,20 @@ def main(argv=None) -> int:
         return 1
     finally:
         release()
-    if rank == 0:
+    lost = {x["node"] for summary in summaries if summary for x in summary.get("lost") or ()}
+    if rank == min(set(range(comm.Get_size())) - lost):  # (elastic: the lowest survivor)
         print(text, flush=True)
+    if lost:
+        _leave(0)
     return 0
+
+
+def _leave(status: int) -> None:
+    """End this process now: after ranks died, MPI_Finalize may wait for them (elastic
+    mode; the survivors met in a barrier first)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":
