@@ -42,7 +42,9 @@ def execute(cfg, algorithm: str, k, transport: Transport, progress=None,
     refused = signals.agree_on_error(transport, error)
     if refused:
         raise UsageError(refused)
-    files = RunFiles(report.out_dir(cfg, algorithm) if transport.rank == 0 else None)
+    root = transport.rank == 0
+    # (elastic: every rank knows the directory, so that the lowest survivor can take over)
+    files = RunFiles(report.out_dir(cfg, algorithm) if root or cfg.elastic else None, writes=root)
     return cli.run_config(cfg, algorithm, k, transport=transport, files=files,
                           progress=progress, terminator=terminator, problem=problem)
 
