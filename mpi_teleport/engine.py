@@ -135,6 +135,8 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
         if not backend.settle(r, ok):
             try:
                 backend.recover(r)
+            except RankLost:  # another loss during the recovery: the next agreement sees it
+                continue
             except TooFewSurvivors as exc:
                 recorder.files.take_over(backend.root)
                 path = keeper.emergency(r)

@@ -87,6 +87,14 @@ def test_two_failures_in_sequence(tmp_path):
     assert [(x["node"], x["round"]) for x in s["lost"]] == [(3, 4), (1, 13)]
 
 
+def test_two_failures_at_the_same_round(tmp_path):
+    """Both restored from round 8's start, whichever is seen first (a loss seen during the
+    other's recovery starts the recovery again from the same kept state)."""
+    args = ["--algorithm", "teleportation", "--k", "2", "--momentum", "0.5"]
+    s = assert_equal_runs(tmp_path, 5, args, "0@8,2@8", ["0@8", "2@8"])
+    assert [(x["node"], x["round"]) for x in s["lost"]] == [(0, 8), (2, 8)]
+
+
 def test_dsgd_re_forms_over_the_survivors(tmp_path):
     s = assert_equal_runs(tmp_path, 4, ["--algorithm", "dsgd"], "2@9", ["2@9"])
     assert s["lost"][0]["restored"] == "dropped"

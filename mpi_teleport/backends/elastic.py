@@ -56,6 +56,7 @@ class ElasticBackend(MpiBackend):
         self.losses = self.living.losses
         self._kept = None
         self._orphans: dict = {}  # tokens the root writes in a too-few checkpoint
+        self._kept_living, self._kept_round = self.living, None
 
     @property
     def root(self) -> bool:
@@ -75,11 +76,16 @@ class ElasticBackend(MpiBackend):
 
     # -- the round boundary --------------------------------------------------------------
     def keep(self, r: int) -> None:
-        """The token this rank holds at round r's start, and where every token sits."""
+        """The token this rank holds at round r's start, where every token sits and who
+        lives: what every recovery at round r starts from (kept once per round, so a
+        second loss at r, even during the first recovery, restores from the same state)."""
+        if self._kept_round == r:
+            return
         _test_hook(self.rank, r, "start")
         s, (_, m) = self.state, self.held
         self._kept = (m, self.holding[0].copy(), s.x.copy() if m >= 0 else None,
                       s.v.copy() if m >= 0 and s.v is not None else None)
+        self._kept_living, self._kept_round = self.living, r
 
     def settle(self, r: int, ok: bool = True) -> bool:
         return self.transport.settle(ok)
@@ -87,9 +93,11 @@ class ElasticBackend(MpiBackend):
     def recover(self, r: int) -> None:
         """The survivors go on from round r's start without the lost nodes."""
         tr, spec = self.transport, self.spec
-        dead = tr.shrink()
+        tr.shrink()
         m, entry, x, v = self._kept
-        self.living = self.living.without(dead)
+        # every node lost since round r's start (all of them restored from that state)
+        dead = [i for i in self._kept_living.nodes if i not in set(tr.living)]
+        self.living = self._kept_living.without(dead)
         self.living.losses += elastic.loss_records(spec, r, entry, dead)
         self.losses = self.living.losses
         lost = elastic.lost_tokens(entry, dead)
@@ -144,8 +152,8 @@ class ElasticBackend(MpiBackend):
                 recvs.append((holder, tag_x, s.x))
                 if s.v is not None:
                     recvs.append((holder, tag_v, s.v))
-        # (a further loss during this exchange is seen at the boundary's agreement; its
-        # restore then starts from these placed tokens: DESIGN.md §12 says what differs)
+        # (a further loss during this exchange is seen at the boundary's agreement; the
+        # next recovery starts again from round r's kept state)
         tr.exchange(sends, recvs)
         self.phase, self._block, self._last = new_phase, None, -1
         self._sizes = (len(target),)
@@ -178,7 +186,7 @@ class ElasticBackend(MpiBackend):
         return evaluation.result(problem, rows, x, split) if self.root else None
 
     def save(self, directory):
-        _test_hook(self.rank, self._kept_round(directory), "save")
+        _test_hook(self.rank, self._round_of(directory), "save")
         names = super().save(directory)
         for j, mean in self._orphans.items():
             arrays = {"x": mean}
@@ -188,7 +196,7 @@ class ElasticBackend(MpiBackend):
         return names
 
     @staticmethod
-    def _kept_round(directory) -> int:
+    def _round_of(directory) -> int:
         try:
             return int(str(directory).rsplit("round-", 1)[1])
         except (IndexError, ValueError):

@@ -33,7 +33,7 @@ class LocalBackend:
         self.elastic = bool(self.failures) or elastic
         self.losses: list = []
         self._living = None
-        self._kept = None
+        self._kept, self._kept_round = None, None
         self.xs: list[np.ndarray] = []
         self.vs: list[np.ndarray | None] = []
         self._spare: list[np.ndarray] = []
@@ -75,6 +75,9 @@ class LocalBackend:
     # -- elastic mode: the failure plan's losses (mpi_teleport/elastic.py) -----------------
     def keep(self, r: int) -> None:
         """The tokens at round r's start (a loss at r restores from them)."""
+        if self._kept is not None and self._kept_round == r:
+            return
+        self._kept_round = r
         self._kept = (self.xs[0].copy(), None if self.vs[0] is None else self.vs[0].copy())
 
     def settle(self, r: int, ok: bool = True) -> bool:
@@ -96,7 +99,6 @@ class LocalBackend:
         self._living.losses += elastic.loss_records(self.spec, r, entry, dead)
         self.losses = self._living.losses
         self.xs, self.vs = [x], [v]
-        self._kept = (x.copy(), None if v is None else v.copy())
         self._spare, self._ybuf = [np.empty_like(x)], [np.empty_like(x)]
         elastic.check_enough(self.spec, r, self._living.nodes)
         self.phase = elastic.living_phase(self.spec, self._living.nodes, r, True)
