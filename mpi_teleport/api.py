@@ -83,7 +83,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Calla
     progress : bool
         A progress bar on stderr (root).
     elastic, fail
-        Elastic mode (mpi_teleport/DESIGN.md §12): under MPI (``comm`` of an Open MPI
+        Elastic mode (mpi_teleport/DESIGN.md §11): under MPI (``comm`` of an Open MPI
         job started with ``mpirun --with-ft ulfm``) the run goes on with the survivors
         when ranks die; ``fail`` (the simulator): the failure plan, ``["NODE@ROUND",
         ...]``, giving the numbers an elastic MPI run with those losses computes.

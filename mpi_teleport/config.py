@@ -178,7 +178,7 @@ OPTIONS = (
            metavar="DIR"),
     Option("elastic", "bool", "MPI: go on with the surviving nodes when ranks die (needs "
            "ULFM: Open MPI under mpirun --with-ft ulfm, which python -m mpi_teleport.launch "
-           "adds); Teleportation or DSGD, per-round executor (mpi_teleport/DESIGN.md §12)"),
+           "adds); Teleportation or DSGD, per-round executor (mpi_teleport/DESIGN.md §11)"),
     Option("fail", "fails", "simulator: node NODE is lost at the start of round ROUND "
            "(repeatable), the numbers an elastic MPI run with that loss computes",
            metavar="NODE@ROUND"),

@@ -1,4 +1,4 @@
-"""Elastic mode: a run that goes on with the surviving nodes (mpi_teleport/DESIGN.md §12).
+"""Elastic mode: a run that goes on with the surviving nodes (mpi_teleport/DESIGN.md §11).
 
 Pure definitions shared by the simulator (told of failures by a plan, ``--fail
 NODE@ROUND``) and the MPI runtime (which detects them, :mod:`mpi_teleport.backends.elastic`),
