@@ -118,6 +118,15 @@ def test_too_few_survivors_exit_75_with_a_checkpoint(tmp_path):
     assert len(lines) == 1 and "only 2 nodes left at round 6, fewer than k=3" in lines[0]
     manifest = json.loads((out / "checkpoints" / "round-00000006" / "MANIFEST.json").read_text())
     assert manifest["reason"] == "too-few-survivors" and manifest["lost"][0]["node"] == 1
+    # the requeue: every node back in, the run finishes; the simulator does the same
+    resumed = run_mpi(3, ["-m", "mpi_teleport.run", "--elastic", "--resume", str(out)], timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    sim = tmp_path / "sim"
+    assert sim_main(["--nodes", "3", *BASE, "--algorithm", "teleportation", "--k", "3",
+                     "--checkpoint-every", "5", "--fail", "1@6", "--out", str(sim)]) == 75
+    assert sim_main(["--resume", str(sim)]) == 0  # (the failure plan comes with the checkpoint)
+    assert records(out / "metrics.jsonl") == records(sim / "metrics.jsonl")
+    assert json.loads((out / "summary.json").read_text())["lost"][0]["node"] == 1
 
 
 def test_refused_without_ulfm(tmp_path):

@@ -164,6 +164,7 @@ class ElasticBackend(MpiBackend):
     def _hold_for_checkpoint(self, m, x, v, sources, mean) -> None:
         """Too few survivors: the checkpoint of round r's start (with the restored tokens)
         is written by the surviving holders and, for the restored tokens, the root."""
+        self._block, self._last = None, -1  # (``held`` reads self._held from now on)
         self._held = (0, m) if m >= 0 and m in sources else (-1, -1)
         if m >= 0:
             self.state.x[...] = x

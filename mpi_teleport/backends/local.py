@@ -86,7 +86,9 @@ class LocalBackend:
 
     def _dying(self, r: int) -> list[int]:
         living = set(self._living.nodes)
-        return [f.node for f in self.failures if f.round == r and f.node in living]
+        done = {(x["node"], x["round"]) for x in self.losses}  # (a resume re-admitted them)
+        return [f.node for f in self.failures
+                if f.round == r and f.node in living and (f.node, f.round) not in done]
 
     def recover(self, r: int) -> None:
         """Lose the plan's nodes of round r: back to round r's start, restore their
