@@ -182,3 +182,18 @@ def test_living_phase_names_the_same_holders_as_the_test_expects():
     s = RunSpec("teleportation", 4, 2, 24, 0.05)
     assert living_phase(s, (0, 1, 2, 3), 0, False).roster(7)[0].tolist() == \
         schedule.holders(0, 4, 2, 7).tolist()
+
+
+def test_resumed_elastic_run_keeps_the_lost_node_out(tmp_path):
+    """A checkpoint after a loss, resumed on all the ranks: the lost node stays out (its
+    rank idles) and the records equal the uninterrupted elastic run's."""
+    args = ["--algorithm", "teleportation", "--k", "2", "--checkpoint-every", "10",
+            "--keep-checkpoints", "5"]
+    res, out = elastic_run(tmp_path, 4, args, "2@4")
+    assert res.returncode == 0, res.stderr[-3000:]
+    whole = records(out / "metrics.jsonl")
+    resumed = run_mpi(4, ["-m", "mpi_teleport.run", "--elastic", "--resume",
+                          str(out / "checkpoints" / "round-00000010")], timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert records(out / "metrics.jsonl") == whole
+    assert json.loads((out / "summary.json").read_text())["lost"][0]["node"] == 2
