@@ -1,7 +1,8 @@
 """Two hosts made of Linux namespaces (jobs/netns-cluster.sh): each its own network and
 hostname, linked through a bridge by TCP; the launcher runs on host mtp-h0 and starts the
-ranks of mtp-h1 through jobs/netns-rsh (what ssh is on a cluster). Every test runs under
-Open MPI and MPICH; the module skips, saying why, where namespaces cannot be created.
+ranks of mtp-h1 through jobs/netns-rsh (what ssh is on a cluster). The transport, launcher,
+abort and signal tests run under Open MPI and MPICH (marked mpi_tier), the two bit-identity
+runs under Open MPI; the module skips, saying why, where namespaces cannot be created.
 
 Covered: ranks spread over hosts (hostnames, per-host local ranks, bytes through the
 links), the demo (Algorithm 3 and DSGD) through `python -m mpi_teleport.launch --hosts`,
@@ -110,6 +111,7 @@ def numbers(path):
             for r in read_jsonl(path)]
 
 
+@pytest.mark.mpi_tier
 def test_ranks_spread_over_two_hosts_and_talk_over_tcp(bed, mpi_impl, tmp_path):
     sent = [eth0_bytes(h) for h in ("mtp-h0", "mtp-h1")]
     status, out, err = run_on_bed(mpi_impl, 4, [str(ROOT / "tests" / "scripts" / "where_am_i.py")], tmp_path)
@@ -124,6 +126,7 @@ def test_ranks_spread_over_two_hosts_and_talk_over_tcp(bed, mpi_impl, tmp_path):
     assert [f["from_left"] for f in facts] == [3.0, 0.0, 1.0, 2.0] and all(f["intact"] for f in facts)
 
 
+@pytest.mark.mpi_tier
 def test_demo_through_the_launcher_on_two_hosts_equals_the_simulator(bed, mpi_impl, tmp_path):
     """`python -m mpi_teleport.launch -n 4 --hosts ... --rsh ...` on mtp-h0: the command for
     this implementation, the comparison table, and both algorithms' numbers = simulator's."""
@@ -195,6 +198,7 @@ def hostname_of(pid: int) -> str:
                           text=True, timeout=30).stdout.strip()
 
 
+@pytest.mark.mpi_tier
 def test_rank_killed_on_the_remote_host_ends_the_job(bed, mpi_impl, tmp_path):
     proc = start(mpi_impl, 4, [*LONG, "--out", str(tmp_path / "run")], tmp_path)
     try:
@@ -211,6 +215,7 @@ def test_rank_killed_on_the_remote_host_ends_the_job(bed, mpi_impl, tmp_path):
     assert not [p for p in tagged_pids(proc.tag) if is_python(p)], "ranks left behind"
 
 
+@pytest.mark.mpi_tier
 def test_sigterm_checkpoint_and_resume_on_two_hosts_equal_an_uninterrupted_run(bed, mpi_impl, tmp_path):
     out = tmp_path / "run"
     proc = start(mpi_impl, 4, [*LONG, "--out", str(out), "--checkpoint-every", "1000"], tmp_path)
