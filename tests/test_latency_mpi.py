@@ -115,19 +115,6 @@ def test_real_clock_rounds_take_at_least_the_link_delay(tmp_path, mpirun):
     assert "warning" not in proc.stderr  # 2 ranks fit this host's cores
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--latency", "mod:-1"], "must be >= 0"),
-    (["--latency", "warp:3"], "unknown model 'warp'"),
-    (["--latency", "matrix:MATRIX"], "there are 2 nodes"),
-])
-def test_bad_spec_under_mpirun_is_one_line_exit_2(tmp_path, mpirun, flags, message):
-    flags = [f.replace("MATRIX", write_csv(tmp_path / "d.csv", TRIANGLE)) for f in flags]
-    proc = mpirun(2, [*RUN, *flags], timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if "error" in line]
-    assert len(lines) == 1 and message in lines[0], proc.stderr
-
-
 @pytest.mark.torch
 def test_float32_tokens_with_a_bandwidth_term_give_the_simulators_virtual_time(tmp_path, mpirun):
     # Regression: the simulator's oracle once charged 8 bytes per element while MPI sends
