@@ -30,8 +30,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_helpers, whatever rootdir
 from launch_helpers import (IMPLEMENTATIONS, MPIImpl, implementation, is_python,  # noqa: E402
                             kill_tagged, new_tag, tagged_pids, this_venv_impl)
+from helpers import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slurm: needs the local SLURM (jobs/local-cluster.sh)")
     config.addinivalue_line("markers", "torch: needs torch/torchvision")

@@ -31,8 +31,8 @@ import pytest
 
 from mpi_teleport import lock, sim
 from mpi_teleport.checkpoint.__main__ import main as checkpoint_main
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SIM = ["-m", "mpi_teleport.sim"]
 SMALL = ["--nodes", "4", "--k", "2", "--rounds", "2", "--algorithm", "teleportation"]
 LONG_NAME = "n" * 300

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +16,7 @@ import pytest
 from mpi_teleport import checkpoint
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
 
 
 def numbers(path):

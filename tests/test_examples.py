@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 
 from mpi_teleport.output import read_jsonl
+from helpers import ROOT, without_time
 
-pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi.py and the MPI tier
 
-ROOT = Path(__file__).resolve().parents[1]
 HAS_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "sklearn"))
 
 
@@ -33,7 +32,7 @@ def _python(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Comp
 
 
 def _records(path: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if k != "time_s"} for r in read_jsonl(path)]
+    return without_time(read_jsonl(path))
 
 
 def test_logistic_example_prints_the_same_in_process_and_under_mpirun(tmp_path, mpirun):

@@ -16,11 +16,11 @@ from launch_helpers import rank_pids as tagged_rank_pids
 from mpi_teleport import checkpoint, lock
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
+from helpers import ROOT
 
 # The MPI tier (start-up agreement and abort, signals with checkpoints): under Open MPI and MPICH.
 pytestmark = pytest.mark.mpi_tier
 
-ROOT = Path(__file__).resolve().parents[1]
 OURS = "mpi_teleport.run: error:"
 
 

@@ -21,10 +21,10 @@ from launch_helpers import implementation
 from mpi_teleport.config import PROBLEMS
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
+from helpers import ROOT
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1200)]
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p.name for p in (ROOT / "jobs").glob("*.sbatch"))
 
 # The time-limit job: 4 ranks, k = 2; the first attempt sleeps 50 ms per local step

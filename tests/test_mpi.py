@@ -8,6 +8,7 @@ import pytest
 
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
+from helpers import without_time
 
 # One end-to-end setting under mpirun per MPI implementation: k < n with momentum on a
 # time-varying topology, so Algorithm 3's overlap, Algorithm 1 and DSGD all exchange
@@ -101,10 +102,8 @@ def test_k_auto_search_over_mpi_equals_simulator(tmp_path, mpirun, variant, extr
     proc = mpirun(9, ["-m", "mpi_teleport.run", *common, "--out", str(tmp_path / "mpi")])
     assert proc.returncode == 0, proc.stderr
 
-    def without_time(path):
-        return [{k: v for k, v in r.items() if k != "time_s"} for r in read_jsonl(path)]
-
-    assert without_time(tmp_path / "mpi" / "metrics.jsonl") == without_time(tmp_path / "sim" / "metrics.jsonl")
+    assert without_time(read_jsonl(tmp_path / "mpi" / "metrics.jsonl")) == without_time(
+        read_jsonl(tmp_path / "sim" / "metrics.jsonl"))
     import json
 
     a = json.loads((tmp_path / "mpi" / "summary.json").read_text())

@@ -25,8 +25,8 @@ from launch_helpers import MPIImpl, is_python, kill_tagged, new_tag, rank_pids, 
 from mpi_teleport import checkpoint
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 BED = ["bash", str(ROOT / "jobs" / "netns-cluster.sh")]
 AGENT = str(ROOT / "jobs" / "netns-rsh")
 HOSTS = ["10.231.77.1", "10.231.77.2"]  # mtp-h0, mtp-h1

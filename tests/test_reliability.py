@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +20,8 @@ from mpi_teleport.output import read_jsonl
 from conftest import run_mpi
 from launch_helpers import this_venv_impl
 from test_failures import finish, kill_job, rank_pids, start_mpi, wait_for
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 LONG = ["--nodes", "4", "--k", "2", "--algorithm", "teleportation", "--rounds", "100000000",
         "--log-every", "50", "--progress", "off"]
 
