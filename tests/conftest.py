@@ -45,6 +45,19 @@ def pytest_configure(config):
                             "under Open MPI only unless it is marked mpi_tier")
 
 
+def pytest_collection_finish(session):
+    """A test module with a ``start_early(config, items)`` function, given its selected
+    tests, may start something that mostly waits (tests/test_jobs_slurm.py: the SLURM
+    time-limit jobs) now, so that its waiting overlaps the tests before it."""
+    selected: dict = {}
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is not None and hasattr(module, "start_early"):
+            selected.setdefault(module, []).append(item)
+    for module, items in selected.items():
+        module.start_early(session.config, items)
+
+
 def implementations_for(node) -> list[str]:
     """The MPI implementations a test runs under: every one for the MPI tier (or with
     MPI_TELEPORT_TEST_MPICH=all), else this venv's only."""
