@@ -40,6 +40,8 @@ def test_mpi_variants_and_simulator_bit_identical(tmp_path, mpirun, n, k, topolo
     assert numbers(tmp_path / "simple" / "metrics.jsonl") == ref
     assert numbers(tmp_path / "overlap" / "dsgd" / "metrics.jsonl") == numbers(
         tmp_path / "sim" / "dsgd" / "metrics.jsonl")
+    # no latency layer, no virtual clock recorded
+    assert "virtual_time_s" not in read_jsonl(tmp_path / "overlap" / "dsgd" / "metrics.jsonl")[-1]
 
 
 def test_main_job_with_25_ranks_prints_the_comparison_table(mpirun):

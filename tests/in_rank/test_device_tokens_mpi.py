@@ -7,7 +7,7 @@ from mpi4py import MPI
 import mpi_teleport as mt
 from helpers import without_time
 
-RANKS = (3,)  # the rank counts tests/test_in_rank.py runs this file at
+RANKS = (4,)  # the rank counts tests/test_in_rank.py runs this file at (k = 2, 3 < n)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
