@@ -43,6 +43,14 @@ def pytest_configure(config):
                             "MPI_TELEPORT_TEST_MPICH=all")
     config.addinivalue_line("markers", "one_mpi: no effect (kept for old tests): an MPI test runs "
                             "under Open MPI only unless it is marked mpi_tier")
+    config.addinivalue_line("markers", "mpirun: launches MPI jobs (set on every test that takes "
+                            "the mpirun or mpi_impl fixture): -m 'not mpirun' runs the rest")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "mpi_impl" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.mpirun)
 
 
 def pytest_collection_finish(session):

@@ -73,6 +73,7 @@ def test_second_simulator_job_on_the_same_directory_is_refused(tmp_path, flag):
     assert again.returncode == 0, again.stderr
 
 
+@pytest.mark.mpirun
 def test_second_mpi_job_on_the_same_out_is_refused_on_every_rank(tmp_path):
     out = tmp_path / "shared"
     args = ["-m", "mpi_teleport.run", "--k", "1", "--algorithm", "teleportation", "--rounds",
@@ -193,6 +194,7 @@ def test_sigterm_during_a_long_set_up_stops_at_once(tmp_path):
                                         if "stopped by SIGTERM" in line] and err.strip()
 
 
+@pytest.mark.mpirun
 def test_sigterm_during_a_long_latency_delay_checkpoints(tmp_path):
     """Ten minutes per message on the real clock: SIGTERM must not wait for it."""
     out = tmp_path / "run"
