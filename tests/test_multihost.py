@@ -1,13 +1,14 @@
 """Two hosts made of Linux namespaces (jobs/netns-cluster.sh): each its own network and
 hostname, linked through a bridge by TCP; the launcher runs on host mtp-h0 and starts the
 ranks of mtp-h1 through jobs/netns-rsh (what ssh is on a cluster). The transport, launcher,
-abort and signal tests run under Open MPI and MPICH (marked mpi_tier), the two bit-identity
-runs under Open MPI; the module skips, saying why, where namespaces cannot be created.
+abort and signal tests run under Open MPI and MPICH (marked mpi_tier), Algorithm 1's
+bit-identity run under Open MPI; the module skips, saying why, where namespaces cannot be created.
 
 Covered: ranks spread over hosts (hostnames, per-host local ranks, bytes through the
 links), the demo (Algorithm 3 and DSGD) through `python -m mpi_teleport.launch --hosts`,
-bit-identity with the simulator (that demo, Algorithm 1, the digits network), a rank
-killed on the remote host, and SIGTERM -> checkpoint -> resume.
+bit-identity with the simulator (that demo, Algorithm 1), a rank killed on the remote
+host, and SIGTERM -> checkpoint -> resume. (The digits network over MPI: tests/test_mpi.py;
+the device a rank picks by its per-host local rank: tests/test_networks.py.)
 """
 from __future__ import annotations
 
@@ -160,23 +161,6 @@ def test_simple_variant_on_three_ranks_per_host_equals_the_simulator(bed, mpi_im
     ref = numbers(tmp_path / "sim" / "metrics.jsonl")
     assert len(ref) == 21
     assert numbers(tmp_path / "mpi" / "metrics.jsonl") == ref
-
-
-def test_digits_network_on_two_hosts_equals_the_simulator(bed, mpi_impl, tmp_path):
-    """The network path over two hosts: every rank loads the data and builds the model on
-    its host, the per-host local rank picks the device, tokens cross hosts by TCP."""
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
-    common = ["--problem", "digits", "--k", "2", "--topology", "base2", "--rounds", "10", "--log-every", "5",
-              "--lr", "0.05", "--momentum", "0.9", "--alpha", "0.5", "--device", "auto"]
-    status, _, err = run_on_bed(mpi_impl, 4, ["-m", "mpi_teleport.run", *common, "--progress", "off",
-                                              "--out", str(tmp_path / "mpi")], tmp_path, timeout=420)
-    assert status == 0, err[-3000:]
-    assert sim_main(["--nodes", "4", *common, "--out", str(tmp_path / "sim")]) == 0
-    for algorithm in ("teleportation", "dsgd"):
-        ref = numbers(tmp_path / "sim" / algorithm / "metrics.jsonl")
-        assert len(ref) == 3
-        assert numbers(tmp_path / "mpi" / algorithm / "metrics.jsonl") == ref
 
 
 LONG = ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "2", "--rounds", "100000000",
