@@ -150,7 +150,11 @@ def test_epochs_say_how_many_rounds_each_phase_ran(tmp_path):
     assert plain["rounds_per_phase_from"] == "--rounds 10"
 
 
-@pytest.mark.parametrize("select", CRITERIA)
+# One MPI job: its summary holds every criterion's value of every candidate
+# (candidates_by_criterion), compared whole with the simulator's; which candidate each
+# criterion then picks is the same pure function in both (checked per criterion above).
+# 'tokens' picks k = 4 of 7, so phase 2 runs k strictly between 1 and n.
+@pytest.mark.parametrize("select", ["tokens"])
 def test_each_criterion_over_mpi_equals_the_simulator(tmp_path, mpirun, select):
     summary, records = run_sim(tmp_path, select)
     proc = mpirun(7, [*RUN, *SETTING, "--k-select", select, "--out", str(tmp_path / "mpi")],
