@@ -46,16 +46,8 @@ def test_logistic_example_prints_the_same_in_process_and_under_mpirun(tmp_path, 
     assert ranks.stdout.splitlines() == lines  # same final losses and the same chosen k
 
 
-def test_logistic_factory_through_both_command_lines(tmp_path, mpirun):
-    flags = ["--problem", "mpi_teleport.examples.logistic:problem", "--algorithm",
-             "teleportation", "--k", "2", "--rounds", "40", "--lr", "0.5", "--log-every", "10"]
-    sim = _python(["-m", "mpi_teleport.sim", "--nodes", "4", *flags, "--out", "sim"], tmp_path)
-    assert sim.returncode == 0, sim.stderr[-2000:]
-    run = mpirun(4, ["-m", "mpi_teleport.run", *flags, "--out", "mpi"], timeout=300, cwd=tmp_path)
-    assert run.returncode == 0, run.stderr[-2000:]
-    records = _records(tmp_path / "sim" / "metrics.jsonl")
-    assert [r["round"] for r in records] == [0, 10, 20, 30, 40] and "loss" in records[0]
-    assert _records(tmp_path / "mpi" / "metrics.jsonl") == records
+# (the logistic factory through both command lines, MPI equal to the simulator:
+# tests/test_api.py::test_a_factory_problem_runs_under_mpi_like_the_simulator)
 
 
 @pytest.mark.torch
