@@ -96,9 +96,11 @@ def test_non_finite_loss_under_mpi(mpirun):
     assert len(ours) == 1 and "token" in ours[0]
 
 
-# Algorithm 2 over MPI: Algorithm 1 with momentum here; Algorithm 3's search through the
-# command line over MPI: tests/test_k_select.py's MPI job (records and summary compared
-# whole); both variants' search on the back end: tests/test_backend_threads.py.
+# Algorithm 2 over MPI, end to end under each MPI implementation: Algorithm 1 with momentum
+# here; Algorithm 3's search through the command line over MPI: tests/test_k_select.py's MPI
+# job (records and summary compared whole); both variants' search on the back end:
+# tests/test_backend_threads.py.
+@pytest.mark.mpi_tier
 @pytest.mark.parametrize("variant,extra", [("simple", ["--momentum", "0.5"])])
 def test_k_auto_search_over_mpi_equals_simulator(tmp_path, mpirun, variant, extra):
     common = ["--k", "auto", "--algorithm", "teleportation", "--topology", "base2", "--rounds", "40",
