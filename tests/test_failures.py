@@ -139,19 +139,6 @@ def test_signal_writes_a_complete_checkpoint_and_resume_equals_uninterrupted(tmp
     assert got == ref
 
 
-@pytest.mark.parametrize("mode,fragment", [
-    ("config", "rank 2 holds another configuration than rank 0 (lr = 0.002 on rank 2, 0.001 on rank 0)"),
-    ("schedule", "rank 2 computes another schedule than rank 0"),
-    ("badflag", "--k must be at least 1 (one active node), got 0 (on rank 2 only)"),
-])
-def test_ranks_out_of_step_are_refused(mpirun, mode, fragment):
-    proc = mpirun(4, ["tests/scripts/perturb_one_rank.py", "2", mode, "--rounds", "50"], timeout=120)
-    assert proc.returncode == 2
-    ours = [line for line in proc.stderr.splitlines() if OURS in line]
-    assert len(ours) == 1 and fragment in ours[0], proc.stderr
-    assert "Traceback" not in proc.stderr and proc.stdout == ""
-
-
 def test_one_rank_is_refused(mpirun, tmp_path):
     proc = mpirun(1, ["-m", "mpi_teleport.run", "--rounds", "10"], timeout=60)
     assert proc.returncode == 2
@@ -283,12 +270,22 @@ BAD_MPI = [  # (flags with {placeholders}, fragment of the one line); 3 ranks
 ]
 
 
+OUT_OF_STEP = [  # (how rank 2 differs from the others, fragment of the one line); 3 ranks
+    ("config", "rank 2 holds another configuration than rank 0 (lr = 0.002 on rank 2, 0.001 on rank 0)"),
+    ("schedule", "rank 2 computes another schedule than rank 0"),
+    ("badflag", "--k must be at least 1 (one active node), got 0 (on rank 2 only)"),
+]
+
+
 def test_bad_input_under_mpi_one_line_from_rank_0_exit_2(tmp_path, mpi_impl):
-    """Every case in one MPI job (3 ranks) by tests/scripts/bad_inputs.py: each call of
-    run.main must return 2 on every rank with one line on rank 0's stderr, nothing on the
-    others', no exchange started (it would hang)."""
+    """Every case in one MPI job (3 ranks) by tests/scripts/bad_inputs.py, the ranks out of
+    step with each other too (rank 2 with another configuration, schedule or flag): each
+    call of run.main must return 2 on every rank with one line on rank 0's stderr, nothing
+    on the others' and nothing on stdout, no exchange started (it would hang)."""
     paths = _fixtures(tmp_path)
     cases = [[a.format(**paths) for a in flags] for flags, _ in BAD_MPI]
+    cases += [{"argv": ["--rounds", "50"], "perturb": mode} for mode, _ in OUT_OF_STEP]
+    table = [*BAD_MPI, *OUT_OF_STEP]
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     cmd = mpi_impl.command(3, ["tests/scripts/bad_inputs.py", str(tmp_path / "cases.json"),
                                str(tmp_path / "results")])
@@ -305,14 +302,16 @@ def test_bad_input_under_mpi_one_line_from_rank_0_exit_2(tmp_path, mpi_impl):
     results = [json.loads((tmp_path / "results" / f"rank{r}.json").read_text()) for r in range(3)]
     assert len(BAD_MPI) >= 20
     problems = []
-    for i, (flags, fragment) in enumerate(BAD_MPI):
+    for i, (flags, fragment) in enumerate(table):
         status = [res[i]["status"] for res in results]
         lines0 = results[0][i]["stderr"].strip().splitlines()
         others = [res[i]["stderr"] for res in results[1:]]
+        printed = [res[i]["stdout"] for res in results]
         if status != [2, 2, 2] or len(lines0) != 1 or fragment not in lines0[0] \
                 or not lines0[0].startswith("mpirun -n N python -m mpi_teleport.run: error:") \
-                or any(others) or "Traceback" in results[0][i]["stderr"]:
-            problems.append(f"{flags}: status {status}, rank 0 said {lines0!r}, others {others!r}")
+                or any(others) or any(printed) or "Traceback" in results[0][i]["stderr"]:
+            problems.append(f"{flags}: status {status}, rank 0 said {lines0!r}, others {others!r}, "
+                            f"printed {printed!r}")
     assert not problems, "\n".join(problems)
 
 
