@@ -12,7 +12,9 @@ from mpi4py import MPI
 import mpi_teleport as mt
 from helpers import without_time
 
-RANKS = (2, 4)  # the rank counts tests/test_in_rank.py runs this file at
+# the rank counts tests/test_in_rank.py runs this file at: 4, where k = 2 and 3 are < n
+# (k = n, what 2 ranks gave: tests/test_backend_threads.py, tests/test_mpi_backend_topologies.py)
+RANKS = (4,)
 
 torch = pytest.importorskip("torch")
 
