@@ -42,11 +42,15 @@ def files_for(ranks: int, impl_name: str) -> list[str]:
             if ranks in counts and (tier or every)]
 
 
+OUTCOME = r"\d+ (?:passed|failed|skipped|errors?|deselected|warnings?|xfailed|xpassed)"
+SUMMARY = re.compile(rf"((?:{OUTCOME})(?:, {OUTCOME})*) in \d+(?:\.\d+)?s")
+
+
 def summaries(stdout: str) -> list[dict[str, int]]:
-    """Every rank's pytest summary line ('3 passed, 2 skipped in 1.20s') as {outcome: count}."""
-    lines = [line for line in stdout.splitlines()
-             if re.search(r"\d+ (passed|failed|skipped|errors?|deselected)\b.* in [\d.]+s", line)]
-    return [{word: int(n) for n, word in re.findall(r"(\d+) ([a-z]+)", line)} for line in lines]
+    """Every rank's pytest summary ('3 passed, 2 skipped in 1.20s') as {outcome: count},
+    found anywhere in the job's output (the launcher may join two ranks' lines into one)."""
+    return [{word: int(n) for n, word in re.findall(r"(\d+) ([a-z]+)", m.group(1))}
+            for m in SUMMARY.finditer(stdout)]
 
 
 @pytest.mark.mpi_tier
