@@ -404,6 +404,7 @@ def _ours(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.strip()]
 
 
+@pytest.mark.timeout(300)  # an in-process row that hangs (a process row has its own timeout)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_bad_input_one_line(case: Case, base: Path, capfd):
     held = None
