@@ -15,7 +15,7 @@ import time
 import traceback
 import warnings
 
-from . import cli, preflight, report, signals
+from . import cli, paths, report, signals
 from .errors import DatasetMissingError, NonFiniteError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         # (another job holds them) in the same collective, so none waits for the others.
         if rank == 0:
             try:
-                release = preflight.hold(cfg)
+                release = paths.hold(cfg)
             except UsageError as exc:
                 error = str(exc)
         refused = signals.agree_on_error(transport, error)

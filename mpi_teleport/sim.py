@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import warnings
 
-from . import cli, preflight, report, signals
+from . import cli, paths, report, signals
 from .algorithms import mix  # noqa: F401  (the simulator's gossip sum, for tests)
 from .errors import DatasetMissingError, NonFiniteError, UsageError
 from .memory import keep_freed_memory
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
             with warnings.catch_warnings():  # nothing printed ahead of a refusal's one line
                 warnings.simplefilter("ignore")
                 cfg = cli.parse(parser, argv)
-            release = preflight.hold(cfg)  # --out, --checkpoint-dir: this job's alone
+            release = paths.hold(cfg)  # --out, --checkpoint-dir: this job's alone
             summaries = []
             for algorithm, k in report.runs_requested(cfg):
                 progress = Progress.for_run(cfg, algorithm)

@@ -47,7 +47,7 @@ flags against the disk are the preflight's (:mod:`mpi_teleport.preflight`).
     python -m mpi_teleport.checkpoint show DIR     # its manifest, without the records
 """
 from .find import any_checkpoint, complete, locate, newest, owner, prune  # noqa: F401
-from .keeper import Keeper, Plan  # noqa: F401
+from .keeper import Keeper, CheckpointPlan  # noqa: F401
 from .store import (FORMAT, LAYOUT_MATRIX, LAYOUT_TOKENS, MANIFEST, RUN_MARKER,  # noqa: F401
                     DamagedCheckpointError, EarlierScheduleError, check_arrays, check_manifest, load_matrix,
                     load_token, read_manifest, restore_token, round_dir, save_matrix,

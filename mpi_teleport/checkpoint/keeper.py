@@ -1,4 +1,4 @@
-"""Checkpoints during a run: when to write them (:class:`Plan`) and the engine's hooks
+"""Checkpoints during a run: when to write them (:class:`CheckpointPlan`) and the engine's hooks
 (:class:`Keeper`), for either back end."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..output import write_atomic
 from .store import RUN_MARKER, round_dir, write_manifest
 
 @dataclass
-class Plan:
+class CheckpointPlan:
     """Checkpointing of one run (one algorithm of compare)."""
 
     dir: Path | None  # where its checkpoints go (None: nowhere)
@@ -49,7 +49,7 @@ class Keeper:
     signal's checkpoint, and stop together with :class:`signals.Terminated`.
     """
 
-    def __init__(self, plan: Plan, backend, recorder, terminator=None, *, settings: dict,
+    def __init__(self, plan: CheckpointPlan, backend, recorder, terminator=None, *, settings: dict,
                  spec, log_every: int, stop_at_target: bool, resume_from=None):
         self.plan, self.backend, self.rec, self.terminator = plan, backend, recorder, terminator
         self.settings, self.spec = settings, spec
