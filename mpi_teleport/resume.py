@@ -70,9 +70,11 @@ def describe_problem(problem, seed: int) -> dict:
     inner = getattr(problem, "problem", problem)  # (behind problem.with_defaults)
     cls = type(inner)
     quadratic = (cls.__module__, cls.__qualname__) == ("mpi_teleport.problems.quadratic", "Quadratic")
-    if quadratic and int(inner.seed) == int(seed):  # (by name: problems import the package)
-        return {"problem": "quadratic", "dim": int(inner.d), "sigma2": float(inner.sigma2),
-                "zeta2": float(inner.zeta2)}
+    if quadratic:  # (known by name: the problems import the package)
+        named = {"problem": "quadratic", "dim": int(inner.d), "sigma2": float(inner.sigma2),
+                 "zeta2": float(inner.zeta2)}
+        # the command line builds it with the run's seed; another one is recorded apart
+        return named if int(inner.seed) == int(seed) else {**named, "problem_seed": int(inner.seed)}
     facts = {}
     describe = getattr(problem, "describe", None)
     if callable(describe):
@@ -108,7 +110,8 @@ def _short(value) -> str:
 
 def refuse_mismatch(where: str, saved: dict, current: dict, names: list[str], naming) -> UsageError:
     """One line naming every differing setting, its checkpoint value and this run's."""
-    parts = [f"{naming.name(n)} {_short(saved[n])}, not {_short(current[n])}" for n in names]
+    sep = " " if naming.cli else "="
+    parts = [f"{naming.name(n)}{sep}{_short(saved[n])}, not {_short(current[n])}" for n in names]
     drop = ", ".join(naming.name(n) for n in names)
     what = "drop " + drop if naming.cli else "pass the checkpoint's values"
     return UsageError(f"{where}: the checkpoint was written with {'; '.join(parts)}; a resumed "
@@ -178,6 +181,9 @@ def not_rebuildable(saved: dict) -> str | None:
     problem, lr, topology = saved.get("problem"), saved.get("lr"), saved.get("topology")
     if isinstance(problem, str) and problem.startswith(OBJECT):
         return f"its problem is a Python object ({problem[len(OBJECT):]})"
+    if "problem_seed" in saved and saved.get("problem_seed") != saved.get("seed"):
+        return (f"its problem was built with seed {saved['problem_seed']}, the run's seed "
+                f"{saved.get('seed')}")
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float))):
         return f"its step size is {_short(lr)}"
     if isinstance(topology, str) and topology.startswith("custom:"):

@@ -16,7 +16,7 @@ import traceback
 import warnings
 
 from . import cli, paths, report, signals
-from .errors import DatasetMissingError, NonFiniteError, UsageError
+from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles
 from .problems import make_problem, needs_local_rank
@@ -96,6 +96,11 @@ def main(argv=None) -> int:
             text = report.finish(cfg, summaries, report.header(cfg, f"MPI, n={cfg.nodes} ranks"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:  # every rank alike
         return cli.fail(PROG, str(exc), show=rank == 0)
+    except OutputError as exc:  # a full disk, seen by the ranks that write: one line, and
+        # the job ends (the others may be waiting in a collective)
+        cli.fail(PROG, f"rank {rank}: {exc}")
+        comm.Abort(1)
+        return 1
     except signals.Terminated as exc:  # every rank, at the same round
         if rank == 0:
             print(f"{PROG}: {exc}", file=sys.stderr, flush=True)

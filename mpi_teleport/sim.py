@@ -14,7 +14,7 @@ import warnings
 
 from . import cli, paths, report, signals
 from .algorithms import mix  # noqa: F401  (the simulator's gossip sum, for tests)
-from .errors import DatasetMissingError, NonFiniteError, UsageError
+from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles
 from .problems import make_problem
@@ -59,6 +59,9 @@ def main(argv=None) -> int:
             text = report.finish(cfg, summaries, report.header(cfg, f"simulator, n={cfg.nodes}"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:
         return cli.fail(PROG, str(exc))
+    except OutputError as exc:  # a full disk: one line, status 1 (the run itself failed)
+        cli.fail(PROG, str(exc))
+        return 1
     except signals.Terminated as exc:
         print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         return signals.exit_status(exc)

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import Terminated
+from ..errors import OutputError, Terminated
 from .find import prune
 from ..output import write_atomic
 from .store import RUN_MARKER, round_dir, write_manifest
@@ -130,7 +130,10 @@ class Keeper:
     def _save(self, r: int, reason: str, summary=None) -> Path:
         backend = self.backend
         directory = round_dir(self.plan.dir, r)
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a full disk; a file of that name put there meanwhile
+            raise OutputError(directory, exc) from None
         if backend.root:  # before any array: an interrupted write is still known as ours
             write_atomic(directory / RUN_MARKER, self.run_id + "\n")
         arrays = backend.save(directory)
