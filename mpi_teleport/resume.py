@@ -97,8 +97,17 @@ def plain(record: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- comparing
+def seeded(settings: dict) -> dict:
+    """``settings`` with the quadratic's own seed spelt out (the command line builds it
+    with the run's seed and records none)."""
+    if settings.get("problem") == "quadratic" and "problem_seed" not in settings:
+        return {**settings, "problem_seed": settings.get("seed")}
+    return settings
+
+
 def mismatch(saved: dict, current: dict) -> list[str]:
     """The settings both know whose values differ and that a resume may not change."""
+    saved, current = seeded(saved), seeded(current)
     return [name for name in current if name in saved and name not in RESUMABLE_CHANGES
             and saved[name] != current[name]]
 
@@ -110,6 +119,7 @@ def _short(value) -> str:
 
 def refuse_mismatch(where: str, saved: dict, current: dict, names: list[str], naming) -> UsageError:
     """One line naming every differing setting, its checkpoint value and this run's."""
+    saved, current = seeded(saved), seeded(current)
     sep = " " if naming.cli else "="
     parts = [f"{naming.name(n)}{sep}{_short(saved[n])}, not {_short(current[n])}" for n in names]
     drop = ", ".join(naming.name(n) for n in names)
@@ -184,7 +194,7 @@ def not_rebuildable(saved: dict) -> str | None:
     if "problem_seed" in saved and saved.get("problem_seed") != saved.get("seed"):
         return (f"its problem was built with seed {saved['problem_seed']}, the run's seed "
                 f"{saved.get('seed')}")
-    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float))):
+    if isinstance(lr, str) and lr.startswith("function "):  # (describe_lr)
         return f"its step size is {_short(lr)}"
     if isinstance(topology, str) and topology.startswith("custom:"):
         return f"its topology is a Python function ({topology[7:]})"
