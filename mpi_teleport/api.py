@@ -87,6 +87,31 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Calla
     Result
         ``summary``, ``records``, the averaged final model ``x`` and ``k``.
 
+    Raises
+    ------
+    UsageError
+        One line, before anything runs or is written (under MPI on every rank alike), for
+        any argument the command line would refuse, with its message (the setting spelt
+        as here: ``momentum must be in [0, 1), got 1.0``): a wrong type
+        (``momentum='0.9'``, ``seed='abc'``, ``k=2.0``, ``nodes=True``, ``lr=None``), a
+        value out of range, a step-size function that fails or gives no number > 0 at
+        round 0, ``keep_checkpoints < 1``, ``out=''``; a ``resume`` checkpoint whose
+        recorded settings differ from these (problem, nodes, k, seed, lr, momentum,
+        topology: the message names each difference), that is damaged (every file is
+        checked first) or lies beyond ``rounds``; an ``out`` or ``checkpoint_dir`` that
+        holds another run's checkpoints (resume it instead) or a file named like one, or
+        that another job holds.
+    TypeError
+        ``problem`` is not a Problem (the message names what is missing).
+    OutputError
+        An output or checkpoint file could not be written (a full disk): one line naming
+        the file; the files written before, the previous checkpoint included, stay intact.
+
+    Checkpoints written here resume through the command line (``python -m
+    mpi_teleport.sim --resume DIR``) when the problem is the package's quadratic built
+    with ``seed``, ``lr`` a number and ``topology`` a name; otherwise the command line
+    refuses them in one line and they resume here, with ``resume=DIR``.
+
     Examples
     --------
     >>> import mpi_teleport as mt
@@ -110,7 +135,8 @@ def dsgd(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], float]
     """Train with Decentralized SGD: every node active every round, node m always holds
     replica m, gossip over ``topology`` among all n nodes.
 
-    Parameters are those of :func:`teleportation` (without ``k`` and ``variant``).
+    Parameters are those of :func:`teleportation` (without ``k`` and ``variant``), and so
+    are the errors it raises for bad input, a resume that does not match and a full disk.
 
     Examples
     --------
@@ -152,7 +178,8 @@ def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], fl
         ``log_every=1``; the nearest to the paper's theory criterion, a time-averaged
         gradient norm).
 
-    Parameters are otherwise those of :func:`teleportation`.
+    Parameters are otherwise those of :func:`teleportation` (Algorithm 2 takes no
+    checkpoints); bad input is a :class:`UsageError` as there.
 
     Returns
     -------
