@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .checkpoint import (LAYOUT_MATRIX, MANIFEST, any_checkpoint, check_arrays, newest,
                          token_file)
-from .checkpoint.find import _round_dirs_and_strays
+from .checkpoint.find import round_entries
 from .errors import UsageError
 from .output import dumps
 from .paths import show
@@ -171,7 +171,7 @@ def check_target(target: Path, source: Path | None, hint: str) -> None:
     (``source``: the checkpoint this run resumes, whose directory it continues) and
     nothing else named like a checkpoint. ``hint``: how to resume (``--resume DIR``)."""
     target = Path(target)
-    _, strays = _round_dirs_and_strays(target)
+    _, strays = round_entries(target)
     if strays:
         raise UsageError(f"checkpoint directory {show(target)} holds {strays[0].name}, which is "
                          f"not a checkpoint directory; move it away or choose another "

@@ -9,10 +9,10 @@ from .store import _ROUND_RE, RUN_MARKER, read_manifest
 
 
 def _round_dirs(base: Path) -> list[Path]:
-    return _round_dirs_and_strays(base)[0]
+    return round_entries(base)[0]
 
 
-def _round_dirs_and_strays(base: Path) -> tuple[list[Path], list[Path]]:
+def round_entries(base: Path) -> tuple[list[Path], list[Path]]:
     """(the round-* directories under ``base``, oldest first; the entries named like one
     that are not directories: a file a checkpoint could not be written over)."""
     try:
