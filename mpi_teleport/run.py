@@ -26,8 +26,8 @@ from .transport import Transport
 PROG = "mpirun -n N python -m mpi_teleport.run"
 
 
-def execute(cfg, algorithm: str, k, transport: Transport, progress=None,
-            terminator=None) -> dict | None:
+def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
+                 terminator=None) -> dict | None:
     """One run over the communicator; rank 0 writes the files and returns the summary.
     A problem that cannot be built on some rank (node-local data missing, no GPU) stops
     every rank with one line: the ranks agree on it before anything else."""
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
         summaries = []
         for algorithm, k in report.runs_requested(cfg):
             progress = Progress.for_run(cfg, algorithm, rank0=rank == 0)
-            summaries.append(execute(cfg, algorithm, k, transport, progress, terminator))
+            summaries.append(run_on_ranks(cfg, algorithm, k, transport, progress, terminator))
         if rank == 0:  # (comparison.json too is written while the directory is held)
             text = report.finish(cfg, summaries, report.header(cfg, f"MPI, n={cfg.nodes} ranks"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:  # every rank alike
