@@ -2,7 +2,7 @@
 
 Both call :func:`local_step`, on all k token rows at once (simulator) or on the one row a
 rank holds (MPI); a rank's gossip sum :func:`weighted_sum` does, element by element, what
-the simulator's ``sim.mix`` does for all rows. Every operation is element-wise, so the
+the simulator's ``mix`` does for all rows. Every operation is element-wise, so the
 numbers agree bit for bit (tests/test_arithmetic.py).
 """
 from __future__ import annotations
