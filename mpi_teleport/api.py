@@ -212,7 +212,7 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
     spec, logging, latency, where = _checked(spec, args)
     out, ck_dir, every, keep, resume_path = where
     record = resume_rules.plain({**_record(spec, logging, latency, where),
-                           **resume_rules.describe_problem(problem, spec.seed)})
+                                 **resume_rules.describe_problem(problem, spec.seed)})
     plan = CheckpointPlan(ck_dir, every, keep)
     refused = None
     try:
