@@ -318,4 +318,4 @@ def _check_disk(spec: RunSpec, latency: LatencySettings, record: dict, plan: Che
                                           naming=API)
         plan.manifest = found[1]
     if ck_dir is not None:
-        resume_rules.check_target(ck_dir, plan.source, f"resume={str(out or ck_dir)!r}")
+        resume_rules.check_target(ck_dir, plan.source, f"resume={str(out or ck_dir)!r}", API)

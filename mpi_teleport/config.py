@@ -15,10 +15,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from .search import CRITERIA as K_SELECTS
+from .settings import ALGORITHMS as RUNS
 from .settings import CLI, CLOCKS, VARIANTS, check_checkpoints, check_k, check_values
 from .topology import TOPOLOGIES
 
-ALGORITHMS = ("compare", "teleportation", "dsgd")  # compare: both, and a table
+# --algorithm: compare = both, and a table; Algorithm 2 ('search') is asked for by --k auto
+ALGORITHMS = ("compare",) + tuple(name for name in RUNS if name != "search")
 PROBLEMS = ("quadratic", "digits", "fashion-mnist", "cifar10")
 NETWORK_PROBLEMS = PROBLEMS[1:]
 LR_SCHEDULES = ("constant", "cosine")

@@ -68,14 +68,7 @@ def check_checkpoints(cfg):
             resumed_any = resumed_any or source is not None
         target = leg_dir(cfg, algorithm)
         if target is not None:
-            hint = f"--resume {cfg.out or target}"
-            try:
-                check_target(target, source, hint)
-            except UsageError as exc:
-                if source is not None and "already holds" in str(exc):
-                    raise UsageError(str(exc).replace("choose another checkpoint directory",
-                                                      "choose another --checkpoint-dir")) from None
-                raise
+            check_target(target, source, f"--resume {cfg.out or target}", CLI)
     if cfg.resume is not None and not resumed_any:
         raise UsageError(f"--resume {cfg.resume}: no complete checkpoint of this run there")
     return cfg

@@ -166,7 +166,7 @@ def _missing_files(directory: Path, manifest: dict) -> str | None:
     return f"{len(missing)} file(s) missing, e.g. {missing[0]}" if missing else None
 
 
-def check_target(target: Path, source: Path | None, hint: str) -> None:
+def check_target(target: Path, source: Path | None, hint: str, naming) -> None:
     """A run may write checkpoints into ``target``: it holds no other run's checkpoints
     (``source``: the checkpoint this run resumes, whose directory it continues) and
     nothing else named like a checkpoint. ``hint``: how to resume (``--resume DIR``)."""
@@ -179,7 +179,8 @@ def check_target(target: Path, source: Path | None, hint: str) -> None:
     existing = newest(target)
     if existing is not None and (source is None or existing[0].parent.resolve()
                                  != Path(source).parent.resolve()):
-        advice = f"continue it with {hint}" if source is None else "choose another checkpoint directory"
+        advice = (f"continue it with {hint}" if source is None
+                  else f"choose another {naming.name('checkpoint_dir')}")
         raise UsageError(f"checkpoint directory {show(target)} already holds checkpoints of a "
                          f"run (newest: round {existing[1]['round']}); {advice}, or delete it")
 
