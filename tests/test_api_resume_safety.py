@@ -230,3 +230,57 @@ def test_a_full_disk_through_the_api_is_one_line_oserror(tmp_path, monkeypatch):
     assert isinstance(caught.value, mt.OutputError)
     text = str(caught.value)
     assert "\n" not in text and "cannot write" in text and "free some space" in text
+
+
+# ----------------------------------------------------------------------------- agreement
+class _Gather:
+    """allgather among n threads (the one collective runner._hold uses)."""
+
+    def __init__(self, n: int):
+        import threading
+
+        self.n, self.slots, self.barrier = n, [None] * n, threading.Barrier(n, timeout=30)
+
+    def rank(self, r: int):
+        hub = self
+
+        class Transport:
+            rank, size = r, hub.n
+
+            def allgather(self, value):
+                hub.slots[r] = value
+                hub.barrier.wait()
+                out = list(hub.slots)
+                hub.barrier.wait()
+                return out
+
+        return Transport()
+
+
+def test_a_refusal_on_one_process_stops_every_process_with_its_line(tmp_path):
+    """What every rank checked on disk (runner.train(refused=)) is agreed in the collective
+    that takes the locks: one rank's damaged view stops all, none waits, the lock is freed."""
+    import threading
+
+    from mpi_teleport import runner
+
+    hub, results = _Gather(3), {}
+
+    def rank(r):
+        refused = "resume='x': checkpoint x is damaged: token-000001.npz is missing" if r == 1 else None
+        try:
+            runner._hold([(tmp_path / "out", "out")], hub.rank(r), r == 0, refused)
+            results[r] = "ran"
+        except mt.UsageError as exc:
+            results[r] = str(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert set(results.values()) == {"resume='x': checkpoint x is damaged: token-000001.npz is missing"}
+    assert len(results) == 3
+    from mpi_teleport.paths import hold_dirs
+
+    hold_dirs([(tmp_path / "out", "out")])()  # free again: the root released its lock
