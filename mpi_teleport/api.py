@@ -7,6 +7,7 @@ records, bit for bit, either way.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -203,39 +204,54 @@ def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], fl
 
 
 # ------------------------------------------------------------------------------ shared
+@dataclass(frozen=True)
+class _Files:
+    """Where one API run writes and what it resumes (absolute paths, checked)."""
+
+    out: Path | None
+    checkpoint_dir: Path | None  # given, or out/checkpoints
+    every: int
+    keep: int
+    resume: Path | None
+    progress: bool
+
+    @property
+    def held(self) -> list:
+        """The directories the run locks: out, and the checkpoint directory it writes."""
+        return [(path, what) for path, what in ((self.out, "out"),
+                                                (self.checkpoint_dir, "checkpoint_dir"))
+                if path is not None and (what == "out" or self.every)]
+
+
 def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
     """Check every argument (:mod:`mpi_teleport.settings`, the command line's rules), check
     the inputs on disk on every process (a resumed checkpoint against these settings and
     file by file, the checkpoint directory free of another run's), then train; a refusal
     is one UsageError on every process, before anything is written."""
     problem = with_defaults(problem)  # (TypeError naming what is missing)
-    spec, logging, latency, where = _checked(spec, args)
-    out, ck_dir, every, keep, resume_path = where
-    record = resume_rules.plain({**_record(spec, logging, latency, where),
+    spec, logging, latency, files = _checked(spec, args)
+    record = resume_rules.plain({**_record(spec, logging, latency, files),
                                  **resume_rules.describe_problem(problem, spec.seed)})
-    plan = CheckpointPlan(ck_dir, every, keep)
+    plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep)
     refused = None
     try:
-        _check_disk(spec, latency, record, plan, where)
+        _check_disk(spec, latency, record, plan, files)
     except UsageError as exc:
         refused = str(exc)
     except OSError as exc:  # an unreadable directory or file
         refused = f"cannot read the checkpoint or output directory: {exc.strerror or exc}"
-    hold = [(path, what) for path, what in ((out, "out"), (ck_dir, "checkpoint_dir"))
-            if path is not None and (what == "out" or every)]
-    return runner.train(problem, spec, logging, latency, comm=args.get("comm"), out=out,
-                        plan=plan, settings=record, progress=args.get("progress", False),
-                        config_record={**record, **problem.describe()}, hold=hold,
+    return runner.train(problem, spec, logging, latency, comm=args.get("comm"), out=files.out,
+                        plan=plan, settings=record, progress=files.progress,
+                        config_record={**record, **problem.describe()}, hold=files.held,
                         refused=refused)
 
 
-def _checked(spec: RunSpec, args: dict):
-    """(spec, logging, latency, (out, checkpoint dir, every, keep, resume)) with every
-    value checked by the rules the command line uses, or UsageError (one line)."""
+def _checked(spec: RunSpec, args: dict) -> tuple[RunSpec, Logging, LatencySettings, _Files]:
+    """The run's settings with every value checked by the rules the command line uses,
+    or UsageError (one line)."""
     comm = args.get("comm")
     if comm is not None and not callable(getattr(comm, "Dup", None)):
         raise UsageError(f"comm: expected an mpi4py communicator or None, got {comm!r}")
-    search = spec.algorithm == "search"
     values = check_values({
         "nodes": spec.nodes, "rounds": spec.rounds, "lr": spec.lr, "momentum": spec.momentum,
         "topology": spec.topology, "variant": spec.variant, "seed": spec.seed,
@@ -247,33 +263,33 @@ def _checked(spec: RunSpec, args: dict):
         "checkpoint_dir": args.get("checkpoint_dir"),
         "keep_checkpoints": args.get("keep_checkpoints", 2), "resume": args.get("resume"),
     }, API)
-    args["progress"] = flag(args.get("progress", False), "progress", API)
+    progress = flag(args.get("progress", False), "progress", API)
     k = spec.k
     if spec.algorithm == "teleportation":
         k = check_k(spec.k, values["nodes"], spec.algorithm, API)
     elif spec.algorithm == "dsgd":
         k = values["nodes"]
-    check_checkpoints(values, API, search=search)
+    check_checkpoints(values, API, search=spec.algorithm == "search")
     spec = RunSpec(spec.algorithm, values["nodes"], k, values["rounds"], values["lr"],
                    values["momentum"], values["topology"], values["variant"], values["seed"],
                    spec.k_select)
     logging = Logging(values["log_every"], values["target"], values["stop_at_target"])
     latency = LatencySettings(values["latency"], values["clock"], values["compute_time"])
-    out = Path(absolute("out", values["out"], API)) if values["out"] is not None else None
-    ck_dir = values["checkpoint_dir"]
-    ck_dir = (Path(absolute("checkpoint_dir", ck_dir, API)) if ck_dir is not None
-              else (out / "checkpoints" if out is not None else None))
-    resume_path = values["resume"]
-    if resume_path is not None:
-        resume_path = Path(absolute("resume", resume_path, API))
-    return spec, logging, latency, (out, ck_dir, values["checkpoint_every"],
-                                    values["keep_checkpoints"], resume_path)
+
+    def where(name):
+        return None if values[name] is None else Path(absolute(name, values[name], API))
+
+    out, ck_dir = where("out"), where("checkpoint_dir")
+    if ck_dir is None and out is not None:
+        ck_dir = out / "checkpoints"
+    files = _Files(out, ck_dir, values["checkpoint_every"], values["keep_checkpoints"],
+                   where("resume"), progress)
+    return spec, logging, latency, files
 
 
-def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, where) -> dict:
+def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _Files) -> dict:
     """The settings a checkpoint manifest keeps (named as the command line's Config
     names them, so ``--resume`` reads them) and a resume compares."""
-    out, ck_dir, every, keep, _ = where
     record = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.tokens,
               "rounds": spec.rounds, "lr": resume_rules.describe_lr(spec.lr),
               "lr_schedule": "function" if callable(spec.lr) else "constant",
@@ -281,41 +297,42 @@ def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, where) ->
               "variant": spec.variant, "seed": spec.seed, "log_every": logging.every,
               "target": logging.target, "stop_at_target": logging.stop_at_target,
               "latency": latency.spec, "clock": latency.clock,
-              "compute_time": latency.compute_time, "checkpoint_every": every,
-              "keep_checkpoints": keep, "out": None if out is None else str(out),
-              "checkpoint_dir": None if ck_dir is None else str(ck_dir)}
+              "compute_time": latency.compute_time, "checkpoint_every": files.every,
+              "keep_checkpoints": files.keep,
+              "out": None if files.out is None else str(files.out),
+              "checkpoint_dir": None if files.checkpoint_dir is None else str(files.checkpoint_dir)}
     if spec.algorithm == "search":
         record["k_select"] = spec.k_select
     return record
 
 
 def _check_disk(spec: RunSpec, latency: LatencySettings, record: dict, plan: CheckpointPlan,
-                where) -> None:
+                files: _Files) -> None:
     """The API's preflight, on every process: outputs writable, a latency matrix file
     readable, the checkpoint resumed matching this run and intact, the checkpoint
     directory free of another run's checkpoints. Fills ``plan.source``/``manifest``."""
-    out, ck_dir, every, _, resume_path = where
-    if out is not None:
-        check_writable("out", out)
-    if ck_dir is not None and every:
-        check_writable("checkpoint_dir", ck_dir)
+    if files.out is not None:
+        check_writable("out", files.out)
+    if files.checkpoint_dir is not None and files.every:
+        check_writable("checkpoint_dir", files.checkpoint_dir)
     try:
         parse_spec(latency.spec, spec.nodes)  # reads and checks a matrix file
     except UsageError as exc:
         raise API.retell(exc) from None
     if spec.algorithm == "search":
         return  # (no checkpoints: Algorithm 2 is short)
-    if resume_path is not None:
-        given = f"resume={str(resume_path)!r}"
-        found = locate(resume_path, spec.algorithm)
+    if files.resume is not None:
+        given = f"resume={str(files.resume)!r}"
+        found = locate(files.resume, spec.algorithm)
         if found is None:
-            other = any_checkpoint(resume_path)
+            other = any_checkpoint(files.resume)
             what = f" (it holds a {other[1].get('algorithm')} run)" if other else ""
             raise UsageError(f"{given}: no complete checkpoint of a {spec.algorithm} run "
                              f"there{what}")
         plan.source = resume_rules.check_source(given, found[0], found[1], nodes=spec.nodes,
-                                          k=spec.tokens, rounds=spec.rounds, current=record,
-                                          naming=API)
+                                                k=spec.tokens, rounds=spec.rounds,
+                                                current=record, naming=API)
         plan.manifest = found[1]
-    if ck_dir is not None:
-        resume_rules.check_target(ck_dir, plan.source, f"resume={str(out or ck_dir)!r}", API)
+    if files.checkpoint_dir is not None:
+        hint = f"resume={str(files.out or files.checkpoint_dir)!r}"
+        resume_rules.check_target(files.checkpoint_dir, plan.source, hint, API)
