@@ -1,9 +1,10 @@
 """The API under mpirun, writing checkpoints or resuming them (tests only).
 
-    mpirun -n N python tests/scripts/api_resume.py write|resume DIR
+    mpirun -n N python tests/scripts/api_resume.py write|resume|fresh|bad DIR
 
-``resume`` prints "rank R: <the one line>" and exits 3 on a UsageError, "rank R: ran"
-otherwise, so a test sees what every rank ended with.
+``resume`` continues the run in DIR, ``fresh`` starts a new one there, ``bad`` passes a
+momentum as text; each prints "rank R: <the one line>" and exits 3 on a UsageError,
+"rank R: ran" otherwise, so a test sees what every rank ended with.
 """
 import sys
 
@@ -19,8 +20,9 @@ problem = Quadratic(n=comm.Get_size(), d=3, sigma2=1.0)
 if mode == "write":
     mt.teleportation(problem, rounds=4, checkpoint_every=2, out=out, **settings)
     sys.exit(0)
+extra = {"resume": dict(resume=out), "fresh": {}, "bad": dict(momentum="0.9")}[mode]
 try:
-    mt.teleportation(problem, rounds=8, resume=out, out=out, **settings)
+    mt.teleportation(problem, rounds=8, out=out, **settings, **extra)
 except mt.UsageError as exc:
     print(f"rank {comm.Get_rank()}: {exc}", flush=True)
     sys.exit(3)
