@@ -216,6 +216,11 @@ class _Files:
     progress: bool
 
     @property
+    def touches_checkpoints(self) -> bool:
+        """The run may write a checkpoint (periodic, or on a signal) or resumes one."""
+        return self.checkpoint_dir is not None or self.resume is not None
+
+    @property
     def held(self) -> list:
         """The directories the run locks: out, and the checkpoint directory it writes."""
         return [(path, what) for path, what in ((self.out, "out"),
@@ -231,7 +236,8 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
     problem = with_defaults(problem)  # (TypeError naming what is missing)
     spec, logging, latency, files = _checked(spec, args)
     record = resume_rules.plain({**_record(spec, logging, latency, files),
-                                 **resume_rules.describe_problem(problem, spec.seed)})
+                                 **resume_rules.describe_problem(problem, spec.seed,
+                                                                 files.touches_checkpoints)})
     plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep)
     refused = None
     try:

@@ -62,11 +62,13 @@ def describe_lr(lr):
     return f"function {name}: " + ", ".join(values)
 
 
-def describe_problem(problem, seed: int) -> dict:
+def describe_problem(problem, seed: int, fingerprint: bool = True) -> dict:
     """The problem's identity for a manifest. The paper's quadratic built with the run's
     seed is named as the command line names it (``problem='quadratic'``, dim, sigma2,
     zeta2), so ``--resume`` can rebuild it; a problem whose ``describe()`` names a
-    ``problem`` likewise; any other object by its class and a fingerprint."""
+    ``problem`` likewise; any other object by its class and a fingerprint (with
+    ``fingerprint=False``, for a run that neither writes nor reads checkpoints, without
+    the hash of ``initial()``)."""
     inner = getattr(problem, "problem", problem)  # (behind problem.with_defaults)
     cls = type(inner)
     quadratic = (cls.__module__, cls.__qualname__) == ("mpi_teleport.problems.quadratic", "Quadratic")
@@ -81,10 +83,12 @@ def describe_problem(problem, seed: int) -> dict:
         facts = {k: v for k, v in dict(describe() or {}).items() if k != "device"}
     if isinstance(facts.get("problem"), str):
         return facts
-    x0 = problem.initial()
     import numpy as np
 
-    digest = hashlib.sha256(np.ascontiguousarray(x0).tobytes()).hexdigest()[:16]
+    digest = None
+    if fingerprint:
+        x0 = problem.initial()
+        digest = hashlib.sha256(np.ascontiguousarray(x0).tobytes()).hexdigest()[:16]
     return {"problem": f"{OBJECT}{cls.__module__}.{cls.__qualname__}",
             "problem_facts": {"dim": int(problem.dim), "dtype": str(np.dtype(problem.dtype)),
                               "initial_sha256": digest, **facts}}
