@@ -1,4 +1,4 @@
-"""Evaluation shared by the ranks equals the simulator's bit for bit on 2 and 4 ranks
+"""Evaluation shared by the ranks equals the simulator's bit for bit on 4 ranks
 (tests/in_rank/, run inside the ranks), and the pure helpers it rests on."""
 from mpi_teleport.evaluation import chunk_slices
 
@@ -12,5 +12,5 @@ def test_chunk_slices_cover_the_set_in_order():
             assert all(lo % 50 == 0 or lo == n for lo, _ in s)
 
 
-# (under mpirun with 2 and 4 ranks: tests/in_rank/test_shared_evaluation_mpi.py, run by
+# (under mpirun with 4 ranks: tests/in_rank/test_shared_evaluation_mpi.py, run by
 # tests/test_in_rank.py)

@@ -1,7 +1,7 @@
 """Evaluation shared by the ranks: each rank holds only its node's training share and its
 slice of the test and validation sets (``local_nodes=[rank]``), evaluates its slice, and
 the records equal the simulator's (one process evaluating everything) bit for bit.
-(Run inside the ranks by tests/test_in_rank.py with 2 and 4 ranks.)"""
+(Run inside the ranks by tests/test_in_rank.py with 4 ranks.)"""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -10,10 +10,10 @@ import mpi_teleport as mt
 from mpi_teleport.evaluation import chunk_slices
 from helpers import without_time
 
-# the rank counts tests/test_in_rank.py runs this file at: 2 (uneven slices: 200 + 160 test,
-# 100 + 44 validation samples) and 4 (a rank with an empty validation slice); every split
-# of chunk_slices itself: tests/test_shared_evaluation.py
-RANKS = (2, 4)
+# the rank counts tests/test_in_rank.py runs this file at: 4, where the slices are uneven
+# (100 + 100 + 100 + 60 test, 50 + 50 + 44 + 0 validation samples: one rank's is empty);
+# every split of chunk_slices itself: tests/test_shared_evaluation.py
+RANKS = (4,)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
