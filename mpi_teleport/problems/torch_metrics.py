@@ -107,14 +107,13 @@ def check_metrics(metrics) -> list:
     return out
 
 
-def check_overrides(problem_cls) -> None:
-    """Refuse a subclass that overrides ``evaluate`` or ``validate`` but not the chunked
-    evaluation the MPI back end uses: its metric would silently vanish under MPI."""
-    from .torch_problem import TorchProblem
-
+def check_overrides(problem_cls, base) -> None:
+    """Refuse a subclass of ``base`` (TorchProblem) that overrides ``evaluate`` or
+    ``validate`` but not the chunked evaluation the MPI back end uses: its metric would
+    silently vanish under MPI."""
     overridden = [m for m in ("evaluate", "validate")
-                  if getattr(problem_cls, m) is not getattr(TorchProblem, m)]
-    chunked = any(getattr(problem_cls, m) is not getattr(TorchProblem, m)
+                  if getattr(problem_cls, m) is not getattr(base, m)]
+    chunked = any(getattr(problem_cls, m) is not getattr(base, m)
                   for m in ("evaluation_sums", "metrics_from_sums"))
     if overridden and not chunked:
         raise TypeError(

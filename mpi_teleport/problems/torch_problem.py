@@ -174,7 +174,7 @@ class TorchProblem:
                  device_tokens: bool | None = None):
         import torch
 
-        tm.check_overrides(type(self))
+        tm.check_overrides(type(self), TorchProblem)
         self.torch_settings = TorchSettings(threads)
         self.n, self.seed = positive_int(nodes, "nodes"), int(seed)
         self.batch_size = positive_int(batch_size, "batch_size")
