@@ -18,13 +18,15 @@ from .problem import Problem
 
 __version__ = "0.2.0"
 
-__all__ = ["teleportation", "dsgd", "search_k", "Problem", "TorchProblem", "Result",
-           "UsageError", "NonFiniteError"]
+__all__ = ["teleportation", "dsgd", "search_k", "Problem", "TorchProblem", "EvalMetric",
+           "load_into", "Result", "UsageError", "NonFiniteError"]
+
+_TORCH_NAMES = ("TorchProblem", "EvalMetric", "load_into")
 
 
 def __getattr__(name):
-    if name == "TorchProblem":  # torch is imported only when asked for
-        from .problems.torch_problem import TorchProblem
+    if name in _TORCH_NAMES:  # torch is imported only when asked for
+        from .problems import torch_problem
 
-        return TorchProblem
+        return getattr(torch_problem, name)
     raise AttributeError(f"module 'mpi_teleport' has no attribute {name!r}")

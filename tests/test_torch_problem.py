@@ -339,7 +339,7 @@ def test_defaults_fill_the_optional_members():
     class Broken:
         dim, dtype = 3, np.int32
 
-    with pytest.raises(TypeError, match="lacks metric, higher_is_better, initial"):
+    with pytest.raises(TypeError, match="lacks initial, gradient, evaluate"):
         with_defaults(Broken())
     bad = Mean()
     bad.dtype = np.int32
