@@ -254,3 +254,180 @@ def test_c_without_a_test_set_the_training_loss_is_evaluated_on_a_fixed_sample()
 
 def _numbers(records):
     return [{k: v for k, v in r.items() if k != "time_s"} for r in records]
+
+
+# ------------------------------------------------------------------ 4. task, partition
+def test_d_integer_regression_targets_with_task_regression():
+    x, _ = blobs()
+    y = np.round(x.sum(1) * 3).astype(np.int64)  # integer targets, not classes
+    lin = lambda: torch.nn.Linear(F, 1)  # noqa: E731
+    p = TorchProblem(lin, (x, y), nodes=2, task="regression", partition="iid", test=(x[:20], y[:20]))
+    assert p.task == "regression" and p.metric == "loss" and not p.higher_is_better
+    m = p.evaluate(p.initial()[None])
+    assert "accuracy" not in m
+    model = p.module(p.initial()).requires_grad_(False)
+    want = torch.nn.functional.mse_loss(model(torch.from_numpy(x[:20]))[:, 0],
+                                        torch.from_numpy(y[:20]).float())
+    assert m["loss"] == pytest.approx(float(want), rel=1e-6)
+    r = mt.dsgd(p, nodes=2, rounds=5, lr=0.001)
+    assert r.records[-1]["loss"] < r.records[0]["loss"]
+
+
+def test_d_task_is_inferred_where_unambiguous():
+    x, y = blobs()
+    multi = np.stack([y % 2, y // 2], 1)  # an integer 0/1 matrix
+    assert TorchProblem(mlp, (x, y), nodes=2, test=(x, y)).task == "classification"
+    p = TorchProblem(lambda: torch.nn.Linear(F, 2), (x, multi), nodes=2, partition="iid",
+                     test=(x, multi))
+    assert p.task == "multilabel" and p.metric == "accuracy"
+    assert 0 <= p.evaluate(p.initial()[None])["accuracy"] <= 1
+    floats = TorchProblem(lambda: torch.nn.Linear(F, 1), (x, y.astype(np.float32)), nodes=2,
+                          partition="iid", test=(x, y.astype(np.float32)))
+    assert floats.task == "regression"
+    with pytest.raises(ValueError, match="partition='iid'"):
+        TorchProblem(lambda: torch.nn.Linear(F, 1), (x, y.astype(np.float32)), nodes=2)
+    with pytest.raises(ValueError, match="task must be one of"):
+        TorchProblem(mlp, (x, y), nodes=2, task="ranking")
+
+
+def test_d_iid_partition_gives_equal_shuffled_shares():
+    p = TorchProblem(mlp, blobs(), nodes=5, seed=3, partition="iid", test=blobs(10))
+    sizes = sorted(len(s) for s in p.parts)
+    assert sizes[-1] - sizes[0] <= 1 and sum(sizes) == 96
+    assert sorted(np.concatenate(p.parts).tolist()) == list(range(96))
+    again = TorchProblem(mlp, blobs(), nodes=5, seed=3, partition="iid", test=blobs(10))
+    assert all(np.array_equal(a, b) for a, b in zip(p.parts, again.parts))
+    with pytest.raises(ValueError, match="'dirichlet', 'iid' or index lists"):
+        TorchProblem(mlp, blobs(), nodes=5, partition="random", test=blobs(10))
+
+
+# ------------------------------------------------------------------ 5. frozen parameters
+def frozen_mlp():
+    model = mlp()
+    model[0].requires_grad_(False)  # a "pretrained" first layer, fine-tuned above
+    return model
+
+
+def test_d_frozen_parameters_are_not_in_the_token_and_stay_fixed():
+    p = TorchProblem(frozen_mlp, blobs(), nodes=4, seed=1, test=blobs(20, 1), alpha=1.0)
+    assert p.dim == 8 * C + C and p.describe()["n_frozen"] == F * 8 + 8
+    result = mt.teleportation(p, nodes=4, k=2, rounds=6, lr=0.2, momentum=0.5)
+    trained = p.module(result.x)
+    torch.manual_seed(p.seed)  # built again under the problem's seed: the same weights
+    ref = frozen_mlp()
+    assert torch.equal(trained[0].weight, ref[0].weight) and torch.equal(trained[0].bias, ref[0].bias)
+    assert not torch.equal(trained[2].weight, ref[2].weight)
+
+
+# ------------------------------------------------------------------ 6. training-loop options
+def test_d_weight_decay_and_clipping_change_the_gradient_as_documented():
+    base = dict(nodes=2, seed=1, test=blobs(10), alpha=1.0)
+    plain, wd = TorchProblem(mlp, blobs(), **base), TorchProblem(mlp, blobs(), weight_decay=0.1, **base)
+    x = np.stack([plain.initial()] * 2)
+    g0, g1 = plain.gradient([0, 1], x, 0), wd.gradient([0, 1], x, 0)
+    assert np.array_equal(g1, g0 + np.float32(0.1) * x)
+    clip = TorchProblem(mlp, blobs(), clip_norm=0.01, **base).gradient([0, 1], x, 0)
+    assert np.all(np.linalg.norm(clip, axis=1) <= 0.01 + 1e-6)
+    assert np.allclose(clip / np.linalg.norm(clip, axis=1, keepdims=True),
+                       g0 / np.linalg.norm(g0, axis=1, keepdims=True), atol=1e-5)
+    with pytest.raises(ValueError, match="weight_decay must be"):
+        TorchProblem(mlp, blobs(), weight_decay=-1, **base)
+
+
+def test_d_eval_loss_is_reported_instead_of_the_training_loss():
+    smooth = lambda out, y: torch.nn.functional.cross_entropy(out, y, label_smoothing=0.3)  # noqa: E731
+    a = TorchProblem(mlp, blobs(), nodes=2, test=blobs(30, 1), loss=smooth)
+    b = TorchProblem(mlp, blobs(), nodes=2, test=blobs(30, 1), loss=smooth,
+                     eval_loss=torch.nn.functional.cross_entropy)
+    c = TorchProblem(mlp, blobs(), nodes=2, test=blobs(30, 1))
+    x = a.initial()[None]
+    assert a.evaluate(x)["loss"] != c.evaluate(x)["loss"]
+    assert b.evaluate(x)["loss"] == pytest.approx(c.evaluate(x)["loss"], rel=1e-6)
+    assert np.array_equal(a.gradient([0], x, 0), b.gradient([0], x, 0))
+
+
+class TwoInputs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(F, C), torch.nn.Embedding(10, C)
+
+    def forward(self, x, token):
+        return self.a(x) + self.b(token)
+
+
+class Pairs(torch.utils.data.Dataset):
+    def __init__(self, as_dict=False):
+        self.x, self.y = blobs(40)
+        self.as_dict = as_dict
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        if self.as_dict:
+            return {"x": self.x[i], "token": i % 10, "label": int(self.y[i])}
+        return self.x[i], i % 10, int(self.y[i])
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_d_tuple_and_dict_samples_call_the_model_with_several_inputs(as_dict):
+    p = TorchProblem(TwoInputs, Pairs(as_dict), nodes=2, alpha=1.0, test=Pairs(as_dict))
+    r = mt.dsgd(p, nodes=2, rounds=4, lr=0.1, log_every=2)
+    assert len(r.records) == 3 and np.isfinite(r.records[-1]["loss"])
+
+
+def test_d_collate_fn_batches_variable_length_text():
+    class Bag(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.out = torch.nn.Embedding(20, 6), torch.nn.Linear(6, 2)
+
+        def forward(self, tokens):
+            return self.out(self.emb(tokens).mean(1))
+
+    class Text(torch.utils.data.Dataset):
+        def __len__(self):
+            return 30
+
+        def __getitem__(self, i):
+            return list(range(i % 7 + 1)), i % 2
+
+    def pad(items):
+        width = max(len(t) for t, _ in items)
+        tokens = torch.tensor([t + [0] * (width - len(t)) for t, _ in items])
+        return tokens, torch.tensor([y for _, y in items])
+
+    p = TorchProblem(Bag, Text(), nodes=2, alpha=1.0, collate_fn=pad, test=Text(), batch_size=5)
+    assert np.isfinite(mt.dsgd(p, nodes=2, rounds=3, lr=0.1).records[-1]["loss"])
+    with pytest.raises(ValueError, match="collate_fn applies to a torch Dataset"):
+        TorchProblem(mlp, blobs(), nodes=2, collate_fn=pad)
+
+
+def test_d_module_and_load_into_give_the_trained_model_back():
+    p = TorchProblem(frozen_mlp, blobs(), nodes=2, test=blobs(20, 1), alpha=1.0)
+    result = mt.dsgd(p, nodes=2, rounds=3, lr=0.1)
+    model = p.module(result.x)
+    target = frozen_mlp()
+    mt.load_into(target, result.x)
+    assert torch.equal(target[2].weight, model[2].weight)
+    with torch.no_grad():
+        out = model(torch.from_numpy(blobs(20, 1)[0]))
+    loss = torch.nn.functional.cross_entropy(out, torch.from_numpy(blobs(20, 1)[1]))
+    assert float(loss) == pytest.approx(result.records[-1]["loss"], rel=1e-6)
+    with pytest.raises(ValueError, match="has 3 values"):
+        mt.load_into(frozen_mlp(), np.zeros(3, np.float32))
+
+
+# ------------------------------------------------------------------ 7. side effects
+def test_d_torch_settings_are_scoped_to_the_problems_calls():
+    from mpi_teleport.problems.torch_options import _deterministic
+
+    torch.set_num_threads(2)
+    _deterministic(False, False)
+    try:
+        p = TorchProblem(mlp, blobs(), nodes=2, test=blobs(10))
+        p.gradient([0], p.initial()[None], 0)
+        p.evaluate(p.initial()[None])
+        assert torch.get_num_threads() == 2 and not torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.set_num_threads(1)
