@@ -14,14 +14,15 @@ with :func:`search_k`, all nodes in this process (``comm=None``) or one node per
 from .api import dsgd, search_k, teleportation
 from .engine import Result
 from .errors import NonFiniteError, UsageError
+from .loggers import CsvWriter, TensorBoardWriter
 from .problem import Problem
 
 __version__ = "0.2.0"
 
 __all__ = ["teleportation", "dsgd", "search_k", "Problem", "TorchProblem", "EvalMetric",
-           "load_into", "Result", "UsageError", "NonFiniteError"]
+           "Result", "UsageError", "NonFiniteError", "CsvWriter", "TensorBoardWriter"]
 
-_TORCH_NAMES = ("TorchProblem", "EvalMetric", "load_into")
+_TORCH_NAMES = ("TorchProblem", "EvalMetric")
 
 
 def __getattr__(name):

@@ -23,14 +23,16 @@ from .spec import LatencySettings, Logging, RunSpec
 __all__ = ["teleportation", "dsgd", "search_k"]
 
 
-def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Callable[[int], float],
+def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
+                  lr: float | Callable[[int], float], epochs: float | None = None,
                   topology: str | Callable = "ring", momentum: float = 0.0,
                   variant: str = "overlap", seed: int = 0, comm=None, log_every: int = 10,
                   target: float | None = None, stop_at_target: bool = False,
                   out: str | Path | None = None, checkpoint_every: int = 0,
                   checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
                   resume: str | Path | None = None, latency: str = "none", clock: str = "real",
-                  compute_time: float | None = None, progress: bool = False) -> engine.Result:
+                  compute_time: float | None = None, progress: bool = False,
+                  callback: Callable[[dict], object] | None = None) -> engine.Result:
     """Train with Teleportation (Takezawa & Stich, ICLR 2025).
 
     In each round only k of the n nodes are active: they take the models (tokens) of the
@@ -42,15 +44,22 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Calla
     problem : Problem
         The training problem (:class:`mpi_teleport.Problem`, e.g. a
         :class:`mpi_teleport.TorchProblem`). Under MPI every rank passes its own,
-        identically built instance.
+        identically built instance. A problem with a ``nodes`` attribute must agree
+        with ``nodes``.
     nodes : int
         n, the number of nodes (under MPI: the communicator's size).
     k : int
         Active nodes (tokens) per round, 1 <= k <= n.
     rounds : int
-        T, rounds to run.
+        T, rounds to run; or give ``epochs``.
+    epochs : float
+        Instead of ``rounds``: passes over the training data, for a problem that knows
+        ``n_train`` and ``batch_size`` (a TorchProblem): ``rounds = ceil(epochs *
+        n_train / (batch_size * active))``, active = k (n for DSGD and for each phase
+        of :func:`search_k`).
     lr : float or callable
-        Step size, or a function of the round t.
+        Step size, or a function of the round t (in :func:`search_k`, of the round
+        within its phase: both phases start at t = 0).
     topology : str or callable
         ``ring``, ``torus``, ``exp``, ``onepeer-exp``, ``base2``, ``complete``, or a
         function ``(k, t) -> W`` returning a k x k doubly stochastic matrix.
@@ -80,6 +89,11 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Calla
         time per step in microseconds. Records then carry ``virtual_time_s``.
     progress : bool
         A progress bar on stderr (root).
+    callback : callable, optional
+        ``callback(record)``, called on the root with a copy of each record (the dict
+        written to metrics.jsonl) after each logged round; a true return value stops the
+        run there (custom early stopping). Ready ones: :class:`mpi_teleport.CsvWriter`,
+        :class:`mpi_teleport.TensorBoardWriter` (:mod:`mpi_teleport.loggers`).
 
     Returns
     -------
@@ -95,17 +109,20 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Calla
     >>> result.summary["k"], len(result.x)
     (4, 5)
     """
+    rounds = _rounds(problem, rounds, epochs, k)
     spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed)
     return _api_run(problem, spec, locals())
 
 
-def dsgd(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], float],
+def dsgd(problem, *, nodes: int, rounds: int | None = None,
+         lr: float | Callable[[int], float], epochs: float | None = None,
          topology: str | Callable = "ring", momentum: float = 0.0, seed: int = 0, comm=None,
          log_every: int = 10, target: float | None = None, stop_at_target: bool = False,
          out: str | Path | None = None, checkpoint_every: int = 0,
          checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
          resume: str | Path | None = None, latency: str = "none", clock: str = "real",
-         compute_time: float | None = None, progress: bool = False) -> engine.Result:
+         compute_time: float | None = None, progress: bool = False,
+         callback: Callable[[dict], object] | None = None) -> engine.Result:
     """Train with Decentralized SGD: every node active every round, node m always holds
     replica m, gossip over ``topology`` among all n nodes.
 
@@ -118,16 +135,19 @@ def dsgd(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], float]
     >>> mt.dsgd(Quadratic(n=8, d=3), nodes=8, rounds=50, lr=0.05).k
     8
     """
+    rounds = _rounds(problem, rounds, epochs, nodes)
     spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed)
     return _api_run(problem, spec, locals())
 
 
-def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], float],
+def search_k(problem, *, nodes: int, rounds: int | None = None,
+             lr: float | Callable[[int], float], epochs: float | None = None,
              topology: str | Callable = "ring", momentum: float = 0.0,
              variant: str = "overlap", seed: int = 0, comm=None, log_every: int = 10,
              target: float | None = None, out: str | Path | None = None,
              latency: str = "none", clock: str = "real", compute_time: float | None = None,
-             progress: bool = False, select: str = "averaged") -> engine.Result:
+             progress: bool = False, select: str = "averaged",
+             callback: Callable[[dict], object] | None = None) -> engine.Result:
     """Algorithm 2: choose k with 2T rounds instead of n T.
 
     Phase 1 runs Teleportation with k = n for T = ``rounds`` rounds; phase 2 runs every
@@ -169,14 +189,50 @@ def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], fl
     """
     from .search import check_select
 
-    spec = RunSpec("search", nodes, None, rounds, lr, momentum, topology, variant, seed,
-                   check_select(select))
+    rounds = _rounds(problem, rounds, epochs, nodes)
+    spec = RunSpec("search", nodes, None, rounds, _per_phase(lr, rounds), momentum, topology,
+                   variant, seed, check_select(select))
     return _api_run(problem, spec, locals())
 
 
 # ------------------------------------------------------------------------------ shared
+def _rounds(problem, rounds, epochs, active) -> int:
+    """``rounds``, or the rounds ``epochs`` passes over the data take with ``active``
+    nodes each drawing a batch per round."""
+    if (rounds is None) == (epochs is None):
+        raise UsageError("give rounds= or epochs= (one of them)")
+    if epochs is None:
+        return rounds
+    n_train, batch = getattr(problem, "n_train", None), getattr(problem, "batch_size", None)
+    if not n_train or not batch:
+        raise UsageError(f"epochs= needs a problem that knows n_train and batch_size (a "
+                         f"TorchProblem); {type(problem).__name__} does not: give rounds=")
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0 \
+            or not math.isfinite(epochs):
+        raise UsageError(f"epochs must be a number > 0, got {epochs!r}")
+    if isinstance(active, bool) or not isinstance(active, int) or active < 1:
+        return 1  # (k or nodes is wrong: check_spec says so)
+    return max(1, math.ceil(epochs * n_train / (batch * active)))
+
+
+def _per_phase(lr, rounds):
+    """Algorithm 2's step size: a schedule sees the round within its phase."""
+    if not callable(lr) or isinstance(rounds, bool) or not isinstance(rounds, int):
+        return lr
+
+    def within_phase(t: int) -> float:
+        return lr(t - rounds if t >= rounds else t)
+
+    within_phase.base = getattr(lr, "base", "a schedule")  # (named in messages)
+    return within_phase
+
+
 def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
     check_spec(spec)
+    given = getattr(problem, "nodes", None)
+    if isinstance(given, int) and not isinstance(given, bool) and given != spec.nodes:
+        raise UsageError(f"the problem was built for nodes={given} but the run has "
+                         f"nodes={spec.nodes}: give both the same number")
     logging = Logging(_positive_int(args["log_every"], "log_every"), args.get("target"),
                       bool(args.get("stop_at_target", False)))
     latency = LatencySettings(args.get("latency") or "none", args.get("clock", "real"),
@@ -205,7 +261,8 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
         settings["k_select"] = spec.k_select
     return run(problem, spec, logging, latency, comm=args.get("comm"), out=out, plan=plan,
                settings=settings, progress=bool(args.get("progress")),
-               config_record={**settings, **with_defaults(problem).describe()}, hold=hold)
+               config_record={**settings, **with_defaults(problem).describe()}, hold=hold,
+               callback=args.get("callback"))
 
 
 def check_spec(spec: RunSpec) -> None:
@@ -239,8 +296,8 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
         transport=None, out: Path | None = None, plan: Plan | None = None,
         settings: dict | None = None, progress: bool | Progress = False, terminator=None,
         resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
-        config_record: dict | None = None, hold=(), summary_extra: dict | None = None
-        ) -> engine.Result:
+        config_record: dict | None = None, hold=(), summary_extra: dict | None = None,
+        callback=None) -> engine.Result:
     """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
     the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
     communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
@@ -273,7 +330,7 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
         backend = _backend(problem, spec, latency, transport)
         result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
                                 settings=settings, terminator=terminator, resume_from=resume_from,
-                                summary_extra=summary_extra)
+                                summary_extra=summary_extra, callback=callback)
         backend.close()
         return result
     finally:

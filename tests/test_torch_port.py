@@ -408,14 +408,14 @@ def test_d_module_and_load_into_give_the_trained_model_back():
     result = mt.dsgd(p, nodes=2, rounds=3, lr=0.1)
     model = p.module(result.x)
     target = frozen_mlp()
-    mt.load_into(target, result.x)
+    TorchProblem.load_into(target, result.x)
     assert torch.equal(target[2].weight, model[2].weight)
     with torch.no_grad():
         out = model(torch.from_numpy(blobs(20, 1)[0]))
     loss = torch.nn.functional.cross_entropy(out, torch.from_numpy(blobs(20, 1)[1]))
     assert float(loss) == pytest.approx(result.records[-1]["loss"], rel=1e-6)
     with pytest.raises(ValueError, match="has 3 values"):
-        mt.load_into(frozen_mlp(), np.zeros(3, np.float32))
+        TorchProblem.load_into(frozen_mlp(), np.zeros(3, np.float32))
 
 
 # ------------------------------------------------------------------ 7. side effects
@@ -431,3 +431,67 @@ def test_d_torch_settings_are_scoped_to_the_problems_calls():
         assert torch.get_num_threads() == 2 and not torch.are_deterministic_algorithms_enabled()
     finally:
         torch.set_num_threads(1)
+
+
+# ------------------------------------------------------------------ API: epochs, callback
+def test_e_epochs_are_converted_with_the_problems_batch_size():
+    p = TorchProblem(mlp, blobs(), nodes=4, test=blobs(10), batch_size=6, alpha=1.0)
+    r = mt.teleportation(p, nodes=4, k=2, epochs=1.5, lr=0.1, log_every=100)
+    assert r.summary["rounds_run"] == 12  # ceil(1.5 * 96 / (6 * 2))
+    assert mt.dsgd(p, nodes=4, epochs=1, lr=0.1, log_every=100).summary["rounds_run"] == 4
+    with pytest.raises(mt.UsageError, match="give rounds= or epochs="):
+        mt.dsgd(p, nodes=4, rounds=3, epochs=1, lr=0.1)
+    with pytest.raises(mt.UsageError, match="epochs= needs a problem that knows n_train"):
+        mt.dsgd(Minimal(), nodes=4, epochs=1, lr=0.1)
+
+
+def test_e_callback_sees_every_record_on_the_root_and_can_stop_the_run(tmp_path):
+    seen = []
+    csv_writer = mt.CsvWriter(tmp_path / "run.csv")
+
+    def callback(record):
+        seen.append(record)
+        csv_writer(record)
+        return record["round"] >= 4  # custom early stopping
+
+    p = TorchProblem(mlp, blobs(), nodes=4, test=blobs(10), alpha=1.0)
+    r = mt.teleportation(p, nodes=4, k=2, rounds=20, lr=0.1, log_every=2, callback=callback)
+    assert seen == r.records and [s["round"] for s in seen] == [0, 2, 4]
+    assert r.summary["rounds_run"] == 4
+    csv_writer.close()
+    lines = (tmp_path / "run.csv").read_text().splitlines()
+    assert lines[0].split(",") == ["round", "time_s", "loss", "accuracy", "consensus"]
+    assert len(lines) == 4
+
+
+def test_e_callback_flattens_search_records_for_csv(tmp_path):
+    writer = mt.CsvWriter(tmp_path / "s.csv")
+    mt.search_k(metric_problem(), nodes=4, rounds=2, lr=0.1, log_every=2, callback=writer)
+    writer.close()
+    text = (tmp_path / "s.csv").read_text()
+    assert text.startswith("round,time_s,phase,k,loss,") and len(text.splitlines()) == 5
+
+
+def test_e_tensorboard_writer_when_installed(tmp_path):
+    pytest.importorskip("tensorboard")
+    writer = mt.TensorBoardWriter(tmp_path / "tb")
+    mt.dsgd(metric_problem(), nodes=4, rounds=2, lr=0.1, log_every=1, callback=writer)
+    writer.close()
+    assert any((tmp_path / "tb").iterdir())
+
+
+def test_e_lr_schedule_sees_the_round_within_its_phase():
+    seen = []
+
+    def lr(t):
+        seen.append(t)
+        return 0.05
+
+    mt.search_k(Minimal(), nodes=4, rounds=5, lr=lr, log_every=5)
+    assert set(seen) == set(range(5))  # both phases: rounds 0..4 of the phase
+
+
+def test_e_problem_nodes_must_match_the_run():
+    p = TorchProblem(mlp, blobs(), nodes=4, test=blobs(10), alpha=1.0)
+    with pytest.raises(mt.UsageError, match="built for nodes=4 but the run has nodes=3"):
+        mt.dsgd(p, nodes=3, rounds=2, lr=0.1)

@@ -281,6 +281,11 @@ class TorchProblem:
         return self.task == "classification"
 
     @property
+    def nodes(self) -> int:
+        """The number of nodes the problem was built for (the API checks it)."""
+        return self.n
+
+    @property
     def dim(self) -> int:
         """Token length: trainable parameters plus floating buffers."""
         return len(self.state.initial)
@@ -316,6 +321,13 @@ class TorchProblem:
     def module(self, x: np.ndarray):
         """A trained ``nn.Module`` (CPU, a new object) from a token, e.g. ``Result.x``."""
         return self.state.module(x)
+
+    @staticmethod
+    def load_into(model, x: np.ndarray):
+        """Copy a token (e.g. ``Result.x``) into your own ``model``, built like the
+        problem's: trainable parameters and floating buffers in token order; frozen
+        parameters and integer buffers untouched. Returns ``model``."""
+        return load_into(model, x)
 
     # ---------------------------------------------------------------- training
     def batch(self, node: int, t: int) -> np.ndarray:
