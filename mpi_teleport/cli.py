@@ -78,7 +78,7 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
     summary on the root (None elsewhere). ``transport``: the MPI runtime's; None: the
     simulator."""
     from . import api, preflight
-    from .problems import describe, with_epochs
+    from .problems import describe, factory, is_factory, with_epochs
     from .spec import LatencySettings, Logging
 
     rounds_given = cfg.rounds
@@ -93,6 +93,10 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
         phases = phase_rounds(cfg, rounds_given, getattr(problem, "n_train", None))
     record = {**cfg.to_dict(), "algorithm": algorithm, "k": k_shown, "backend": backend,
               **phases, **describe(problem)}
+    if is_factory(cfg.problem):  # what the factory received; flags it did not take left out
+        used = factory.record(cfg.problem, cfg, mpi=transport is not None)
+        record = {key: value for key, value in record.items() if key not in used["unused"]}
+        record["factory_args"] = used["factory_args"]
     logging = Logging(cfg.log_every, cfg.target, cfg.stop_at_target)
     latency = LatencySettings(cfg.latency, cfg.clock, cfg.compute_time)
     plan = preflight.plan(cfg, algorithm) if k != "auto" else None
