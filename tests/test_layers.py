@@ -8,7 +8,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mpi_teleport"
 # MPI is the transport's business, and the MPI entry points' (they create COMM_WORLD).
 MPI_ALLOWED = {"mpi_teleport.transport", "mpi_teleport.run", "mpi_teleport.latency.probe",
                "mpi_teleport.mpi_flavor",  # reads the library's version string, no MPI_Init
-               "mpi_teleport.examples.logistic", "mpi_teleport.examples.custom_model"}
+               "mpi_teleport.examples.logistic", "mpi_teleport.examples.custom_model",
+               "mpi_teleport.examples.ported_script"}  # (entry points: --mpi)
 # Leaf modules: they import nothing of the package.
 LEAVES = {"mpi_teleport.errors"}
 
