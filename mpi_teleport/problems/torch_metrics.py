@@ -52,8 +52,8 @@ import math
 
 import numpy as np
 
-__all__ = ["EvalMetric", "TASKS", "check_metrics", "check_overrides", "task_sums",
-           "finish"]
+__all__ = ["EvalMetric", "TASKS", "check_metrics", "check_overrides", "headline",
+           "default_loss", "task_sums", "finish"]
 
 TASKS = ("classification", "regression", "multilabel")
 BASE = 3  # loss sum, correct, samples
@@ -121,6 +121,44 @@ def check_overrides(problem_cls, base) -> None:
             "back end does not call (it evaluates through evaluation_sums); pass "
             "metrics=[...] (mpi_teleport.EvalMetric: per-batch sums plus value()) instead, "
             "or override evaluation_sums and metrics_from_sums too")
+
+
+def headline(task: str, evaluated_on: str, metric, metrics: list) -> tuple:
+    """``(metric, higher_is_better)``: the one asked for (a task metric or a user metric's
+    name), else ``accuracy`` (classification, multilabel) or ``loss`` (regression, and
+    on the training sample)."""
+    default = "accuracy" if task != "regression" else "loss"
+    if evaluated_on.startswith("train"):
+        default = "loss"
+    chosen = default if metric is None else metric
+    custom = {m.name: m for m in metrics}
+    known = ["loss", *(["accuracy"] if task != "regression" else []), *custom]
+    if chosen not in known:
+        raise ValueError(f"metric must be one of {', '.join(known)}, got {metric!r}")
+    if chosen in custom:
+        return chosen, bool(getattr(custom[chosen], "higher_is_better", True))
+    return chosen, chosen == "accuracy"
+
+
+def default_loss(task: str):
+    """Cross-entropy (classification), binary cross-entropy on logits (multilabel), mean
+    squared error (regression)."""
+    from torch.nn import functional as F
+
+    if task == "classification":
+        return F.cross_entropy
+    if task == "multilabel":
+        return F.binary_cross_entropy_with_logits
+    return _mse
+
+
+def _mse(output, target):
+    """Mean squared error; a (B, 1) output against (B,) targets is compared row by row."""
+    from torch.nn import functional as F
+
+    if output.shape != target.shape and output.numel() == target.numel():
+        output = output.reshape(target.shape)
+    return F.mse_loss(output, target)
 
 
 def task_sums(task: str, loss_total: float, output, target) -> tuple:

@@ -11,7 +11,7 @@ import numpy as np
 
 from .torch_metrics import TASKS
 
-__all__ = ["positive_int", "build", "split_nodes", "check_local_nodes", "check_part",
+__all__ = ["positive_int", "build", "split_nodes", "regularise", "check_local_nodes", "check_part",
            "resolve_device", "infer_task", "TorchSettings"]
 
 
@@ -45,6 +45,18 @@ def build(model, seed: int):
         return built
     raise TypeError(f"model must be a torch.nn.Module or a function returning one, got "
                     f"{type(model).__name__}")
+
+
+def regularise(g: np.ndarray, x: np.ndarray, weight_decay: float, clip_norm) -> None:
+    """In place on one row's gradient ``g`` at parameters ``x``: add ``weight_decay * x``
+    (L2, as ``torch.optim.SGD``), then rescale to ``clip_norm`` when longer (as
+    ``clip_grad_norm_``: factor ``clip_norm / (norm + 1e-6)``). Nothing when unused."""
+    if weight_decay:
+        g += np.float32(weight_decay) * x
+    if clip_norm is not None:
+        norm = float(np.sqrt(np.dot(g.astype(np.float64), g.astype(np.float64))))
+        if norm > clip_norm:
+            g *= np.float32(clip_norm / (norm + 1e-6))
 
 
 def infer_task(task, targets) -> str:

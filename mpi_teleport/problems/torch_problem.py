@@ -1,34 +1,15 @@
 """Any torch model and data set as a :class:`~mpi_teleport.problem.Problem`.
 
 :class:`TorchProblem` wraps a ``torch.nn.Module`` (or a function building one) and a
-training set, split over the nodes, and turns token vectors into mini-batch gradients
-and metrics. The built-in network problems (digits, Fashion-MNIST, CIFAR-10) are
-factories over it (:mod:`.network`). torch is imported only when a problem is built.
-Its parts, one concern each: :mod:`.torch_data` (samples, batches, dict/tuple items),
-:mod:`.torch_state` (token <-> model, ``module(x)``), :mod:`.torch_metrics` (loss,
-accuracy, :class:`~.torch_metrics.EvalMetric`), :mod:`.keyed_random` (random draws keyed
-by (seed, node, t)), :mod:`.torch_options` (option checks, torch settings).
-
-What a token is
----------------
-One float32 vector ``[trainable parameters | floating buffers]`` (:mod:`.torch_state`).
-:meth:`TorchProblem.gradient` writes zeros in the buffer slots; its forward pass (in
-``train()`` mode) updates BatchNorm's running statistics, which :meth:`after_step` writes
-into the stepped rows, so a token carries the statistics of the batches it was trained
-on, as a single model would. Frozen parameters and integer buffers are not in the token:
-they stay as built. Evaluation runs in ``eval()`` mode on the averaged token.
-
-Determinism
------------
-Node i's mini-batch in round t is drawn by a generator keyed by (seed, i, t)
-(:meth:`TorchProblem.batch`); torch's global generator -- and numpy's and Python's when
-the training set is a ``Dataset`` -- is seeded from (seed, i, t) before the batch is read
-and restored afterwards, so augmentation in a transform, dropout, and the ``augment``
-hook draw the same numbers in every back end and new ones every round. Evaluation is
-done in chunks of ``eval_batch_size`` samples whose boundaries are global and whose sums
-are added in chunk order, so any split over ranks gives the same bits
-(:mod:`mpi_teleport.evaluation`). torch computes with one intra-op thread and
-deterministic algorithms (``threads=1``) inside the problem's calls only.
+training set split over the nodes, and turns token vectors into mini-batch gradients and
+metrics; the built-in network problems are factories over it (:mod:`.network`). torch is
+imported only when a problem is built. What a token is and why every back end computes
+the same bits: mpi_teleport/DESIGN.md §5.3. Its parts, one concern each:
+:mod:`.torch_sets` (which samples are held), :mod:`.torch_data` (samples, batches,
+tuple/dict items), :mod:`.torch_state` (token <-> model, ``module(x)``),
+:mod:`.torch_metrics` (loss, accuracy, :class:`~.torch_metrics.EvalMetric`),
+:mod:`.keyed_random` (random draws keyed by (seed, node, t)), :mod:`.torch_options`
+(option checks, scoped torch settings).
 """
 from __future__ import annotations
 
@@ -37,13 +18,14 @@ import math
 import numpy as np
 
 from .. import rng
-from ..evaluation import chunk_slices
+from ..evaluation import chunk_slices  # noqa: F401  (re-exported)
 from . import torch_metrics as tm
 from .keyed_random import KeyedGlobals, augment_generator
-from .torch_data import call_model, samples as _samples, to_device
+from .torch_data import call_model, to_device
 from .torch_metrics import EvalMetric
-from .torch_options import (build, check_local_nodes, check_part, infer_task, non_negative,
-                            positive_int, resolve_device, split_nodes, TorchSettings)
+from .torch_options import (build, non_negative, positive_int, regularise, resolve_device,
+                            TorchSettings)
+from .torch_sets import TRAIN_EVAL_SAMPLES, node_data
 from .torch_state import ModelState, load_into
 
 __all__ = ["TorchProblem", "EvalMetric", "load_into", "chunk_slices", "EVAL_BATCH_SIZE",
@@ -53,7 +35,6 @@ __all__ = ["TorchProblem", "EvalMetric", "load_into", "chunk_slices", "EVAL_BATC
 # the evaluation's peak memory: LeNet-5 on 1,000 Fashion-MNIST images adds ~80 MB to a
 # rank's peak resident memory, on 250 ~28 MB, and runs no slower on the CPU.
 EVAL_BATCH_SIZE = 250
-TRAIN_EVAL_SAMPLES = 1000  # without test=: the training sample evaluated, at most
 
 
 class TorchProblem:
@@ -187,14 +168,22 @@ class TorchProblem:
         self.clip_norm = None if clip_norm is None else non_negative(clip_norm, "clip_norm")
         self.augment, self.user_metrics = augment, tm.check_metrics(metrics)
         with self.torch_settings:
-            self._init_data(train, task, partition, alpha, test, validation,
-                            validation_fraction, n_classes, local_nodes, evaluation_part,
-                            collate_fn)
-            self.loss = loss if loss is not None else _default_loss(self.task)
+            self.data = node_data(train, nodes=self.n, seed=self.seed, task=task,
+                                  partition=partition, alpha=alpha, test=test,
+                                  validation=validation, validation_fraction=validation_fraction,
+                                  n_classes=n_classes, local_nodes=local_nodes,
+                                  evaluation_part=evaluation_part, collate_fn=collate_fn,
+                                  eval_batch_size=self.eval_batch_size)
+            self.loss = loss if loss is not None else tm.default_loss(self.data.task)
             self.eval_loss = eval_loss if eval_loss is not None else loss
             self.device = torch.device(resolve_device(device))
             staged = self.device.type != "cpu" if staged is None else staged
             self.state = ModelState(build(model, self.seed), self.device, staged)
+        d = self.data  # (its facts, under the names the engine and the tests read)
+        self.task, self.parts, self.class_histogram = d.task, d.parts, d.class_histogram
+        self.local_nodes, self.evaluation_part, self.evaluated_on = (
+            d.local_nodes, d.evaluation_part, d.evaluated_on)
+        self._train, self._sets = d.train, d.sets
         self.model = self.state.model
         self.n_params, self.n_buffers = self.state.n_params, self.state.n_buffers
         self._pending = None  # last gradient(): nodes, updated buffers, buffers as given
@@ -206,72 +195,8 @@ class TorchProblem:
             generators.append(torch.cuda.default_generators[index])
         self._keyed = KeyedGlobals(self.seed, generators, self._train.reads_items)
         self._augment_gen = torch.Generator() if augment is not None else None
-        self._init_metric(metric)
-
-    def _init_data(self, train, task, partition, alpha, test, validation, validation_fraction,
-                   n_classes, local_nodes, evaluation_part, collate_fn) -> None:
-        from . import partitions
-
-        data = _samples(train, "train", collate_fn)
-        if validation is not None and validation_fraction:
-            raise ValueError("give either validation= or validation_fraction, not both")
-        val = None if validation is None else _samples(validation, "validation", collate_fn)
-        if validation_fraction:
-            kept, held = partitions.train_val_split(len(data), validation_fraction, self.seed)
-            data, val = data.subset(kept), data.subset(held)
-        self._n_train = len(data)
-        targets = data.take(np.arange(1))[1]
-        self.task = infer_task(task, targets)
-        self._labels_per_sample = int(targets[0].numel()) if self.task == "multilabel" else 1
-        labels = data.labels() if self.task == "classification" else None
-        self.parts = split_nodes(partition, self.n, self._n_train, labels, alpha, self.seed)
-        self.class_histogram = None
-        if labels is not None:
-            classes = int(labels.max()) + 1 if n_classes is None else int(n_classes)
-            self.class_histogram = partitions.class_histogram(labels, self.parts, classes)
-        self.evaluated_on = "test" if test is not None else "validation"
-        test = _samples(test, "test", collate_fn) if test is not None else val
-        if test is None:  # the training loss of the averaged model, on a fixed sample
-            count = min(self._n_train, TRAIN_EVAL_SAMPLES)
-            gen = rng.generator(self.seed, rng.STREAM_EVAL_SAMPLE, 0)
-            test = data.subset(np.sort(gen.choice(self._n_train, count, replace=False)))
-            self.evaluated_on = f"train sample of {count}"
-        self.local_nodes = check_local_nodes(local_nodes, self.n)
-        if local_nodes is None:
-            self._train, self._local_parts = data, self.parts
-        else:  # keep only the local nodes' samples; positions re-indexed into them
-            kept = np.unique(np.concatenate([self.parts[i] for i in self.local_nodes]))
-            self._train = data.keep(kept)
-            local = set(self.local_nodes)
-            self._local_parts = [np.searchsorted(kept, p) if i in local else None
-                                 for i, p in enumerate(self.parts)]
-        if evaluation_part is None and local_nodes is not None and len(self.local_nodes) == 1:
-            evaluation_part = (self.local_nodes[0], self.n)
-        self.evaluation_part = check_part(evaluation_part)
-        self._sizes = {"test": len(test), "validation": 0 if val is None else len(val)}
-        self._held, self._sets = {}, {}
-        for split, d in (("test", test), ("validation", val)):
-            if d is None:
-                continue
-            lo, hi = 0, len(d)
-            if self.evaluation_part is not None:  # only this process's slice is kept
-                lo, hi = chunk_slices(len(d), self.eval_batch_size,
-                                      self.evaluation_part[1])[self.evaluation_part[0]]
-                d = d.keep(slice(lo, hi))
-            self._held[split], self._sets[split] = (lo, hi), d
-
-    def _init_metric(self, metric) -> None:
-        """The headline metric and its direction; the validation metric is the same."""
-        default = "accuracy" if self.task != "regression" else "loss"
-        if self.evaluated_on.startswith("train"):
-            default = "loss"
-        self.metric = default if metric is None else metric
-        custom = {m.name: m for m in self.user_metrics}
-        known = ["loss", *(["accuracy"] if self.task != "regression" else []), *custom]
-        if self.metric not in known:
-            raise ValueError(f"metric must be one of {', '.join(known)}, got {metric!r}")
-        self.higher_is_better = (self.metric == "accuracy" if self.metric not in custom
-                                 else bool(getattr(custom[self.metric], "higher_is_better", True)))
+        self.metric, self.higher_is_better = tm.headline(self.task, self.evaluated_on, metric,
+                                                         self.user_metrics)
         self.validation = f"validation {self.metric}"
         self.validation_higher_is_better = self.higher_is_better
 
@@ -293,16 +218,16 @@ class TorchProblem:
     @property
     def n_train(self) -> int:
         """Training samples over all nodes (validation excluded)."""
-        return self._n_train
+        return self.data.n_train
 
     @property
     def n_test(self) -> int:
         """Test samples (the whole set, also when only a slice is kept)."""
-        return self._sizes["test"]
+        return self.data.sizes["test"]
 
     @property
     def n_validation(self) -> int:
-        return self._sizes["validation"]
+        return self.data.sizes["validation"]
 
     def data_bytes(self) -> dict:
         """Bytes of the samples held in memory by set ("train", "test", "validation")."""
@@ -312,7 +237,7 @@ class TorchProblem:
     def held_slice(self, split: str = "test") -> tuple:
         """The ``(lo, hi)`` samples of a set this problem keeps."""
         self._split(split)
-        return self._held[split]
+        return self.data.held[split]
 
     def initial(self) -> np.ndarray:
         """The initial token (a copy): the model's state as built."""
@@ -354,20 +279,15 @@ class TorchProblem:
         with self.torch_settings, self._keyed as keyed:
             for r, node in enumerate(nodes):
                 node = int(node)
-                positions = self._local_positions(node)
+                positions = self.data.positions(node)
                 keyed.seed(node, t)
                 xb, yb = self._train.take(positions[self._draw(node, t)])
                 if self.augment is not None:
                     xb = self.augment(xb, augment_generator(self._augment_gen, self.seed, node, t))
                 self.state.load(x[r])
-                g = out[r, :self.n_params]
-                g[...] = self._loss_and_grad(xb, yb)
-                if self.weight_decay:
-                    g += np.float32(self.weight_decay) * x[r, :self.n_params]
-                if self.clip_norm is not None:
-                    norm = float(np.sqrt(np.dot(g.astype(np.float64), g.astype(np.float64))))
-                    if norm > self.clip_norm:
-                        g *= np.float32(self.clip_norm / (norm + 1e-6))
+                out[r, :self.n_params] = self._loss_and_grad(xb, yb)
+                regularise(out[r, :self.n_params], x[r, :self.n_params], self.weight_decay,
+                           self.clip_norm)
                 out[r, self.n_params:] = 0.0
                 if pending is not None:
                     pending[r] = self.state.buffer_values()
@@ -391,15 +311,6 @@ class TorchProblem:
                              "gradient() call (call it once per gradient() call, before the next)")
         y[:, self.n_params:] = self._pending[1]
         self._pending = None
-
-    def _local_positions(self, node: int) -> np.ndarray:
-        if not 0 <= node < self.n:
-            raise ValueError(f"node {node} is out of range for {self.n} nodes")
-        positions = self._local_parts[node]
-        if positions is None:
-            raise ValueError(f"node {node} is not among this problem's local_nodes "
-                             f"{list(self.local_nodes)}; its data was not kept")
-        return positions
 
     def _target(self, yb):
         return yb if self.task == "classification" else yb.float()
@@ -426,18 +337,9 @@ class TorchProblem:
         slices concatenated in slice order equal the whole set's rows bit for bit."""
         import torch
 
-        data = self._split(split)
-        n, size = self._sizes[split], self.eval_batch_size
-        hi = n if hi is None else int(hi)
-        lo = int(lo)
-        if not (0 <= lo <= hi <= n) or (lo % size and lo != n) or (hi % size and hi != n):
-            raise ValueError(f"evaluation slice [{lo}, {hi}) of {n} samples must lie within "
-                             f"the set, with bounds multiples of {size} (or the set's end)")
-        start, stop = self._held[split]
-        if lo < hi and not (start <= lo and hi <= stop):
-            raise ValueError(f"evaluation slice [{lo}, {hi}) of the {split} set is not held "
-                             f"here (this problem keeps [{start}, {stop}), evaluation_part="
-                             f"{self.evaluation_part}; (0, 1) keeps the whole set)")
+        self._split(split)
+        size = self.eval_batch_size
+        data, start, lo, hi = self.data.slice(split, lo, hi, size)
         width = tm.BASE + sum(m.size for m in self.user_metrics)
         rows = []
         with self.torch_settings, torch.no_grad():
@@ -465,7 +367,7 @@ class TorchProblem:
         matrix ``x``, also ``consensus`` (mean squared distance to the average)."""
         width = tm.BASE + sum(m.size for m in self.user_metrics)
         sums = np.asarray(sums, dtype=np.float64).reshape(-1, width)
-        m = tm.finish(self.task, self.user_metrics, sums, self._labels_per_sample)
+        m = tm.finish(self.task, self.user_metrics, sums, self.data.labels_per_sample)
         if x is not None:
             mean = self.average(x)
             centred = x.astype(np.float64) - mean.astype(np.float64)
@@ -514,22 +416,3 @@ class TorchProblem:
     def __repr__(self) -> str:
         return (f"TorchProblem({type(self.model).__name__}, nodes={self.n}, dim={self.dim}, "
                 f"n_train={self.n_train}, device={self.device})")
-
-
-def _default_loss(task: str):
-    from torch.nn import functional as F
-
-    if task == "classification":
-        return F.cross_entropy
-    if task == "multilabel":
-        return F.binary_cross_entropy_with_logits
-    return _mse
-
-
-def _mse(output, target):
-    """Mean squared error; a (B, 1) output against (B,) targets is compared row by row."""
-    from torch.nn import functional as F
-
-    if output.shape != target.shape and output.numel() == target.numel():
-        output = output.reshape(target.shape)
-    return F.mse_loss(output, target)
