@@ -206,6 +206,11 @@ class TorchProblem:
         return self.task == "classification"
 
     @property
+    def flat(self):
+        """The :class:`.models.FlatState` the model lives in (CPU), or None (staged)."""
+        return self.state.flat
+
+    @property
     def nodes(self) -> int:
         """The number of nodes the problem was built for (the API checks it)."""
         return self.n
