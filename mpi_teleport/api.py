@@ -26,7 +26,8 @@ __all__ = ["teleportation", "dsgd", "search_k"]
 def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                   lr: float | Callable[[int], float], epochs: float | None = None,
                   topology: str | Callable = "ring", momentum: float = 0.0,
-                  variant: str = "overlap", seed: int = 0, comm=None, log_every: int = 10,
+                  nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
+                  log_every: int = 10,
                   target: float | None = None, stop_at_target: bool = False,
                   out: str | Path | None = None, checkpoint_every: int = 0,
                   checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
@@ -65,6 +66,9 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         function ``(k, t) -> W`` returning a k x k doubly stochastic matrix.
     momentum : float
         Heavy-ball momentum in [0, 1); it travels with its token.
+    nesterov : bool
+        Take the momentum in Nesterov's form, as ``torch.optim.SGD(nesterov=True)``:
+        v = mu v + g, x -= lr (g + mu v). Needs ``momentum > 0``.
     variant : {'overlap', 'simple'}
         Algorithm 3 (one communication phase per round) or Algorithm 1.
     seed : int
@@ -110,13 +114,15 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
     (4, 5)
     """
     rounds = _rounds(problem, rounds, epochs, k)
-    spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed)
+    spec = RunSpec("teleportation", nodes, k, rounds, lr, _momentum(momentum, nesterov),
+                   topology, variant, seed)
     return _api_run(problem, spec, locals())
 
 
 def dsgd(problem, *, nodes: int, rounds: int | None = None,
          lr: float | Callable[[int], float], epochs: float | None = None,
-         topology: str | Callable = "ring", momentum: float = 0.0, seed: int = 0, comm=None,
+         topology: str | Callable = "ring", momentum: float = 0.0, nesterov: bool = False,
+         seed: int = 0, comm=None,
          log_every: int = 10, target: float | None = None, stop_at_target: bool = False,
          out: str | Path | None = None, checkpoint_every: int = 0,
          checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
@@ -136,14 +142,16 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
     8
     """
     rounds = _rounds(problem, rounds, epochs, nodes)
-    spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed)
+    spec = RunSpec("dsgd", nodes, nodes, rounds, lr, _momentum(momentum, nesterov), topology,
+                   "overlap", seed)
     return _api_run(problem, spec, locals())
 
 
 def search_k(problem, *, nodes: int, rounds: int | None = None,
              lr: float | Callable[[int], float], epochs: float | None = None,
              topology: str | Callable = "ring", momentum: float = 0.0,
-             variant: str = "overlap", seed: int = 0, comm=None, log_every: int = 10,
+             nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
+             log_every: int = 10,
              target: float | None = None, out: str | Path | None = None,
              latency: str = "none", clock: str = "real", compute_time: float | None = None,
              progress: bool = False, select: str = "averaged",
@@ -190,8 +198,8 @@ def search_k(problem, *, nodes: int, rounds: int | None = None,
     from .search import check_select
 
     rounds = _rounds(problem, rounds, epochs, nodes)
-    spec = RunSpec("search", nodes, None, rounds, _per_phase(lr, rounds), momentum, topology,
-                   variant, seed, check_select(select))
+    spec = RunSpec("search", nodes, None, rounds, _per_phase(lr, rounds),
+                   _momentum(momentum, nesterov), topology, variant, seed, check_select(select))
     return _api_run(problem, spec, locals())
 
 
@@ -213,6 +221,17 @@ def _rounds(problem, rounds, epochs, active) -> int:
     if isinstance(active, bool) or not isinstance(active, int) or active < 1:
         return 1  # (k or nodes is wrong: check_spec says so)
     return max(1, math.ceil(epochs * n_train / (batch * active)))
+
+
+def _momentum(momentum, nesterov: bool):
+    """The run's momentum: the number, or it in Nesterov's form."""
+    if not nesterov:
+        return momentum
+    if not isinstance(momentum, (int, float)) or isinstance(momentum, bool) or not momentum > 0:
+        raise UsageError(f"nesterov=True needs momentum > 0, got momentum={momentum!r}")
+    from .algorithms import Nesterov
+
+    return Nesterov(momentum)
 
 
 def _per_phase(lr, rounds):
@@ -252,13 +271,15 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
         plan.source, plan.manifest = found
     settings = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.tokens,
                 "rounds": spec.rounds, "lr": spec.lr if not callable(spec.lr) else "callable",
-                "momentum": spec.momentum, "topology": topo.describe(spec.topology),
+                "momentum": float(spec.momentum), "topology": topo.describe(spec.topology),
                 "variant": spec.variant, "seed": spec.seed, "latency": latency.spec,
                 "clock": latency.clock, "compute_time": latency.compute_time}
     hold = [(path, what) for path, what in ((out, "out"), (ck_dir, "checkpoint_dir"))
             if path is not None and (what == "out" or every)]
     if spec.algorithm == "search":
         settings["k_select"] = spec.k_select
+    if type(spec.momentum).__name__ == "Nesterov":
+        settings["nesterov"] = True
     return run(problem, spec, logging, latency, comm=args.get("comm"), out=out, plan=plan,
                settings=settings, progress=bool(args.get("progress")),
                config_record={**settings, **with_defaults(problem).describe()}, hold=hold,

@@ -495,3 +495,30 @@ def test_e_problem_nodes_must_match_the_run():
     p = TorchProblem(mlp, blobs(), nodes=4, test=blobs(10), alpha=1.0)
     with pytest.raises(mt.UsageError, match="built for nodes=4 but the run has nodes=3"):
         mt.dsgd(p, nodes=3, rounds=2, lr=0.1)
+
+
+# ------------------------------------------------------------------ Nesterov momentum
+def test_d_nesterov_momentum_follows_torch_sgd():
+    p = TorchProblem(mlp, blobs(), nodes=1, seed=3, test=blobs(10), batch_size=8)
+    lr, mu, rounds = 0.05, 0.9, 5
+    result = mt.dsgd(p, nodes=1, rounds=rounds, lr=lr, momentum=mu, nesterov=True)
+    model = p.module(p.initial())
+    sgd = torch.optim.SGD(model.parameters(), lr=lr, momentum=mu, nesterov=True)
+    x = p.initial()
+    for t in range(rounds):
+        g = p.gradient([0], x[None], t)[0]
+        _set_grads(model, g)
+        sgd.step()
+        x = torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy().copy()
+    assert np.allclose(result.x, x, rtol=0, atol=1e-6)
+    heavy = mt.dsgd(p, nodes=1, rounds=rounds, lr=lr, momentum=mu)
+    assert not np.allclose(heavy.x, result.x, atol=1e-6)
+    with pytest.raises(mt.UsageError, match="nesterov=True needs momentum > 0"):
+        mt.dsgd(p, nodes=1, rounds=2, lr=lr, nesterov=True)
+
+
+def _set_grads(model, g):
+    off = 0
+    for q in model.parameters():
+        q.grad = torch.from_numpy(g[off:off + q.numel()].copy()).view_as(q)
+        off += q.numel()

@@ -42,13 +42,30 @@ def frozen(local):  # no test set: the training loss on a fixed sample, shared b
                         clip_norm=1.0, partition="iid", eval_batch_size=64, local_nodes=local)
 
 
+def frozen_device(local):  # the MPI side holds tokens as torch tensors (device path)
+    return TorchProblem(frozen_mlp, blobs(300), nodes=n, seed=2, alpha=1.0, partition="iid",
+                        eval_batch_size=64, local_nodes=local, device_tokens=local is not None)
+
+
 CASES = [
     ("augmentation", noisy, mt.teleportation, dict(k=1, rounds=6, lr=0.1, log_every=2)),
     ("augmentation-dsgd", noisy, mt.dsgd, dict(rounds=4, lr=0.1, log_every=2, momentum=0.5)),
     ("custom-metrics-search", metrics, mt.search_k, dict(rounds=4, lr=0.1, log_every=2)),
     ("frozen-train-sample", frozen, mt.dsgd, dict(epochs=1, lr=0.1, log_every=5)),
+    ("nesterov", frozen, mt.teleportation,
+     dict(k=1, rounds=6, lr=0.1, momentum=0.9, nesterov=True, log_every=3)),
+    ("nesterov-device-tokens", frozen_device, mt.dsgd,
+     dict(rounds=6, lr=0.1, momentum=0.9, nesterov=True, log_every=3)),
 ]
 
+import os  # noqa: E402
+
+ONLY = os.environ.get("TORCH_PORT_CASES")  # (debugging: a comma-separated subset)
+EXTRA = os.environ.get("TORCH_PORT_EXTRA")
+if ONLY:
+    CASES = [c for c in CASES if c[0] in ONLY.split(",")]
+if EXTRA:  # name:key=value,...
+    CASES = [(n, b, r, {**s, **eval("dict(" + EXTRA + ")")}) for n, b, r, s in CASES]
 for name, build, run, settings in CASES:
     seen = []
     got = run(build([comm.rank]), nodes=n, comm=comm, callback=seen.append, **settings)
