@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import engine
+from .algorithms import Nesterov
 from . import topology as topo
 from .checkpoint import Plan, locate
 from .errors import UsageError
@@ -229,8 +230,6 @@ def _momentum(momentum, nesterov: bool):
         return momentum
     if not isinstance(momentum, (int, float)) or isinstance(momentum, bool) or not momentum > 0:
         raise UsageError(f"nesterov=True needs momentum > 0, got momentum={momentum!r}")
-    from .algorithms import Nesterov
-
     return Nesterov(momentum)
 
 
@@ -278,7 +277,7 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
             if path is not None and (what == "out" or every)]
     if spec.algorithm == "search":
         settings["k_select"] = spec.k_select
-    if type(spec.momentum).__name__ == "Nesterov":
+    if isinstance(spec.momentum, Nesterov):  # (only then: other runs' records unchanged)
         settings["nesterov"] = True
     return run(problem, spec, logging, latency, comm=args.get("comm"), out=out, plan=plan,
                settings=settings, progress=bool(args.get("progress")),
