@@ -522,3 +522,13 @@ def _set_grads(model, g):
     for q in model.parameters():
         q.grad = torch.from_numpy(g[off:off + q.numel()].copy()).view_as(q)
         off += q.numel()
+
+
+def test_d_warm_start_from_a_vector():
+    p = TorchProblem(mlp, blobs(), nodes=2, test=blobs(20, 1), alpha=1.0)
+    first = mt.dsgd(p, nodes=2, rounds=4, lr=0.1, log_every=4)
+    q = TorchProblem(mlp, blobs(), nodes=2, test=blobs(20, 1), alpha=1.0, x0=first.x)
+    assert np.array_equal(q.initial(), first.x)
+    assert mt.dsgd(q, nodes=2, rounds=1, lr=0.1).records[0]["loss"] == first.records[-1]["loss"]
+    with pytest.raises(ValueError, match="x0 must be"):
+        TorchProblem(mlp, blobs(), nodes=2, test=blobs(20, 1), x0=np.zeros(3))

@@ -183,3 +183,12 @@ def _deterministic(on: bool, warn_only: bool) -> None:
         torch.use_deterministic_algorithms(on, warn_only=warn_only)
     else:
         set_flag(on, warn_only=warn_only)
+
+
+def check_token(x0, dim: int) -> np.ndarray:
+    """A warm start token: ``dim`` finite float32 numbers (a copy)."""
+    x0 = np.asarray(x0, dtype=np.float32).reshape(-1)
+    if len(x0) != dim or not np.all(np.isfinite(x0)):
+        raise ValueError(f"x0 must be {dim} finite numbers (this model's token: trainable "
+                         f"parameters then floating buffers), got {len(x0)}")
+    return x0.copy()

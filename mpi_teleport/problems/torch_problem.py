@@ -23,8 +23,8 @@ from . import torch_metrics as tm
 from .keyed_random import KeyedGlobals, augment_generator
 from .torch_data import call_model, to_device
 from .torch_metrics import EvalMetric
-from .torch_options import (build, non_negative, positive_int, regularise, resolve_device,
-                            TorchSettings)
+from .torch_options import (build, check_token, non_negative, positive_int, regularise,
+                            resolve_device, TorchSettings)
 from .torch_sets import TRAIN_EVAL_SAMPLES, node_data
 from .torch_state import ModelState, load_into
 
@@ -113,6 +113,9 @@ class TorchProblem:
         Samples per evaluation chunk.
     staged : bool, optional
         Keep the model apart from the token and copy (default: off the CPU only).
+    x0 : array, optional
+        Warm start: the initial token (e.g. an earlier run's ``Result.x``) instead of
+        the model's state as built; its length must be :attr:`dim`.
     threads : int or None
         torch intra-op threads while the problem computes (1: bit-reproducible CPU
         kernels), with deterministic algorithms (warn-only); both are put back when each
@@ -152,7 +155,7 @@ class TorchProblem:
                  n_classes: int | None = None, device="cpu", local_nodes=None,
                  eval_batch_size: int = EVAL_BATCH_SIZE, staged: bool | None = None,
                  threads: int | None = 1, evaluation_part=None,
-                 device_tokens: bool | None = None):
+                 device_tokens: bool | None = None, x0=None):
         import torch
 
         tm.check_overrides(type(self), TorchProblem)
@@ -184,6 +187,8 @@ class TorchProblem:
         self.local_nodes, self.evaluation_part, self.evaluated_on = (
             d.local_nodes, d.evaluation_part, d.evaluated_on)
         self._train, self._sets = d.train, d.sets
+        if x0 is not None:  # warm start: a token of this model (e.g. an earlier Result.x)
+            self.state.initial = check_token(x0, len(self.state.initial))
         self.model = self.state.model
         self.n_params, self.n_buffers = self.state.n_params, self.state.n_buffers
         self._pending = None  # last gradient(): nodes, updated buffers, buffers as given
