@@ -532,3 +532,14 @@ def test_d_warm_start_from_a_vector():
     assert mt.dsgd(q, nodes=2, rounds=1, lr=0.1).records[0]["loss"] == first.records[-1]["loss"]
     with pytest.raises(ValueError, match="x0 must be"):
         TorchProblem(mlp, blobs(), nodes=2, test=blobs(20, 1), x0=np.zeros(3))
+
+
+def test_a_a_test_set_that_draws_evaluates_the_same_in_any_split():
+    """Augmentation left on in the test Dataset: each evaluation chunk's draws are keyed
+    by its position, so any split over ranks gives the same bits, and two calls agree."""
+    p = TorchProblem(mlp, blobs(), nodes=2, test=Noisy(30), eval_batch_size=8, alpha=1.0)
+    v = p.initial()
+    whole = p.evaluation_sums(v)
+    assert np.array_equal(whole, np.concatenate([p.evaluation_sums(v, 0, 16),
+                                                 p.evaluation_sums(v, 16, 30)]))
+    assert np.array_equal(whole, p.evaluation_sums(v))

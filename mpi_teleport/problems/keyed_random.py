@@ -51,6 +51,17 @@ class KeyedGlobals:
             np.random.seed([k & 0xFFFFFFFF, k >> 32])
             random.seed(k)
 
+    def seed_chunk(self, split: str, start: int) -> None:
+        """Key the generators for the evaluation chunk starting at sample ``start`` of a
+        set: a test Dataset that draws (augmentation left on) gives the same numbers
+        whichever rank evaluates the chunk."""
+        k = rng.key(self.base, rng.STREAM_EVAL_CHUNK, int(split == "validation"), start)
+        for gen in self.generators:
+            gen.manual_seed(k)
+        if self.others:
+            np.random.seed([k & 0xFFFFFFFF, k >> 32])
+            random.seed(k)
+
     def __exit__(self, *exc) -> None:
         saved, self._saved = self._saved, None
         for gen, state in zip(self.generators, saved):

@@ -198,7 +198,8 @@ class TorchProblem:
         if self.device.type == "cuda":
             index = self.device.index if self.device.index is not None else torch.cuda.current_device()
             generators.append(torch.cuda.default_generators[index])
-        self._keyed = KeyedGlobals(self.seed, generators, self._train.reads_items)
+        self._keyed = KeyedGlobals(self.seed, generators, any(
+            d.reads_items for d in (self._train, *self._sets.values())))
         self._augment_gen = torch.Generator() if augment is not None else None
         self.metric, self.higher_is_better = tm.headline(self.task, self.evaluated_on, metric,
                                                          self.user_metrics)
@@ -352,10 +353,11 @@ class TorchProblem:
         data, start, lo, hi = self.data.slice(split, lo, hi, size)
         width = tm.BASE + sum(m.size for m in self.user_metrics)
         rows = []
-        with self.torch_settings, torch.no_grad():
+        with self.torch_settings, torch.no_grad(), self._keyed as keyed:
             self.state.load(vector)
             self.model.eval()
             for s in range(lo, hi, size):
+                keyed.seed_chunk(split, s)
                 xb, yb = data.span(s - start, min(s + size, hi) - start)
                 xb, yb = to_device(xb, self.device), self._target(yb.to(self.device))
                 out = call_model(self.model, xb)

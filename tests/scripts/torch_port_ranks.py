@@ -29,8 +29,9 @@ import torch  # noqa: E402
 
 
 def noisy(local):
-    return TorchProblem(mlp, Noisy(), nodes=n, seed=5, test=blobs(30, 1), batch_size=4,
-                        alpha=1.0, augment=augment, local_nodes=local)
+    return TorchProblem(mlp, Noisy(), nodes=n, seed=5, test=Noisy(30), batch_size=4,  # (a
+                        alpha=1.0, augment=augment, local_nodes=local, eval_batch_size=8)  # test
+    # set that draws too: each chunk keyed, whichever rank evaluates it)
 
 
 def metrics(local):
