@@ -101,6 +101,7 @@ def test_epochs_use_the_problems_batch_size(tmp_path, mod):
     assert summary["rounds_run"] == 6  # ceil(120 / (10 * 2)), the problem's batch of 10
 
 
+@pytest.mark.one_mpi  # (what the CLI passes, not how MPI moves it)
 def test_each_rank_gets_its_local_nodes_under_mpi(tmp_path, mpirun):
     (tmp_path / "my_factories.py").write_text(FACTORIES)
     log = tmp_path / "log"
