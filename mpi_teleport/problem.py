@@ -58,7 +58,11 @@ class Problem(Protocol):
     validation_higher_is_better : bool
         Default: ``higher_is_better``.
     n_train : int
-        Training samples over all nodes (turns epochs into rounds). Default: None.
+        Training samples over all nodes (turns epochs into rounds, with ``batch_size``,
+        the samples a node draws per round). Default: None.
+    nodes : int
+        The number of nodes the problem was built for; when present, the API refuses a
+        call with another ``nodes``.
     after_step(nodes, y) -> None
         Called right after the local step ``y = x - lr * v`` with the rows of the last
         :meth:`gradient` call, before ``y`` is sent: lets a problem write state that is
