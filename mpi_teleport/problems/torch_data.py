@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["samples", "batch_tensor", "as_array", "to_device", "call_model", "batch_len"]
+__all__ = ["samples", "batch_tensor", "as_array", "to_device", "call_model"]
 
 TARGET_KEYS = ("target", "targets", "label", "labels", "y")
 
@@ -64,10 +64,6 @@ def call_model(model, inputs):
     if isinstance(inputs, tuple):
         return model(*inputs)
     return model(inputs)
-
-
-def batch_len(targets) -> int:
-    return int(targets.shape[0])
 
 
 def as_array(value, name: str) -> np.ndarray:

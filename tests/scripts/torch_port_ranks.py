@@ -1,16 +1,17 @@
 """Issue 22 under MPI (run by tests/test_torch_port_mpi.py as ``mpirun -n 2``): each case
 runs through the API with ``comm`` and in the simulator (on every rank, the records
 compared on rank 0) and prints ``ok NAME`` when the two are bit-identical."""
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the test models
 import mpi_teleport as mt  # noqa: E402
-from test_torch_port import (Noisy, Top2, MacroF1, blobs, frozen_mlp, mlp,  # noqa: E402
-                             noisy_problem, metric_problem)
+from test_torch_port import Noisy, blobs, frozen_mlp, metric_problem, mlp  # noqa: E402
 from mpi_teleport.problems.torch_problem import TorchProblem  # noqa: E402
 
 comm = MPI.COMM_WORLD
@@ -23,9 +24,6 @@ def numbers(records):
 
 def augment(inputs, generator):
     return inputs + 0.3 * torch.randn(inputs.shape, generator=generator)
-
-
-import torch  # noqa: E402
 
 
 def noisy(local):
@@ -59,14 +57,9 @@ CASES = [
      dict(rounds=6, lr=0.1, momentum=0.9, nesterov=True, log_every=3)),
 ]
 
-import os  # noqa: E402
-
 ONLY = os.environ.get("TORCH_PORT_CASES")  # (debugging: a comma-separated subset)
-EXTRA = os.environ.get("TORCH_PORT_EXTRA")
 if ONLY:
     CASES = [c for c in CASES if c[0] in ONLY.split(",")]
-if EXTRA:  # name:key=value,...
-    CASES = [(n, b, r, {**s, **eval("dict(" + EXTRA + ")")}) for n, b, r, s in CASES]
 for name, build, run, settings in CASES:
     seen = []
     got = run(build([comm.rank]), nodes=n, comm=comm, callback=seen.append, **settings)
