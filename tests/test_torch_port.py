@@ -488,7 +488,9 @@ def test_e_lr_schedule_sees_the_round_within_its_phase():
         return 0.05
 
     mt.search_k(Minimal(), nodes=4, rounds=5, lr=lr, log_every=5)
-    assert set(seen) == set(range(5))  # both phases: rounds 0..4 of the phase
+    # both phases call it with rounds 0..4 of the phase, never phase 2's global 6..9
+    # (the API's checks also probe a few rounds of the run, as the phase sees them)
+    assert set(range(5)) <= set(seen) and not set(seen) & {6, 7, 8, 9}
 
 
 def test_e_problem_nodes_must_match_the_run():
