@@ -7,8 +7,7 @@ import argparse
 import sys
 
 from .config import OPTIONS, Config, UsageError, from_toml
-
-EXIT_USAGE = 2
+from .signals import EXIT_USAGE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,12 +45,12 @@ def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) 
     """Flags (over the TOML file, over defaults) -> validated Config checked against the
     disk (the preflight), or UsageError."""
     from . import preflight
-    from .config import OPTION_BY_NAME, _coerce
+    from .config import OPTION_BY_NAME, coerce
 
     ns = vars(parser.parse_args(argv))
     raw = from_toml(ns.pop("config")) if "config" in ns else {}
     for name, value in ns.items():
-        raw[name] = _coerce(OPTION_BY_NAME[name], value, "command line")
+        raw[name] = coerce(OPTION_BY_NAME[name], value, "command line")
     return preflight.load(raw, world_size)
 
 
@@ -80,12 +79,13 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
     """One run of a Config (one algorithm of ``compare``) through the engine; returns the
     summary on the root (None elsewhere). ``transport``: the MPI runtime's; None: the
     simulator."""
-    from . import api, preflight
-    from .problems import describe, with_epochs
+    from . import preflight, runner
+    from .problems import describe, factory, is_factory, with_epochs
     from .spec import LatencySettings, Logging
 
     rounds_given = cfg.rounds
-    cfg = with_epochs(cfg, algorithm, k, problem)
+    used = factory.record(cfg.problem, cfg, transport is not None) if is_factory(cfg.problem) else None
+    cfg = with_epochs(cfg, algorithm, k, problem)  # (a factory's problem: its batch size)
     spec = run_spec(cfg, algorithm, k)
     backend = "sim" if transport is None else "mpi"
     k_shown = cfg.nodes if algorithm == "dsgd" else k
@@ -96,15 +96,19 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
         phases = phase_rounds(cfg, rounds_given, getattr(problem, "n_train", None))
     record = {**cfg.to_dict(), "algorithm": algorithm, "k": k_shown, "backend": backend,
               **phases, **describe(problem)}
+    if used is not None:  # what the factory received; flags it did not take left out
+        unused = set(used["unused"]) - ({"batch_size"} if cfg.epochs is not None else set())
+        record = {key: value for key, value in record.items() if key not in unused}
+        record["factory_args"] = used["factory_args"]
     logging = Logging(cfg.log_every, cfg.target, cfg.stop_at_target)
     latency = LatencySettings(cfg.latency, cfg.clock, cfg.compute_time)
-    plan = preflight.plan(cfg, algorithm) if k != "auto" else None
+    plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None
     from .elastic import parse_failures
 
     failures = parse_failures(list(cfg.fail or ()), cfg.nodes)
-    result = api.run(problem, spec, logging, latency, transport=transport, plan=plan,
-                     settings=cfg.to_dict(), progress=progress or False, terminator=terminator,
-                     resume_from=cfg.out, problem_name=cfg.problem, files=files,
-                     config_record=record, summary_extra=phases,
-                     elastic=bool(cfg.elastic or failures), failures=failures)  # (rounds per phase: also summary.json)
+    result = runner.train(problem, spec, logging, latency, transport=transport, plan=plan,
+                          settings=cfg.to_dict(), progress=progress or False,
+                          terminator=terminator, resume_from=cfg.out, problem_name=cfg.problem,
+                          files=files, config_record=record, summary_extra=phases,  # (rounds per phase: also summary.json)
+                          elastic=bool(cfg.elastic or failures), failures=failures)
     return result.summary

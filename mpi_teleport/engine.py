@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .checkpoint import Keeper, Plan
+from .checkpoint import Keeper, CheckpointPlan
 from .evaluation import Evaluations
 from .interfaces import Backend, RunRecorder
 
@@ -61,12 +61,14 @@ def average(x: np.ndarray) -> np.ndarray:
 
 
 def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
-            plan: Plan | None = None,
+            plan: CheckpointPlan | None = None,
             settings: dict | None = None, terminator=None, resume_from=None,
-            summary_extra: dict | None = None) -> Result:
+            summary_extra: dict | None = None, callback=None) -> Result:
     """Run ``spec`` on ``backend``; the root writes through ``recorder``. Returns the
-    whole Result on every process."""
-    plan = plan or Plan(None, 0, 2)
+    whole Result on every process. ``callback(record)``: called on the root with a copy
+    of each record written (after each logged round); a true return value stops the run
+    there, as a reached target does with ``stop_at_target``."""
+    plan = plan or CheckpointPlan(None, 0, 2)
     keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
                     log_every=logging.every, stop_at_target=logging.stop_at_target,
                     resume_from=resume_from)
@@ -81,17 +83,17 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
         backend.begin(phase, first, x0, restore if resuming else None)
         if backend.elastic:  # the survivors of a lost node go on (mpi_teleport/elastic.py)
             stopped = _elastic_rounds(index, phase, first, resuming, backend, recorder, spec,
-                                      logging, keeper)
+                                      logging, keeper, callback)
             continue
         if not resuming:  # (a resumed run has logged its first round already)
-            stopped = _log(index, first, backend, recorder, spec)
+            stopped = _log(index, first, backend, recorder, spec, callback)
         for t in keeper.rounds(phase.start, phase.stop):
             if stopped:
                 break
             backend.step(t)
             r = t + 1
             if logging.is_log_round(r, phase.start, phase.stop):
-                stopped = _log(index, r, backend, recorder, spec)
+                stopped = _log(index, r, backend, recorder, spec, callback)
             keeper.after_round(r, stopped, spec.total_rounds)
     wall = time.perf_counter() - start_clock
     summary = None
@@ -108,7 +110,7 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
 
 
 def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logging,
-                    keeper) -> bool:
+                    keeper, callback=None) -> bool:
     """The rounds of an elastic run (mpi_teleport/elastic.py): boundary r (round r's
     record and checkpoint), then round r, then the agreement that nothing failed. When
     something did, the survivors go back to round r's start without the lost nodes
@@ -125,7 +127,7 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
         try:
             if (r == first and not resuming) or (
                     r > first and logging.is_log_round(r, phase.start, phase.stop)):
-                stopped = _log(index, r, backend, recorder, spec, follow=True)
+                stopped = _log(index, r, backend, recorder, spec, callback, follow=True)
             if r > first:
                 keeper.after_round(r, stopped, spec.total_rounds)
             if r < last and not stopped:
@@ -150,9 +152,10 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
         r += 1
 
 
-def _log(phase: int, r: int, backend, recorder, spec, follow: bool = False) -> bool:
+def _log(phase: int, r: int, backend, recorder, spec, callback=None,
+         follow: bool = False) -> bool:
     """Round r's record (collective): returns whether the run stops here. The time spent
-    logging is excluded from ``time_s``."""
+    logging (the callback's too) is excluded from ``time_s``."""
     paused = recorder.pause()
     elapsed = recorder.elapsed()
     try:
@@ -162,12 +165,21 @@ def _log(phase: int, r: int, backend, recorder, spec, follow: bool = False) -> b
         if backend.losses:
             extra["lost"] = [[x["node"], x["round"]] for x in backend.losses]
         evaluated = _evaluate(backend, recorder, phase, r, mats)
+
+        def on_root() -> bool:
+            written = len(recorder.files.records)
+            stop = recorder.record(phase, r, mats, elapsed, extra, evaluated)
+            if callback is not None:
+                for record in recorder.files.records[written:]:
+                    stop = bool(callback(dict(record))) or stop
+            return stop
+
         if not follow:
-            return bool(backend.share(lambda: recorder.record(phase, r, mats, elapsed, extra, evaluated)))
+            return bool(backend.share(on_root))
 
         def record():  # (a record of round r made before a loss at r is replaced)
             recorder.forget(r)
-            stop = recorder.record(phase, r, mats, elapsed, extra, evaluated)
+            stop = on_root()
             return stop, recorder.files.records[-1], recorder.rounds_to_target
 
         # Elastic: every process keeps the records, so that any survivor can take over

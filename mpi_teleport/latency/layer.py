@@ -242,11 +242,11 @@ class TimedProblem:
 
     def gradient(self, nodes, x, t, out=None):
         if self._fixed is not None:
-            self._layer.clock_us += self._fixed
+            self._layer.advance(self._fixed)
             return self._problem.gradient(nodes, x, t, out=out)
         start = time.thread_time()  # CPU time: a descheduled rank does not count as computing
         g = self._problem.gradient(nodes, x, t, out=out)
-        self._layer.clock_us += (time.thread_time() - start) * 1e6
+        self._layer.advance((time.thread_time() - start) * 1e6)
         return g
 
     def after_step(self, nodes, y) -> None:

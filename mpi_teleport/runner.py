@@ -1,0 +1,160 @@
+"""One run of a spec on the back end asked for: the simulator, or one node per MPI rank.
+
+Shared by the Python API (:mod:`mpi_teleport.api`) and the command lines
+(:func:`mpi_teleport.cli.run_config`): it holds the output directories (one lock path for
+both), builds the back end (with the latency layer where asked), and hands the run to
+the engine (:func:`mpi_teleport.engine.execute`). The inputs arrive validated
+(:mod:`mpi_teleport.settings`, :mod:`mpi_teleport.resume`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import engine
+from .checkpoint import CheckpointPlan
+from .errors import UsageError
+from .output import RunFiles
+from .problem import with_defaults
+from .progress import Progress
+from .spec import LatencySettings, Logging, RunSpec
+
+
+def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, comm=None,
+          transport=None, out: Path | None = None, plan: CheckpointPlan | None = None,
+          settings: dict | None = None, progress: bool | Progress = False, terminator=None,
+          resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
+          config_record: dict | None = None, hold=(), summary_extra: dict | None = None,
+          refused: str | None = None, callback=None, elastic: bool = False,
+          failures=()) -> engine.Result:
+    """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
+    the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
+    communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
+    manifests, ``config_record`` into config.json (root). ``hold``: (directory, name)
+    pairs the root locks for the run (a directory another job holds is a UsageError on
+    every process). ``refused``: this process's one-line reason not to run (its checks of
+    the inputs against the disk failed); every process learns the first process's reason
+    in the same collective as the locks, so all stop together with it (UsageError).
+    ``callback(record)``: on the root after each logged round (:func:`engine.execute`)."""
+    from .metrics import Recorder
+    from .search import SearchRecorder
+
+    problem = with_defaults(problem)
+    own_transport, release = None, None
+    if elastic:
+        check_elastic(spec, latency, transport is not None or comm is not None, failures)
+    if elastic and (transport is not None or comm is not None):
+        from .transport import ElasticTransport
+
+        # (a communicator of its own that survives lost ranks; the caller's is left alone)
+        transport = own_transport = ElasticTransport(transport.comm if transport is not None else comm)
+    elif transport is None and comm is not None:
+        from .transport import Transport
+
+        transport = own_transport = Transport.duplicate(comm)
+    try:
+        root = transport is None or transport.rank == 0
+        release = _hold(hold, transport, root, refused)
+        if transport is not None and spec.nodes != transport.size:
+            raise UsageError(f"nodes={spec.nodes} but the communicator has {transport.size} "
+                             f"ranks: one rank per node")
+        if files is None:
+            files = RunFiles(out if root or elastic else None, writes=root)
+        elif elastic and not root:
+            files.writes = False
+        if config_record is not None:
+            files.config(config_record)
+        bar = progress if isinstance(progress, Progress) else Progress(spec.algorithm, bool(progress) and root)
+        bar.total = max(1, spec.total_rounds)
+        recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
+        recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
+        backend = _backend(problem, spec, latency, transport, elastic, failures)
+        result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
+                                settings=settings, terminator=terminator, resume_from=resume_from,
+                                summary_extra=summary_extra, callback=callback)
+        backend.close()
+        return result
+    finally:
+        if release is not None:
+            release()
+        if own_transport is not None and elastic and own_transport.living != list(range(spec.nodes)):
+            _survivors_meet(own_transport)  # (freeing a communicator with dead ranks may hang)
+        elif own_transport is not None:
+            own_transport.free()
+
+
+def _survivors_meet(transport) -> None:
+    """Elastic, after a loss: every survivor is done before any leaves (the command line
+    then ends with os._exit: MPI_Finalize may wait on the dead)."""
+    from .errors import RankLost
+
+    try:
+        transport.barrier()
+    except RankLost:
+        pass
+
+
+def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures) -> None:
+    """What elastic mode cannot do, refused with what to do (UsageError)."""
+    if spec.algorithm == "search":
+        raise UsageError("elastic mode (--elastic, --fail) runs Teleportation or DSGD, not "
+                         "--k auto; choose k")
+    if latency.active:
+        raise UsageError("elastic mode (--elastic, --fail) does not run under the latency "
+                         "layer; drop --latency/--clock/--compute-time")
+    if mpi and failures:
+        raise UsageError("--fail is the simulator's failure plan; under MPI, --elastic "
+                         "detects lost ranks itself")
+    if mpi:
+        from .transport import ulfm_problem
+
+        problem = ulfm_problem()
+        if problem:
+            raise UsageError(problem)
+
+
+def _hold(dirs, transport, root: bool, refused: str | None = None):
+    """Lock ``dirs`` on the root unless this process is ``refused``; every process learns
+    a refusal together (UsageError)."""
+    if not dirs and transport is None and refused is None:
+        return None
+    from .paths import hold_dirs
+
+    release, error = None, refused
+    if root and error is None and dirs:
+        try:
+            release = hold_dirs(dirs)
+        except UsageError as exc:
+            error = str(exc)
+    if transport is not None:  # (as signals.agree_on_error: one allgather)
+        error = next((e for e in transport.allgather(error) if e), None)
+    if error:
+        if release is not None:
+            release()
+        raise UsageError(error)
+    return release
+
+
+def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elastic=False,
+             failures=()):
+    if transport is None:
+        from .backends.local import LocalBackend
+
+        oracle = None
+        if latency.active:
+            from .virtual_clock import for_run
+
+            oracle = for_run(spec, latency, problem.dim, problem.dtype.itemsize)
+        return LocalBackend(problem, spec, oracle, failures, elastic=elastic)
+    if elastic:
+        from .backends.elastic import ElasticBackend
+
+        return ElasticBackend(problem, spec, transport)
+    from .backends.mpi import MpiBackend
+
+    if latency.active:
+        from .latency import LatencyTransport, TimedProblem, parse_spec, warn_oversubscribed
+
+        layer = LatencyTransport(transport, parse_spec(latency.spec, spec.nodes), latency.clock)
+        warn_oversubscribed(layer)
+        transport, problem = layer, TimedProblem(problem, layer, latency.compute_time)
+    return MpiBackend(problem, spec, transport)
