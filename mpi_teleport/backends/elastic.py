@@ -1,5 +1,6 @@
 """Elastic mode over MPI: the round executor with a round-start copy, an agreement at
-every round boundary, and recovery from lost ranks (mpi_teleport/elastic.py, DESIGN.md §11).
+every round boundary, and recovery from lost ranks (mpi_teleport/elastic.py,
+mpi_teleport/DESIGN.md §11).
 
 The engine (:func:`mpi_teleport.engine.execute`) calls, for every round boundary r:
 :meth:`ElasticBackend.keep` (this rank keeps the token it holds at round r's start), then
