@@ -21,7 +21,6 @@ from mpi_teleport.elastic import living_phase
 from mpi_teleport.sim import main as sim_main
 from mpi_teleport.spec import RunSpec
 
-pytestmark = pytest.mark.one_mpi
 BASE = ["--rounds", "24", "--lr", "0.05", "--log-every", "5", "--dim", "8"]
 
 
