@@ -72,14 +72,15 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
                                 settings=settings, terminator=terminator, resume_from=resume_from,
                                 summary_extra=summary_extra, callback=callback)
         backend.close()
+        if own_transport is not None and elastic and own_transport.living != list(range(spec.nodes)):
+            _survivors_meet(own_transport)  # (freeing a communicator with dead ranks may hang)
+            own_transport = None
         return result
     finally:
         if release is not None:
             release()
-        if own_transport is not None and elastic and own_transport.living != list(range(spec.nodes)):
-            _survivors_meet(own_transport)  # (freeing a communicator with dead ranks may hang)
-        elif own_transport is not None:
-            own_transport.free()
+        if own_transport is not None and not (elastic and own_transport.living != list(range(spec.nodes))):
+            own_transport.free()  # (after a loss and an error: left alone, the job aborts)
 
 
 def _survivors_meet(transport) -> None:

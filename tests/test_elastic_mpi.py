@@ -196,3 +196,23 @@ def test_resumed_elastic_run_keeps_the_lost_node_out(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert records(out / "metrics.jsonl") == whole
     assert json.loads((out / "summary.json").read_text())["lost"][0]["node"] == 2
+
+
+def test_digits_network_with_rank_0_lost_equals_the_simulator(tmp_path):
+    """float32 tokens and the evaluation shared by the ranks (every rank a slice of the
+    test set), which after rank 0's death is split over the survivors, the lowest of them
+    the root."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    args = ["--problem", "digits", "--algorithm", "teleportation", "--k", "2", "--alpha", "0.5",
+            "--momentum", "0.9", "--progress", "off", "--batch-size", "8"]
+    out = tmp_path / "mpi"
+    res = run_mpi(4, ["-m", "mpi_teleport.run", "--rounds", "12", "--log-every", "4",
+                      "--lr", "0.05", *args, "--elastic", "--out", str(out)], timeout=120,
+                  env={**os.environ, "MPI_TELEPORT_TEST_DIE": "0@6"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    sim = tmp_path / "sim"
+    assert sim_main(["--nodes", "4", "--rounds", "12", "--log-every", "4", "--lr", "0.05", *args,
+                     "--fail", "0@6", "--out", str(sim)]) == 0
+    assert records(out / "metrics.jsonl") == records(sim / "metrics.jsonl")
+    assert [r.get("lost") for r in records(out / "metrics.jsonl")][-1] == [[0, 6]]
