@@ -1,0 +1,78 @@
+"""Collective failure of API calls under MPI (mpi_teleport/collective.py): an exception on
+one rank ends the whole job promptly with that rank's message, however the script was
+started and whether or not it catches the exception; what the ranks can agree on at
+start (a gradient failing at the initial model, ranks with different initial models, a
+communicator no run can use) is one UsageError on every rank, catchable. Each job runs
+under a hard timeout (a hang fails the test); the user script is tests/scripts/api_faults.py.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SCRIPT = "tests/scripts/api_faults.py"
+TIMEOUT = 90  # a hang fails the test
+
+
+def _launch(mpirun, n, fault, *extra, module=False):
+    args = (["-m", "mpi4py"] if module else []) + [SCRIPT, fault, *extra]
+    return mpirun(n, args, timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize("n, module, catch", [
+    (2, False, False), (3, False, True), (2, True, True), (3, True, False)],
+    ids=["2-python-script-uncaught", "3-python-script-caught", "2-python-m-mpi4py-caught",
+         "3-python-m-mpi4py-uncaught"])
+def test_gradient_raising_on_one_rank_mid_run_ends_the_job(mpirun, n, module, catch):
+    res = _launch(mpirun, n, "raise-late", *(["catch"] if catch else []), module=module)
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert "[rank 1]" in res.stderr and "boom in gradient on rank 1" in res.stderr
+    assert "caught" not in res.stdout  # no rank went on as if the call had returned
+
+
+def test_gradient_raising_at_the_start_is_one_usage_error_on_every_rank(mpirun):
+    res = _launch(mpirun, 3, "raise-first", "catch")
+    assert res.returncode == 0, res.stderr
+    lines = sorted(res.stdout.strip().splitlines())
+    assert len(lines) == 3 and len({line.split(" ", 2)[2] for line in lines}) == 1, lines
+    assert "UsageError" in lines[0] and "boom at the start on rank 1" in lines[0]
+    assert "(on rank 1 only)" in lines[0]
+
+
+def test_ranks_with_different_initial_models_are_named(mpirun):
+    res = _launch(mpirun, 3, "unseeded", "catch")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 3, lines
+    assert all("initial()" in line and "ranks 1, 2 differ from rank 0" in line
+               and "same seed" in line for line in lines), lines
+
+
+def test_ranks_with_different_initial_models_uncaught_exit_non_zero(mpirun):
+    res = _launch(mpirun, 2, "unseeded")
+    assert res.returncode != 0
+    assert "UsageError" in res.stderr and "rank 1 differs from rank 0" in res.stderr
+
+
+@pytest.mark.parametrize("fault, words", [
+    ("intercomm", "intercommunicator"),
+    ("comm-null", "freed or null communicator"),
+    ("not-a-comm", "mpi4py intracommunicator"),
+])
+def test_unusable_communicators_are_one_line_on_every_rank(mpirun, fault, words):
+    res = _launch(mpirun, 2, fault, "catch")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 2 and all("UsageError" in line and words in line for line in lines)
+
+
+@pytest.mark.one_mpi
+def test_gradient_returning_a_new_array_trains_under_mpi_as_in_the_simulator(mpirun):
+    mpi = _launch(mpirun, 3, "new-array")
+    assert mpi.returncode == 0, mpi.stderr
+    sim = _launch(mpirun, 1, "new-array", "sim=3")
+    assert sim.returncode == 0, sim.stderr
+    errors = json.loads(mpi.stdout.strip().splitlines()[-1])
+    assert errors == json.loads(sim.stdout.strip().splitlines()[-1])
+    assert len(set(errors)) == len(errors)  # it trains (before: every error identical)
