@@ -109,7 +109,7 @@ class Keeper:
                 term.commit()
             # (a resumed run's checkpoint still stands: resuming it again is right)
             raise Terminated(signum, self.start, self.plan.source if self.resumed else None,
-                             self.resume_from)
+                             self.resume_from, before_start=True)
 
     def after_round(self, r: int, stop: bool, total: int) -> None:
         self._last_round = r
