@@ -215,6 +215,22 @@ def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], fl
 
 # ------------------------------------------------------------------------------ shared
 def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
+    comm = args.get("comm")
+    view = None
+    if comm is not None:
+        from .transport import Transport
+
+        collective.check_communicator(comm)
+        view = Transport(comm)  # (the caller's communicator, for one allgather; not freed)
+    # Under MPI a refusal on some ranks only (a checkpoint file only rank 0 cannot read, a
+    # path one host lacks) is raised on every rank: the others would wait in run().
+    with collective.agreeing(view):
+        prepared = _prepare(problem, spec, args)
+    return run(problem, spec, **prepared)
+
+
+def _prepare(problem, spec: RunSpec, args: dict) -> dict:
+    """The API's arguments checked and turned into :func:`run`'s keyword arguments."""
     check_spec(spec)
     logging = Logging(_positive_int(args["log_every"], "log_every"), args.get("target"),
                       bool(args.get("stop_at_target", False)))
@@ -242,9 +258,9 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
             if path is not None and (what == "out" or every)]
     if spec.algorithm == "search":
         settings["k_select"] = spec.k_select
-    return run(problem, spec, logging, latency, comm=args.get("comm"), out=out, plan=plan,
-               settings=settings, progress=bool(args.get("progress")),
-               config_record={**settings, **with_defaults(problem).describe()}, hold=hold)
+    return dict(logging=logging, latency=latency, comm=args.get("comm"), out=out, plan=plan,
+                settings=settings, progress=bool(args.get("progress")),
+                config_record={**settings, **with_defaults(problem).describe()}, hold=hold)
 
 
 def check_spec(spec: RunSpec) -> None:

@@ -41,7 +41,7 @@ import warnings
 
 from .errors import DatasetMissingError, NonFiniteError, Terminated, UsageError
 
-__all__ = ["agreed", "is_agreed", "guard", "check_communicator", "mpi_job_size",
+__all__ = ["agreed", "is_agreed", "agreeing", "guard", "check_communicator", "mpi_job_size",
            "warn_if_in_mpi_job", "agree_on_start", "MpiJobWarning"]
 
 _AGREED = "_mpi_teleport_agreed"
@@ -90,6 +90,29 @@ def abort(transport, exc: BaseException) -> None:
     except (OSError, ValueError):
         pass
     transport.abort(1)
+
+
+@contextlib.contextmanager
+def agreeing(transport):
+    """Around local preparation that may fail on some processes only: one allgather
+    after it; a process that failed re-raises its own exception, the others raise the
+    first failing rank's message as an agreed UsageError (naming the ranks). Nothing
+    for one process (``transport`` None)."""
+    if transport is None:
+        yield
+        return
+    failure = None
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001  (any failure: the others must learn of it)
+        failure = exc
+    message = None if failure is None else (
+        str(failure) if isinstance(failure, _ONE_LINE) else f"{type(failure).__name__}: {failure}")
+    refused = first_error(transport.allgather(message))
+    if failure is not None:
+        raise agreed(failure)
+    if refused:
+        raise agreed(UsageError(refused))
 
 
 # ----------------------------------------------------------------------------- comm=

@@ -55,6 +55,15 @@ def test_ranks_with_different_initial_models_uncaught_exit_non_zero(mpirun):
     assert "UsageError" in res.stderr and "rank 1 differs from rank 0" in res.stderr
 
 
+def test_an_argument_refused_on_one_rank_only_is_raised_on_every_rank(mpirun):
+    res = _launch(mpirun, 2, "resume-one-rank", "catch")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 2 and all("UsageError" in line and "/nonexistent" in line
+                                   for line in lines), lines
+    assert any("(on rank 1 only)" in line for line in lines)
+
+
 @pytest.mark.parametrize("fault, words", [
     ("intercomm", "intercommunicator"),
     ("comm-null", "freed or null communicator"),

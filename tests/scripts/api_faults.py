@@ -3,7 +3,8 @@
     mpirun -n N python tests/scripts/api_faults.py FAULT [catch]
 
 FAULT: raise-late (gradient raises on rank 1 in round 3), raise-first (on rank 1 at the
-initial model), unseeded (initial() differs between ranks), intercomm, comm-null,
+initial model), unseeded (initial() differs between ranks), resume-one-rank (rank 1
+alone is given a resume= path that does not exist), intercomm, comm-null,
 not-a-comm, new-array (gradient returns a new array; prints the records' errors).
 With ``catch`` the script catches the exception and goes on (then exits 0); with
 ``sim=N`` it runs the simulator of N nodes instead (one process, comm=None)."""
@@ -58,9 +59,12 @@ nodes = size
 sim = [a for a in sys.argv[2:] if a.startswith("sim=")]
 if sim:  # the simulator's records of the same run, for comparison
     nodes, run_comm = int(sim[0][4:]), None
+extra = {}
+if fault == "resume-one-rank" and rank == 1:  # a checkpoint only this rank cannot find
+    extra["resume"] = "/nonexistent/mpi_teleport/run"
 try:
     result = mt.teleportation(Mean(seed), nodes=nodes, k=2, rounds=8, lr=0.1, log_every=2,
-                              comm=run_comm)
+                              comm=run_comm, **extra)
     if rank == 0:
         print(json.dumps([r["error"] for r in result.records]), flush=True)
 except Exception as exc:
