@@ -258,3 +258,45 @@ def test_a_non_communicator_is_one_line(comm, words):
     with pytest.raises(UsageError) as info:
         run(Toy(), comm=comm)
     assert all(w in one_line(info) for w in words)
+
+
+# ----------------------------------------------------------------------------- TorchProblem
+def _torch_case(**kw):
+    torch = pytest.importorskip("torch")
+    from mpi_teleport.problems.torch_problem import TorchProblem
+
+    gen = np.random.default_rng(0)
+    X = gen.standard_normal((120, 4)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    args = dict(train=(X, y), test=(X[:40], y[:40]), nodes=4, seed=1, batch_size=8)
+    for key, value in kw.items():
+        args[key] = value(X, y) if callable(value) else value
+
+    def mlp():
+        return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+    return TorchProblem(mlp, args.pop("train"), **args)
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"train": lambda X, y: (X, y + 3)}, ["train labels", "2 outputs", "label 4"]),
+    ({"train": lambda X, y: (X, y - 1)}, ["train labels", ">= 0", "-1"]),
+    ({"test": lambda X, y: (X[:40], y[:40] + 2)}, ["test labels", "2 outputs"]),
+    ({"test": lambda X, y: (X[:40, :3], y[:40])}, ["test set", "model cannot take", "(3,)"]),
+    ({"train": lambda X, y: (X[:, :3], y)}, ["train set", "model cannot take"]),
+    ({"device": "nonsense"}, ["device='nonsense'", "not a torch device"]),
+])
+def test_torch_problem_bad_inputs_are_one_line(kw, words):
+    with pytest.raises(UsageError) as info:
+        _torch_case(**kw)
+    text = one_line(info)
+    assert all(w in text for w in words), text
+
+
+def test_torch_problem_cuda_without_a_gpu_is_one_line():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    with pytest.raises(UsageError) as info:
+        _torch_case(device="cuda")
+    assert "no CUDA device" in one_line(info)

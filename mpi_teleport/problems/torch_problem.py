@@ -342,6 +342,7 @@ class TorchProblem:
         self._n_train = len(samples)
         self.classification = _target_is_class(samples)
         labels = samples.labels() if self.classification else None
+        _refuse_negative_labels(labels, "train")  # (before the partition counts them)
         if partition is None:
             if labels is None:
                 raise ValueError("the default Dirichlet partition needs integer class labels; "
@@ -390,7 +391,7 @@ class TorchProblem:
         if bad:
             raise TypeError(f"the model must be float32 (tokens are float32 vectors), found "
                             f"{bad[0]} tensors; convert it with model.float()")
-        self.device = torch.device(_resolve_device(device))
+        self.device = torch.device(_usable_device(device))
         if staged is None:
             staged = self.device.type != "cpu"
         self.n_params, self.n_buffers = layout.n_params, layout.n_buffers
@@ -424,6 +425,7 @@ class TorchProblem:
             self.metric, self.higher_is_better = "loss", False
             self.validation = "validation loss"
         self.validation_higher_is_better = self.higher_is_better
+        _check_first_batch(self)
 
     # ---------------------------------------------------------------- sizes
     @property
@@ -772,3 +774,64 @@ def _resolve_device(device) -> str:
 
         return pick_device("auto", 0)
     return str(device)
+
+
+# ----------------------------------------------------------------------------- issue 21
+# Inputs torch would only reject deep inside a round, with a traceback: one-line
+# UsageErrors at construction instead (mpi_teleport/contract.py checks the Problem side).
+def _usable_device(device) -> str:
+    """``device`` resolved, or UsageError: not a torch device, or CUDA without a GPU."""
+    import torch
+
+    from ..errors import UsageError
+
+    name = _resolve_device(device)
+    try:
+        kind = torch.device(name).type
+    except (RuntimeError, TypeError, ValueError):
+        raise UsageError(f"device={device!r} is not a torch device: use 'cpu', 'cuda', "
+                         f"'cuda:N' or 'auto'") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device={device!r} but torch sees no CUDA device "
+                         f"(torch.cuda.is_available() is False): use device='cpu' or 'auto'")
+    return name
+
+
+def _refuse_negative_labels(labels, split: str) -> None:
+    if labels is not None and len(labels) and int(np.min(labels)) < 0:
+        from ..errors import UsageError
+
+        raise UsageError(f"{split} labels must be class indices >= 0; found "
+                         f"{int(np.min(labels))}")
+
+
+def _check_first_batch(problem) -> None:
+    """Run the model on the first samples of each set (eval mode, no gradient: nothing
+    changes): inputs it cannot take, and class labels outside its outputs, are one line."""
+    import torch
+
+    from ..errors import UsageError
+
+    model, training = problem.model, problem.model.training
+    model.eval()
+    try:
+        for split, data in (("train", problem._train), *problem._sets.items()):
+            if data is None or len(data) == 0:
+                continue
+            xb, _ = data.take(np.arange(min(2, len(data))))
+            try:
+                with torch.no_grad():
+                    out = model(xb.to(problem.device))
+            except Exception as exc:  # noqa: BLE001  (the model rejects these inputs)
+                raise UsageError(f"{split} set: the model cannot take its inputs of shape "
+                                 f"{tuple(xb.shape[1:])} per sample ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+            if problem.classification and problem.loss is None and out.ndim == 2:
+                labels = data.labels()
+                _refuse_negative_labels(labels, split)
+                top, classes = int(np.max(labels)), int(out.shape[1])
+                if top >= classes:
+                    raise UsageError(f"{split} labels must be class indices below the model's "
+                                     f"{classes} outputs; found label {top}")
+    finally:
+        model.train(training)
