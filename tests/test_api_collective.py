@@ -85,3 +85,9 @@ def test_gradient_returning_a_new_array_trains_under_mpi_as_in_the_simulator(mpi
     errors = json.loads(mpi.stdout.strip().splitlines()[-1])
     assert errors == json.loads(sim.stdout.strip().splitlines()[-1])
     assert len(set(errors)) == len(errors)  # it trains (before: every error identical)
+
+
+def test_the_simulator_inside_an_mpi_job_warns(mpirun):
+    res = _launch(mpirun, 2, "comm-none")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("MpiJobWarning") == 2 and "comm=MPI.COMM_WORLD" in res.stderr

@@ -5,7 +5,8 @@
 FAULT: raise-late (gradient raises on rank 1 in round 3), raise-first (on rank 1 at the
 initial model), unseeded (initial() differs between ranks), resume-one-rank (rank 1
 alone is given a resume= path that does not exist), intercomm, comm-null,
-not-a-comm, new-array (gradient returns a new array; prints the records' errors).
+not-a-comm, comm-none (the simulator inside the MPI job), new-array (gradient returns
+a new array; prints the records' errors).
 With ``catch`` the script catches the exception and goes on (then exits 0); with
 ``sim=N`` it runs the simulator of N nodes instead (one process, comm=None)."""
 import json
@@ -55,6 +56,8 @@ elif fault == "comm-null":
     run_comm.Free()
 elif fault == "not-a-comm":
     run_comm = "COMM_WORLD"
+elif fault == "comm-none":  # the simulator in every process of the job
+    run_comm = None
 nodes = size
 sim = [a for a in sys.argv[2:] if a.startswith("sim=")]
 if sim:  # the simulator's records of the same run, for comparison
