@@ -222,6 +222,8 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
 
         collective.check_communicator(comm)
         view = Transport(comm)  # (the caller's communicator, for one allgather; not freed)
+    else:
+        collective.warn_if_in_mpi_job()  # every process of an mpirun job simulating alone?
     # Under MPI a refusal on some ranks only (a checkpoint file only rank 0 cannot read, a
     # path one host lacks) is raised on every rank: the others would wait in run().
     with collective.agreeing(view):
@@ -312,8 +314,6 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
 
         collective.check_communicator(comm)
         transport = own_transport = Transport.duplicate(comm)
-    elif transport is None:
-        collective.warn_if_in_mpi_job()
     try:
         # Under the API's own communicator an exception on one rank ends the job (agreed
         # errors pass): the other ranks would otherwise wait for that rank for ever.

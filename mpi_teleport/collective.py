@@ -163,6 +163,7 @@ def warn_if_in_mpi_job(what: str = "comm=None") -> bool:
     size = mpi_job_size()
     if size <= 1:
         return False
+    # stacklevel 4: the line of the user's script that called mt.teleportation & co.
     warnings.warn(f"{what} runs the simulator (all n nodes in this process), but this "
                   f"process is one of {size} of an MPI job: every process runs the whole "
                   f"simulation. Pass comm=MPI.COMM_WORLD (from mpi4py import MPI) to run one "

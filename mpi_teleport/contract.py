@@ -126,7 +126,7 @@ def check_metrics(problem, metrics) -> None:
     value = metrics[metric]
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise UsageError(f"{_name(problem)}.evaluate()[{metric!r}] is {_what(value)}; it "
-                         f"must be a number")
+                         f"must be a number (e.g. float(value))")
 
 
 def check_lr(value, t: int) -> float:
