@@ -352,7 +352,7 @@ def _start(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, p
     step sizes of the first rounds, the communicator's size, and the same problem and
     settings on every rank (:func:`collective.agree_on_start`). Returns the spec with a
     step-size function checked every round."""
-    error, fingerprint, x0 = None, None, None
+    error, failure, fingerprint, x0 = None, None, None, None
     try:
         if transport is not None and spec.nodes != transport.size:
             raise UsageError(f"nodes={spec.nodes} but the communicator has {transport.size} "
@@ -373,10 +373,11 @@ def _start(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, p
             raise UsageError(f"{problem.name}.gradient() of node "
                              f"{first[0]} raised {type(exc).__name__}: {exc} (at the "
                              f"initial model, round 0)") from exc
-    except UsageError as exc:
+    except Exception as exc:  # noqa: BLE001  (under MPI: every rank must learn of it)
         if transport is None:
             raise
-        error = str(exc)
+        failure = exc
+        error = str(exc) if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
     if transport is not None:
         lr = spec.lr
         settings = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.k,
@@ -390,7 +391,10 @@ def _start(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, p
                     "checkpoints": None if plan is None else
                     [str(plan.dir), plan.every, plan.keep, plan.start]}
         fingerprint = collective.problem_fingerprint(problem, x0, settings)
-    collective.agree_on_start(transport, error, fingerprint)
+    try:
+        collective.agree_on_start(transport, error, fingerprint)
+    except UsageError as agreed:
+        raise agreed from failure  # (this rank's own exception, where it failed)
     return replace(spec, lr=contract.checked_lr(spec.lr))
 
 
