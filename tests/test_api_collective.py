@@ -34,19 +34,17 @@ def test_gradient_raising_on_one_rank_mid_run_ends_the_job(mpirun, n, module, ca
 def test_gradient_raising_at_the_start_is_one_usage_error_on_every_rank(mpirun):
     res = _launch(mpirun, 3, "raise-first", "catch")
     assert res.returncode == 0, res.stderr
-    lines = sorted(res.stdout.strip().splitlines())
-    assert len(lines) == 3 and len({line.split(" ", 2)[2] for line in lines}) == 1, lines
-    assert "UsageError" in lines[0] and "boom at the start on rank 1" in lines[0]
-    assert "(on rank 1 only)" in lines[0]
+    said = ("caught UsageError: Mean.gradient() of node 1 raised ValueError: boom at the "
+            "start on rank 1 (at the initial model, round 0) (on rank 1 only)")
+    assert res.stdout.count(said) == 3, res.stdout  # (ranks' lines may interleave)
 
 
 def test_ranks_with_different_initial_models_are_named(mpirun):
     res = _launch(mpirun, 3, "unseeded", "catch")
     assert res.returncode == 0, res.stderr
-    lines = res.stdout.strip().splitlines()
-    assert len(lines) == 3, lines
-    assert all("initial()" in line and "ranks 1, 2 differ from rank 0" in line
-               and "same seed" in line for line in lines), lines
+    assert res.stdout.count("caught UsageError: initial() (the initial model) differs between "
+                            "ranks: ranks 1, 2 differ from rank 0; build the problem from the "
+                            "same seed") == 3, res.stdout
 
 
 def test_ranks_with_different_initial_models_uncaught_exit_non_zero(mpirun):
@@ -58,10 +56,8 @@ def test_ranks_with_different_initial_models_uncaught_exit_non_zero(mpirun):
 def test_an_argument_refused_on_one_rank_only_is_raised_on_every_rank(mpirun):
     res = _launch(mpirun, 2, "resume-one-rank", "catch")
     assert res.returncode == 0, res.stderr
-    lines = res.stdout.strip().splitlines()
-    assert len(lines) == 2 and all("UsageError" in line and "/nonexistent" in line
-                                   for line in lines), lines
-    assert any("(on rank 1 only)" in line for line in lines)
+    assert res.stdout.count("caught UsageError: resume=/nonexistent") == 2, res.stdout
+    assert "(on rank 1 only)" in res.stdout
 
 
 @pytest.mark.parametrize("fault, words", [
@@ -72,8 +68,8 @@ def test_an_argument_refused_on_one_rank_only_is_raised_on_every_rank(mpirun):
 def test_unusable_communicators_are_one_line_on_every_rank(mpirun, fault, words):
     res = _launch(mpirun, 2, fault, "catch")
     assert res.returncode == 0, res.stderr
-    lines = res.stdout.strip().splitlines()
-    assert len(lines) == 2 and all("UsageError" in line and words in line for line in lines)
+    assert res.stdout.count("caught UsageError: ") == 2 and res.stdout.count(words) == 2, \
+        res.stdout
 
 
 @pytest.mark.one_mpi
