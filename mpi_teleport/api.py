@@ -33,13 +33,12 @@ What a call does when something is wrong (details: ``mpi_teleport/DESIGN.md`` se
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from . import collective, contract, engine
+from . import collective, engine
 from . import topology as topo
 from .checkpoint import Plan, locate
 from .errors import UsageError
@@ -319,7 +318,7 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
         # errors pass): the other ranks would otherwise wait for that rank for ever.
         with collective.guard(own_transport):
             root = transport is None or transport.rank == 0
-            spec = _start(problem, spec, logging, latency, plan, transport)
+            spec = collective.check_start(problem, spec, logging, latency, plan, transport)
             release = _hold(hold, transport, root)
             if files is None:
                 files = RunFiles(out if root else None)
@@ -343,63 +342,6 @@ def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, c
             release()
         if own_transport is not None:
             own_transport.free()
-
-
-def _start(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, plan,
-           transport) -> RunSpec:
-    """The checks before the first round, agreed by every process (one allgather under
-    MPI): the Problem contract at the initial model (:mod:`mpi_teleport.contract`), the
-    step sizes of the first rounds, the communicator's size, and the same problem and
-    settings on every rank (:func:`collective.agree_on_start`). Returns the spec with a
-    step-size function checked every round."""
-    error, failure, fingerprint, x0 = None, None, None, None
-    try:
-        if transport is not None and spec.nodes != transport.size:
-            raise UsageError(f"nodes={spec.nodes} but the communicator has {transport.size} "
-                             f"ranks: one rank per node")
-        contract.first_rounds_lr(spec.lr, spec.total_rounds)
-        x0 = contract.initial_model(problem)
-        if transport is not None:
-            first = [transport.rank]  # this rank's node: every node's data is checked
-        else:  # the first round's holders (a few: a gradient of every node may be costly)
-            first = spec.phases()[0].roster(0)[0][:PROBED_ROWS]
-        try:
-            contract.probe(problem, first, x0)
-        except UsageError:
-            raise
-        except Exception as exc:  # noqa: BLE001  (the user's gradient failed: say where)
-            if transport is None:
-                raise
-            raise UsageError(f"{problem.name}.gradient() of node "
-                             f"{first[0]} raised {type(exc).__name__}: {exc} (at the "
-                             f"initial model, round 0)") from exc
-    except Exception as exc:  # noqa: BLE001  (under MPI: every rank must learn of it)
-        if transport is None:
-            raise
-        failure = exc
-        error = str(exc) if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
-    if transport is not None:
-        lr = spec.lr
-        settings = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.k,
-                    "rounds": spec.rounds, "momentum": spec.momentum,
-                    "lr": [lr(t) for t in range(2)] if callable(lr) and error is None else
-                    ("function" if callable(lr) else lr),
-                    "topology": topo.describe(spec.topology), "variant": spec.variant,
-                    "seed": spec.seed, "k_select": spec.k_select,
-                    "logging": [logging.every, logging.target, logging.stop_at_target],
-                    "latency": [latency.spec, latency.clock, latency.compute_time],
-                    "checkpoints": None if plan is None else
-                    [str(plan.dir), plan.every, plan.keep, plan.start]}
-        fingerprint = collective.problem_fingerprint(problem, x0, settings)
-    try:
-        collective.agree_on_start(transport, error, fingerprint)
-    except UsageError as agreed:
-        raise agreed from failure  # (this rank's own exception, where it failed)
-    return replace(spec, lr=contract.checked_lr(spec.lr))
-
-
-# Rows of the simulator's gradient probe at start (under MPI each rank probes its node).
-PROBED_ROWS = 16
 
 
 def _hold(dirs, transport, root: bool):

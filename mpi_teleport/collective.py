@@ -3,9 +3,9 @@ cannot, so no error on one rank leaves the others waiting.
 
 **Agree at start.** Before the first round every process checks what it was given (the
 Problem contract at the initial model, :mod:`mpi_teleport.contract`; the settings; the
-communicator's size) and the processes exchange one small record (:func:`agree_on_start`,
-one allgather): each one's error, and a fingerprint of its problem (dim, dtype, a hash of
-``initial()``) and settings. Any error, or any process whose fingerprint differs from rank
+communicator's size; :func:`check_start`) and the processes exchange one small record
+(:func:`agree_on_start`, one allgather): each one's error, and a fingerprint of its
+problem (dim, dtype, a hash of ``initial()``) and settings. Any error, or any process whose fingerprint differs from rank
 0's, becomes the same one-line :class:`UsageError` on every process, naming the ranks:
 the user can catch it on every rank alike, and nothing has started.
 
@@ -39,10 +39,14 @@ import sys
 import traceback
 import warnings
 
+from dataclasses import replace
+
+from . import contract
+from . import topology as topo
 from .errors import DatasetMissingError, NonFiniteError, Terminated, UsageError
 
 __all__ = ["agreed", "is_agreed", "agreeing", "guard", "check_communicator", "mpi_job_size",
-           "warn_if_in_mpi_job", "agree_on_start", "MpiJobWarning"]
+           "warn_if_in_mpi_job", "check_start", "agree_on_start", "MpiJobWarning"]
 
 _AGREED = "_mpi_teleport_agreed"
 # Raised only after the processes agreed on them (NonFiniteError: rank 0's verdict, shared;
@@ -172,6 +176,62 @@ def warn_if_in_mpi_job(what: str = "comm=None") -> bool:
 
 
 # ----------------------------------------------------------------------------- start
+def check_start(problem, spec, logging, latency, plan, transport):
+    """The checks before the first round, agreed by every process (one allgather under
+    MPI): the Problem contract at the initial model (:mod:`mpi_teleport.contract`), the
+    step sizes of the first rounds, the communicator's size, and the same problem and
+    settings on every rank (:func:`agree_on_start`). Returns the spec with a
+    step-size function checked every round."""
+    error, failure, fingerprint, x0 = None, None, None, None
+    try:
+        if transport is not None and spec.nodes != transport.size:
+            raise UsageError(f"nodes={spec.nodes} but the communicator has {transport.size} "
+                             f"ranks: one rank per node")
+        contract.first_rounds_lr(spec.lr, spec.total_rounds)
+        x0 = contract.initial_model(problem)
+        if transport is not None:
+            first = [transport.rank]  # this rank's node: every node's data is checked
+        else:  # the first round's holders (a few: a gradient of every node may be costly)
+            first = spec.phases()[0].roster(0)[0][:PROBED_ROWS]
+        try:
+            contract.probe(problem, first, x0)
+        except UsageError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (the user's gradient failed: say where)
+            if transport is None:
+                raise
+            raise UsageError(f"{problem.name}.gradient() of node "
+                             f"{first[0]} raised {type(exc).__name__}: {exc} (at the "
+                             f"initial model, round 0)") from exc
+    except Exception as exc:  # noqa: BLE001  (under MPI: every rank must learn of it)
+        if transport is None:
+            raise
+        failure = exc
+        error = str(exc) if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
+    if transport is not None:
+        lr = spec.lr
+        settings = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.k,
+                    "rounds": spec.rounds, "momentum": spec.momentum,
+                    "lr": [lr(t) for t in range(2)] if callable(lr) and error is None else
+                    ("function" if callable(lr) else lr),
+                    "topology": topo.describe(spec.topology), "variant": spec.variant,
+                    "seed": spec.seed, "k_select": spec.k_select,
+                    "logging": [logging.every, logging.target, logging.stop_at_target],
+                    "latency": [latency.spec, latency.clock, latency.compute_time],
+                    "checkpoints": None if plan is None else
+                    [str(plan.dir), plan.every, plan.keep, plan.start]}
+        fingerprint = problem_fingerprint(problem, x0, settings)
+    try:
+        agree_on_start(transport, error, fingerprint)
+    except UsageError as refusal:
+        raise refusal from failure  # (this rank's own exception, where it failed)
+    return replace(spec, lr=contract.checked_lr(spec.lr))
+
+
+# Rows of the simulator's gradient probe at start (under MPI each rank probes its node).
+PROBED_ROWS = 16
+
+
 def problem_fingerprint(problem, x0, settings: dict) -> dict:
     """What every process must share: dim, dtype, a hash of initial() and the settings."""
     return {"dim": int(problem.dim), "dtype": str(problem.dtype),
