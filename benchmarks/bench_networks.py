@@ -229,6 +229,7 @@ def _worker(args, comm, rank: int, size: int) -> dict:
 
     from mpi_teleport import cli, config
     from mpi_teleport import plan as plan_module
+    from mpi_teleport.backends import compiled as compiled_rounds
     from mpi_teleport.backends import mpi as mpi_backend
     from mpi_teleport.problems import datasets, make_problem
     from mpi_teleport.transport import Transport
@@ -240,8 +241,10 @@ def _worker(args, comm, rank: int, size: int) -> dict:
     clocks = {name: Clock() for name in ("compute", "comm", "local_step", "weighted_sum",
                                          "schedule", "topology", "post")}
     # framework parts, wrapped where the back end and the plan look them up (worker only)
-    mpi_backend.local_step = clocks["local_step"].timed(mpi_backend.local_step)
-    mpi_backend.weighted_sum = clocks["weighted_sum"].timed(mpi_backend.weighted_sum)
+    # (the compiled rounds, the default path, and the round executor's arithmetic)
+    for module in (compiled_rounds, mpi_backend):
+        module.local_step = clocks["local_step"].timed(module.local_step)
+        module.weighted_sum = clocks["weighted_sum"].timed(module.weighted_sum)
     plan_module.topo = Timed(plan_module.topo, mixing=clocks["topology"])
 
     problem_name = MODELS[args.model]

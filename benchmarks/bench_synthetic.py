@@ -41,7 +41,7 @@ Protocol, per setting:
 Speed: the simulator's arithmetic is replicated on a stacked array of shape (k, L, d)
 holding the tokens of all L step sizes of one (method, setting, k). Gradient noise, b_i
 and the schedule depend only on (seed, node, round), not on the step size, so they are
-drawn once per round and broadcast; mixing is linear, so ``sim.mix`` is applied once to
+drawn once per round and broadcast; mixing is linear, so ``algorithms.mix`` is applied once to
 the (k, L*d) view. Every operation is the same element-wise float64 operation as in
 ``sim.simulate`` / ``search.simulate_search``, so each lr slice is bit-identical to a
 separate ``simulate()`` run. This is *checked* on every invocation (``--quick`` too), see
@@ -83,7 +83,8 @@ from mpi_teleport.config import resolve  # noqa: E402
 from mpi_teleport.output import RunFiles  # noqa: E402
 from mpi_teleport.problems.quadratic import Quadratic  # noqa: E402
 from mpi_teleport.search import CRITERIA  # noqa: E402
-from mpi_teleport.sim import mix, simulate  # noqa: E402
+from mpi_teleport.algorithms import mix  # noqa: E402
+from mpi_teleport.sim import simulate  # noqa: E402
 
 N, D, TARGET = 100, 50, 1e-3
 LRS = (0.1, 0.075, 0.05, 0.025, 0.01, 0.0075, 0.005, 0.0025, 0.001, 0.00075, 0.0005,
@@ -101,7 +102,7 @@ PAPER_K = {  # Table 1 of the paper: (sigma2, zeta2) -> (ring, base2)
 
 # ---------------------------------------------------------------- batched simulator
 def fast_mix(w: topo.Mixing, y: np.ndarray) -> np.ndarray:
-    """``sim.mix`` with the same per-element operations in the same order (bit-identical:
+    """``algorithms.mix`` with the same per-element operations in the same order (bit-identical:
     slot by slot, x_rows (+)= weight * y_source), using np.take into a buffer for slots
     that cover every row instead of fancy-index read-modify-write."""
     if w.complete:

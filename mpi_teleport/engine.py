@@ -26,6 +26,7 @@ import numpy as np
 
 from .checkpoint import Keeper, Plan
 from .evaluation import Evaluations
+from .interfaces import Backend, RunRecorder
 
 
 @dataclass
@@ -59,7 +60,8 @@ def average(x: np.ndarray) -> np.ndarray:
     return (np.add.reduce(x.astype(np.float64), axis=0) / len(x)).astype(x.dtype)
 
 
-def execute(problem, spec, logging, backend, recorder, *, plan: Plan | None = None,
+def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
+            plan: Plan | None = None,
             settings: dict | None = None, terminator=None, resume_from=None,
             summary_extra: dict | None = None) -> Result:
     """Run ``spec`` on ``backend``; the root writes through ``recorder``. Returns the
@@ -119,13 +121,11 @@ def _evaluate(backend, recorder, phase: int, r: int, mats: list) -> Evaluations:
     """The metrics of every run's tokens (and their validation where the recorder uses
     it), computed by the back end: collective, since ranks may share the work."""
     problem = recorder.problem
-    validates = getattr(recorder, "validates", None)
     metrics = [backend.evaluate(problem, x) for x in mats]
     validation = tokens = None
-    if validates is not None and validates(phase, r):
+    if recorder.validates(phase, r):
         validation = [backend.evaluate(problem, x, "validation") for x in mats]
-    validates_tokens = getattr(recorder, "validates_tokens", None)
-    if validates_tokens is not None and validates_tokens(phase, r):  # each token alone
+    if recorder.validates_tokens(phase, r):  # each token alone
         tokens = [[backend.evaluate(problem, None if x is None else x[m:m + 1], "validation")
                    for m in range(k)] for x, k in zip(mats, recorder.spec.run_ks(phase))]
     return Evaluations(metrics, validation, tokens)

@@ -31,7 +31,8 @@ def lr_text(lr) -> str:
 
 
 class Recorder:
-    """Records one run (Teleportation or DSGD): metrics.jsonl rows and the summary."""
+    """Records one run (Teleportation or DSGD): metrics.jsonl rows and the summary (an
+    :class:`~mpi_teleport.interfaces.CheckpointedRecorder`)."""
 
     def __init__(self, spec, logging, problem, files, progress=None, problem_name=None):
         self.spec, self.logging, self.problem, self.files = spec, logging, problem, files
@@ -71,6 +72,13 @@ class Recorder:
         self._start = time.perf_counter() - state["elapsed"]
         self._excluded = 0.0
         self.files.restore(state["records"])
+
+    def validates(self, phase: int, r: int) -> bool:
+        """No validation metric is logged (Algorithm 2's recorder logs one)."""
+        return False
+
+    def validates_tokens(self, phase: int, r: int) -> bool:
+        return False
 
     def record(self, phase: int, r: int, mats: list, time_s: float, extra: dict,
                evaluated=None) -> bool:

@@ -5,8 +5,17 @@ Teleportation and DSGD; the concurrent candidates of Algorithm 2, phase 2, on di
 nodes). Given the rosters of consecutive rounds and the topology, a node's part of the
 round is a pure function of (rosters, topology, node, t): which token it holds, where its
 y and its momentum go, whom it receives from and with which weights. Nothing here talks
-MPI or keeps state; the MPI back end posts exactly these messages, and the virtual-clock
-oracle (:mod:`mpi_teleport.latency`) charges exactly these messages.
+MPI or keeps state. One plan, in three shapes, each for its reader:
+
+* :func:`overlap_step` / :func:`simple_step`: one node, one round (:class:`OverlapStep`,
+  :class:`SimpleStep`): the definition, and what the round executor
+  (:mod:`mpi_teleport.algorithms.teleport`) reads;
+* :func:`overlap_block_flat` / :func:`simple_block_flat`: one node, a block of rounds,
+  as integer arrays in a few vectorised numpy calls (what the MPI back end plans with);
+  row i equals the step of round t0 + i (tests/test_plan_ahead.py);
+* :func:`round_messages`: every node's messages of one round, as arrays (what the
+  virtual-clock oracle, :mod:`mpi_teleport.virtual_clock`, charges); the same edges as
+  the steps of all nodes (tests/test_plan_messages.py).
 
 Ranks are node ids. A message from a node to itself is not a message: it stays in place.
 """
@@ -18,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import topology as topo
+from .schedule import Phase, flat_rosters
 
 _EMPTY = np.zeros(0, dtype=np.float64)
 
@@ -222,41 +232,6 @@ class SimpleBlock:
                           tuple(self.y_from[i, :nf].tolist()), self.weights[i, :nf])
 
 
-_TABLES: dict = {}
-
-
-def _tables(w) -> tuple:
-    """(sources, weights, n_sources, receivers, n_receivers) of W as padded (k, width)
-    tables, built once per matrix (kept with it, so a recycled id cannot alias)."""
-    hit = _TABLES.get(id(w))
-    if hit is not None and hit[0] is w:
-        return hit[1]
-    if len(_TABLES) > 512:
-        _TABLES.clear()
-    k = w.k
-    rows = [w.row(j) for j in range(k)]
-    outs = [w.receivers(m) for m in range(k)]
-    width = max(1, max(len(r[0]) for r in rows), max(len(o) for o in outs))
-    src = np.full((k, width), -1, dtype=np.int64)
-    wts = np.zeros((k, width))
-    rcv = np.full((k, width), -1, dtype=np.int64)
-    n_src = np.zeros(k, dtype=np.int64)
-    n_rcv = np.zeros(k, dtype=np.int64)
-    for j, (s, v) in enumerate(rows):
-        src[j, :len(s)], wts[j, :len(s)], n_src[j] = s, v, len(s)
-    for m, o in enumerate(outs):
-        rcv[m, :len(o)], n_rcv[m] = o, len(o)
-    tables = (src, wts, n_src, rcv, n_rcv)
-    _TABLES[id(w)] = (w, tables)
-    return tables
-
-
-def flat_rosters(rosters: list[list[np.ndarray]]) -> np.ndarray:
-    """Rosters as one (R, K) int64 array: row r holds every run's holders side by side
-    (run 0's first). The runs' sizes are the same in every round of a phase."""
-    return np.array([np.concatenate(r) if len(r) > 1 else r[0] for r in rosters], dtype=np.int64)
-
-
 @functools.lru_cache(maxsize=64)
 def _columns(sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each column's run and token, and each run's first column, for runs of ``sizes``."""
@@ -320,20 +295,20 @@ def overlap_block_flat(topology, flat: np.ndarray, sizes: tuple[int, ...], node:
     run, token, next_run, next_token = runs[:B], toks[:B], runs[1:], toks[1:]
     to_groups = list(_groups(topology, sizes, run, t0))
     from_groups = list(_groups(topology, sizes, next_run, t0))
-    width = max([1] + [_tables(w)[0].shape[1] for _, _, w in to_groups + from_groups])
+    width = max([1] + [w.padded()[0].shape[1] for _, _, w in to_groups + from_groups])
     y_to = np.full((B, width), -1, dtype=np.int64)
     y_from = np.full((B, width), -1, dtype=np.int64)
     weights = np.zeros((B, width))
     n_to, n_from = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
     momentum_to, momentum_from = np.full(B, -1, dtype=np.int64), np.full(B, -1, dtype=np.int64)
     for q, rows, w in to_groups:
-        src, wts, n_src, rcv, n_rcv = _tables(w)
+        src, wts, n_src, rcv, n_rcv = w.padded()
         m = token[rows]
         y_to[rows, :rcv.shape[1]] = _gather_nodes(nxt[rows], offsets[q], rcv[m])
         n_to[rows] = n_rcv[m]
         momentum_to[rows] = nxt[rows, offsets[q] + m]
     for q, rows, w in from_groups:
-        src, wts, n_src, rcv, n_rcv = _tables(w)
+        src, wts, n_src, rcv, n_rcv = w.padded()
         j = next_token[rows]
         y_from[rows, :src.shape[1]] = _gather_nodes(now[rows], offsets[q], src[j])
         n_from[rows] = n_src[j]
@@ -363,13 +338,13 @@ def simple_block_flat(topology, pflat: np.ndarray, flat: np.ndarray, sizes: tupl
     model_to = np.where(held >= 0, flat[ii, offsets[np.maximum(held_run, 0)] + held], -1)
     model_from = np.where(token >= 0, pflat[ii, offsets[np.maximum(run, 0)] + token], -1)
     groups = list(_groups(topology, sizes, run, t0))
-    width = max([1] + [_tables(w)[0].shape[1] for _, _, w in groups])
+    width = max([1] + [w.padded()[0].shape[1] for _, _, w in groups])
     y_to = np.full((B, width), -1, dtype=np.int64)
     y_from = np.full((B, width), -1, dtype=np.int64)
     weights = np.zeros((B, width))
     n_to, n_from = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
     for q, rows, w in groups:
-        src, wts, n_src, rcv, n_rcv = _tables(w)
+        src, wts, n_src, rcv, n_rcv = w.padded()
         m = token[rows]
         here = flat[rows]
         y_from[rows, :src.shape[1]] = _gather_nodes(here, offsets[q], src[m])
@@ -378,3 +353,13 @@ def simple_block_flat(topology, pflat: np.ndarray, flat: np.ndarray, sizes: tupl
         n_from[rows], n_to[rows] = n_src[m], n_rcv[m]
     return SimpleBlock(t0, held_run, held, model_to, run, token, model_from, y_to, n_to,
                        y_from, weights, n_from)
+
+
+def entry_rosters(phase: Phase, t0: int, t1: int) -> np.ndarray:
+    """Where Algorithm 1's tokens of rounds t0 .. t1 - 1 sit on entry (line 8 fetches them
+    from there), one row per round: the previous round's roster, or the round's own in a
+    placement round (:meth:`~mpi_teleport.schedule.Phase.is_placement_round`)."""
+    if phase.is_placement_round(t0):  # (only a phase's first round can be one)
+        rows = phase.rosters(t0, t1)
+        return np.concatenate([rows[:1], rows[:-1]])
+    return phase.rosters(t0 - 1, t1 - 1)

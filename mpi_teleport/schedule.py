@@ -4,11 +4,15 @@ Every function here is pure: the answer for round t is computed from (seed, n, k
 alone, from hash words keyed by (seed, t) (:func:`rng.words`), so each rank evaluates
 any round locally in O(k) time and memory, without replaying earlier rounds and without
 communication. The ``*_block`` functions compute a block of consecutive rounds in a few
-numpy calls; the one-round functions are their first row (one definition).
+numpy calls; the one-round functions are their first row (one definition). A
+:class:`Phase` is a run's rounds [start, stop) with their rosters
+(:meth:`mpi_teleport.spec.RunSpec.phases` builds them from these functions).
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -108,3 +112,35 @@ def search_blocks(seed: int, n: int, t: int) -> list[np.ndarray]:
     """
     order = search_order_block(seed, n, t, 1)[0]
     return [order[k - 1:2 * k - 1] for k in candidate_ks(n)]  # block of size k starts at 1+2+...+k/2 = k-1
+
+
+def flat_rosters(rosters: list[list[np.ndarray]]) -> np.ndarray:
+    """Rosters as one (R, K) int64 array: row r holds every run's holders side by side
+    (run 0's first). The runs' sizes are the same in every round of a phase."""
+    return np.array([np.concatenate(r) if len(r) > 1 else r[0] for r in rosters], dtype=np.int64)
+
+
+@dataclass
+class Phase:
+    """Rounds [start, stop) whose rosters come from ``roster(t)`` (a roster: every run's
+    holder array of round t); ``fresh``: the phase starts from new tokens placed at
+    roster(start) (Algorithm 2, phase 2). ``block``, when given, computes the rosters of
+    many rounds at once (:meth:`rosters`); it must agree with ``roster``."""
+
+    roster: Callable[[int], list]
+    start: int
+    stop: int
+    fresh: bool = False
+    block: Callable[[int, int], np.ndarray] | None = None
+
+    def rosters(self, t0: int, t1: int) -> np.ndarray:
+        """The rosters of rounds t0 .. t1 - 1 as one (t1 - t0, K) int64 array, every run's
+        holders side by side (:func:`flat_rosters`)."""
+        if self.block is not None:
+            return self.block(t0, t1)
+        return flat_rosters([self.roster(t) for t in range(t0, t1)])
+
+    def is_placement_round(self, t: int) -> bool:
+        """Whether Algorithm 1's tokens of round t sit with holders(t) itself on entry (the
+        first round of the run, or of a fresh phase) rather than with holders(t - 1)."""
+        return t == self.start and (self.fresh or t == 0)

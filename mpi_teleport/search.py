@@ -104,7 +104,7 @@ def phase_rounds(cfg, rounds_given: int, n_train) -> dict:
 
 class SearchRecorder:
     """Records both phases, tracks every candidate under every criterion, and writes the
-    summary (root)."""
+    summary (root); an :class:`~mpi_teleport.interfaces.RunRecorder`."""
 
     def __init__(self, spec, logging, problem, files, progress=None, problem_name=None):
         self.spec, self.logging, self.problem, self.files = spec, logging, problem, files

@@ -13,7 +13,6 @@ import sys
 import warnings
 
 from . import cli, preflight, report, signals
-from .algorithms import mix  # noqa: F401  (the simulator's gossip sum, for tests)
 from .errors import DatasetMissingError, NonFiniteError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles

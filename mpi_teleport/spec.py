@@ -17,7 +17,7 @@ import numpy as np
 
 from . import schedule
 from .latency.model import needs_layer
-from .virtual_clock import Phase
+from .schedule import Phase
 
 ALGORITHMS = ("teleportation", "dsgd", "search")
 VARIANTS = ("overlap", "simple")

@@ -66,6 +66,28 @@ class Mixing:
             self._cache["uniform"] = _read_only(np.full(self.k, 1.0 / self.k))
         return self._cache["uniform"]
 
+    def padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(sources, weights, n_sources, receivers, n_receivers): row j's sources and
+        weights and column m's receivers as (k, width) arrays padded with -1 and 0.0, and
+        their lengths; built once per matrix (the vectorised planner's lookup tables,
+        :mod:`mpi_teleport.plan`)."""
+        if "padded" not in self._cache:
+            k = self.k
+            rows = [self.row(j) for j in range(k)]
+            outs = [self.receivers(m) for m in range(k)]
+            width = max(1, max(len(r[0]) for r in rows), max(len(o) for o in outs))
+            src = np.full((k, width), -1, dtype=np.int64)
+            wts = np.zeros((k, width))
+            rcv = np.full((k, width), -1, dtype=np.int64)
+            n_src = np.zeros(k, dtype=np.int64)
+            n_rcv = np.zeros(k, dtype=np.int64)
+            for j, (sources, weights) in enumerate(rows):
+                src[j, :len(sources)], wts[j, :len(sources)], n_src[j] = sources, weights, len(sources)
+            for m, receivers in enumerate(outs):
+                rcv[m, :len(receivers)], n_rcv[m] = receivers, len(receivers)
+            self._cache["padded"] = tuple(_read_only(a) for a in (src, wts, n_src, rcv, n_rcv))
+        return self._cache["padded"]
+
     def slots(self):
         """Vectorised view for the simulator: per slot s, the receivers having an s-th
         source, that source and its weight. Summing slot by slot adds each row's inputs

@@ -1,21 +1,32 @@
 """How vectors move between ranks: the only module of the runtime that talks MPI.
 
-Algorithms hand the transport lists of (peer, tag, contiguous numpy array) and wait;
-they never see a request or a communicator. Messages are buffer messages (uppercase
-Isend/Irecv, no pickling). A message to oneself is a local copy. Tags combine the round
-and the message kind, so a message of round t can never be consumed in another round;
-MPI's non-overtaking rule covers the (astronomically distant) wrap-around of the tag.
+Algorithms hand the transport (peer, tag or kind, contiguous numpy array) and wait; they
+never see a request or a communicator. Messages are buffer messages (uppercase MPI calls,
+no pickling). Two ways to move a round's vectors (:class:`Transport` implements
+:class:`~mpi_teleport.interfaces.ChannelTransport`):
+
+* **Persistent channels**, the default path (the compiled rounds,
+  :mod:`mpi_teleport.backends.compiled`): :meth:`Transport.send_channel` /
+  :meth:`Transport.recv_channel` bind a persistent request (Send_init / Recv_init) to
+  (direction, peer, kind, buffer) once; every round that moves that buffer starts it
+  (``start``: Prequest.Startall) and completes it (``wait_all``: Request.Waitall).
+* **Per-round messages** (the round executor, :mod:`mpi_teleport.algorithms.teleport`,
+  used under the latency layer and with device tokens): :meth:`Transport.post_recvs` /
+  :meth:`Transport.post_sends` post Irecv / Isend, :meth:`Transport.wait` completes them.
+  Tags combine the round and the message kind, so a message of round t can never be
+  consumed in another round; MPI's non-overtaking rule covers the (astronomically
+  distant) wrap-around of the tag. A message to oneself is a local copy.
+
 The communicator is passed in, never taken from COMM_WORLD here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
-# Message kinds: a token's y (gossip input), its momentum, its model (Alg. 1 fetch).
-KIND_Y, KIND_MOMENTUM, KIND_MODEL, KIND_SPARE = range(4)
-N_KINDS = 4
+from .interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_SPARE, KIND_Y, N_KINDS  # noqa: F401
 
 
 @dataclass
@@ -26,6 +37,18 @@ class Pending:
 
 
 class Transport:
+    """Moves vectors between the ranks of ``comm`` (an
+    :class:`~mpi_teleport.interfaces.ChannelTransport`: per-round messages, persistent
+    channels, the collectives the layers above need)."""
+
+    has_channels = True
+    has_clock = False
+    # start(channels) and wait_all(channels) (interfaces.ChannelTransport): bound in
+    # __init__ to mpi4py's own Prequest.Startall and Request.Waitall, since the round loop
+    # calls them every round and a wrapper would add its call to each.
+    start: Callable[[list], None]
+    wait_all: Callable[[list], None]
+
     def __init__(self, comm, owned: bool = False):
         from mpi4py import MPI
 
@@ -49,7 +72,12 @@ class Transport:
         directly: our messages cannot match theirs); :meth:`free` releases it."""
         return cls(comm.Dup(), owned=True)
 
+    def close(self) -> None:
+        """The end of a run on this transport: nothing is held back here (the back end
+        releases its channels itself); the transport stays usable."""
+
     def free(self) -> None:
+        """Release every channel and, when this transport made it, the communicator."""
         self.release_channels()
         if self._owned and self.comm is not None:
             self.comm.Free()
@@ -95,8 +123,8 @@ class Transport:
         if self._local:
             raise RuntimeError(f"local receives without a matching send: tags {sorted(self._local)}")
 
-    # Persistent channels: the round loop's fast path (plain transport only; the latency
-    # layer stamps every message and keeps the per-round path). A channel is a persistent
+    # Persistent channels: the round loop's default path (the latency layer stamps every
+    # message and keeps the per-round path). A channel is a persistent
     # request bound to (direction, peer, kind, buffer), created once and started every
     # round that moves that buffer between those two ranks. All channels of a kind share
     # one tag, outside the per-round tags: a receiver completes all of round t's
@@ -118,10 +146,6 @@ class Transport:
         if hit is None:
             hit = self._channels[key] = self.comm.Recv_init(buf, source, self._steady_tag0 + kind)
         return hit
-
-    # start(channels): start channels (a list from send_channel/recv_channel);
-    # wait_all(channels): complete them. Bound in __init__ to mpi4py's own functions: the
-    # round loop calls them every round, a wrapper would add its call to each.
 
     def release_channels(self, buffers=None) -> None:
         """Free the channels of ``buffers`` (all channels when None): a channel holds its
@@ -172,15 +196,13 @@ class Transport:
         self.comm.Gatherv(rows, [out, counts, displs, self._mpi.DOUBLE], root=0)
         return out.reshape(-1, width)
 
-    # Point-to-point and requests, for layers that wrap the transport (the latency layer).
+    # Point-to-point and requests, for layers that wrap the transport (the latency layer;
+    # it completes requests with wait_all, as channels are).
     def irecv(self, buf: np.ndarray, source: int, tag: int):
         return self.comm.Irecv(buf, source, tag)
 
     def isend(self, buf: np.ndarray, dest: int, tag: int):
         return self.comm.Isend(buf, dest, tag)
-
-    def waitall(self, requests: list) -> None:
-        self._mpi.Request.Waitall(requests)
 
     def testall(self, requests: list) -> bool:
         return self._mpi.Request.Testall(requests)

@@ -10,33 +10,10 @@ plan the ranks execute) with the same float operations, so the simulator's
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
 
 from . import plan
-
-
-@dataclass
-class Phase:
-    """Rounds [start, stop) whose rosters come from ``roster(t)``; ``fresh``: the phase
-    starts from new tokens placed at roster(start) (Algorithm 2, phase 2). ``block``, when
-    given, computes the rosters of many rounds at once (:meth:`rosters`); it must agree
-    with ``roster``."""
-
-    roster: Callable[[int], list]
-    start: int
-    stop: int
-    fresh: bool = False
-    block: Callable[[int, int], np.ndarray] | None = None
-
-    def rosters(self, t0: int, t1: int) -> np.ndarray:
-        """The rosters of rounds t0 .. t1 - 1 as one (t1 - t0, K) int64 array, every run's
-        holders side by side (:func:`mpi_teleport.plan.flat_rosters`)."""
-        if self.block is not None:
-            return self.block(t0, t1)
-        return plan.flat_rosters([self.roster(t) for t in range(t0, t1)])
+from .schedule import Phase
 
 
 class Oracle:
@@ -65,8 +42,7 @@ class Oracle:
         now = phase.roster(t)
         prev = None
         if self.variant == "simple":
-            first = t == phase.start and (phase.fresh or t == 0)
-            prev = now if first else phase.roster(t - 1)
+            prev = now if phase.is_placement_round(t) else phase.roster(t - 1)
         nxt = phase.roster(t + 1) if self.variant == "overlap" else now
         msgs = plan.round_messages(self.topology, self.variant, prev, now, nxt, t, self.momentum)
         if msgs.fetch is not None:  # Alg. 1 line 8 (model and momentum travel together)

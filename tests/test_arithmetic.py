@@ -1,14 +1,14 @@
 """The per-round arithmetic one rank does equals the simulator's, bit for bit.
 
 A receiving rank sums its inputs with ``algorithms.weighted_sum``; the simulator mixes all
-k tokens at once with ``sim.mix``. Both work in the token's dtype (float64 for the
+k tokens at once with ``algorithms.mix``. Both work in the token's dtype (float64 for the
 quadratic problem, float32 for network tokens) and add in ascending source order, so
 every row must agree exactly, also when the vector is processed block by block.
 """
 import numpy as np
 import pytest
 
-from mpi_teleport import algorithms, sim
+from mpi_teleport import algorithms
 from mpi_teleport import topology as topo
 
 TOPOLOGIES = list(topo.TOPOLOGIES)
@@ -32,7 +32,7 @@ def test_rank_sum_equals_simulator_mix(topology, dtype, block, monkeypatch):
     y = np.random.default_rng(3).standard_normal((k, d)).astype(dtype)
     for t in range(topo.period(topology, k)):
         w = topo.mixing(topology, k, t)
-        expected = sim.mix(w, y)
+        expected = algorithms.mix(w, y)
         got = _rank_side(w, y)
         assert got.dtype == dtype and expected.dtype == dtype
         assert np.array_equal(got, expected), (topology, t)
@@ -45,7 +45,7 @@ def test_float32_tokens_are_summed_in_float32(topology):
     k, d = 6, 40
     y = np.random.default_rng(5).standard_normal((k, d)).astype(np.float32)
     w = topo.mixing(topology, k, 0)
-    mixed = sim.mix(w, y)
+    mixed = algorithms.mix(w, y)
     for j in range(k):
         sources, weights = w.row(j)
         acc = np.float32(weights[0]) * y[sources[0]]

@@ -1,30 +1,37 @@
-"""The MPI back end uses persistent channels only on a plain transport: the latency layer
-stamps every message with its clock, so it keeps the per-round path (serial, no MPI)."""
+"""The MPI back end picks its executor from what the transport declares, never by probing:
+the compiled rounds (persistent channels) on a transport with ``has_channels`` and host
+tokens, the round executor otherwise (the latency layer stamps every message with its
+clock: ``has_clock``, no channels). Serial, no MPI."""
 from __future__ import annotations
 
-from mpi_teleport.backends.mpi import _uses_channels
+import pytest
+
+from mpi_teleport.backends.mpi import MpiBackend
+from mpi_teleport.latency.layer import LatencyTransport
+from mpi_teleport.problems.quadratic import quadratic
+from mpi_teleport.spec import RunSpec
+from mpi_teleport.transport import Transport
 
 
-class Plain:
-    def send_channel(self, buf, dest, kind):
-        return None
+class Declared:
+    def __init__(self, channels: bool):
+        self.rank, self.size, self.has_channels, self.has_clock = 0, 2, channels, not channels
 
 
-class Layered:
-    """Like the latency layer: a logical clock, other attributes forwarded inward."""
-
-    def __init__(self, inner):
-        self.inner, self.clock_us = inner, 0.0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
-class Old:
-    """A transport without channels (a test double, an older layer)."""
+def backend(transport, **kwargs) -> MpiBackend:
+    return MpiBackend(quadratic(2, dim=3), RunSpec("teleportation", 2, 1, 4, 0.1), transport,
+                      **kwargs)
 
 
 def test_channels_on_a_plain_transport_only():
-    assert _uses_channels(Plain())
-    assert not _uses_channels(Layered(Plain()))
-    assert not _uses_channels(Old())
+    assert Transport.has_channels and not Transport.has_clock
+    assert LatencyTransport.has_clock and not LatencyTransport.has_channels
+    assert backend(Declared(True)).compiled
+    assert not backend(Declared(False)).compiled
+    assert not backend(Declared(True), compiled=False).compiled
+    assert not backend(Declared(True), token_device="cpu").compiled
+
+
+def test_compiled_rounds_refused_without_channels():
+    with pytest.raises(ValueError, match="persistent channels"):
+        backend(Declared(False), compiled=True)

@@ -15,12 +15,12 @@ import threading
 import numpy as np
 import pytest
 
-from mpi_teleport.backends import mpi as mpi_backend
+from mpi_teleport.backends import compiled, mpi as mpi_backend
 from mpi_teleport.backends.local import LocalBackend
 from mpi_teleport.backends.mpi import MpiBackend
 from mpi_teleport.problems.quadratic import quadratic
 from mpi_teleport.spec import RunSpec
-from mpi_teleport.virtual_clock import Phase
+from mpi_teleport.schedule import Phase
 
 WAIT_S = 30  # a lost message fails the test instead of hanging it
 
@@ -46,6 +46,8 @@ class Hub:
 
 class Loopback:
     """A transport with persistent channels only (what MpiBackend's fast path uses)."""
+
+    has_channels, has_clock = True, False
 
     def __init__(self, hub: Hub, rank: int):
         self.hub, self.rank, self.size = hub, rank, hub.n
@@ -99,7 +101,7 @@ def run_threads(spec: RunSpec, dim: int) -> list[dict]:
     hub = Hub(n)
     problems = [quadratic(n, seed=3, dim=dim, sigma2=1.0, zeta2=1.0) for _ in range(n)]
     backends = [MpiBackend(problems[r], spec, Loopback(hub, r)) for r in range(n)]
-    assert all(b._fast for b in backends)
+    assert all(b.compiled for b in backends)
     x0 = problems[0].initial()
     phases = [_one_at_a_time(phase) for phase in spec.phases()]
     results: list[list] = [[None] * len(phases) for _ in range(n)]
@@ -184,7 +186,7 @@ def test_records_are_rebuilt_when_the_cache_is_full(monkeypatch):
     """A run with more distinct round patterns than records kept still computes the same
     numbers (records are rebuilt, not reused wrongly)."""
     monkeypatch.setattr(mpi_backend, "BLOCK_ROUNDS", 5)
-    monkeypatch.setattr(mpi_backend, "RECORDS_KEPT", 3)
+    monkeypatch.setattr(compiled, "RECORDS_KEPT", 3)
     spec = RunSpec("teleportation", 7, 3, 40, 0.05, momentum=0.9, seed=5)
     got, want = run_threads(spec, 5), run_simulator(spec, 5)
     for key in want[0]:

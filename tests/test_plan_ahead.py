@@ -25,7 +25,7 @@ def same_simple(a: plan.SimpleStep, b: plan.SimpleStep) -> bool:
 
 
 def prev_roster(phase, t):
-    """Where Alg. 1's round-t tokens sit on entry (as MpiBackend._prev_roster)."""
+    """Where Alg. 1's round-t tokens sit on entry (as plan.entry_rosters, round by round)."""
     if t == phase.start and (phase.fresh or t == 0):
         return phase.roster(t)
     return phase.roster(t - 1)

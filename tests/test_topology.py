@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mpi_teleport import topology as topo
-from mpi_teleport.sim import mix
+from mpi_teleport.algorithms import mix
 
 KS = list(range(1, 65)) + [100, 127, 128, 1000]
 

@@ -2,12 +2,12 @@
 
 Both call :func:`local_step`, on all k token rows at once (simulator) or on the one row a
 rank holds (MPI); a rank's gossip sum :func:`weighted_sum` does, element by element, what
-the simulator's ``sim.mix`` does for all rows. Every operation is element-wise, so the
-numbers agree bit for bit (tests/test_arithmetic.py).
+the simulator's :func:`mix` does for all rows. Every operation is element-wise, so the
+numbers agree bit for bit (tests/test_arithmetic.py). The round itself, who sends what
+to whom and when, is :mod:`mpi_teleport.algorithms.teleport` (one node) and
+:mod:`mpi_teleport.backends.local` (every node at once).
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -21,19 +21,6 @@ from ..contract import landed
 # memory s times, and the momentum step reads v, g, x once. Each element's operations
 # (hence the numbers) are those of the unblocked code.
 BLOCK = 1 << 18
-
-
-def learning_rate(cfg, rounds: int | None = None):
-    """The step size of round t: cfg.lr (a float), or for ``--lr-schedule cosine`` a
-    function t -> lr * (1 + cos(pi t / T)) / 2 over the run's T rounds."""
-    if cfg.lr_schedule == "constant":
-        return cfg.lr
-    total = max(1, rounds or cfg.rounds)
-    return lambda t: cfg.lr * 0.5 * (1.0 + math.cos(math.pi * min(t, total) / total))
-
-
-def lr_at(lr, t: int) -> float:
-    return lr(t) if callable(lr) else lr
 
 
 def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,

@@ -2,16 +2,21 @@
 
 :class:`~mpi_teleport.backends.local.LocalBackend` runs every node in this process (the
 simulator, vectorised over tokens); :class:`~mpi_teleport.backends.mpi.MpiBackend` runs
-one node per MPI rank through a :class:`~mpi_teleport.transport.Transport`. Both offer
-the same small interface, which is all the engine uses:
+one node per MPI rank through a transport. Both implement
+:class:`mpi_teleport.interfaces.Backend`, which is all the engine uses:
 
 * ``begin(phase, start, x0, restore)``: place the phase's tokens (fresh from x0, or a
   checkpoint's), ``step(t)``: one round of every run of the phase,
-* ``tokens(run)``: the run's token matrix on the root (collective), ``virtual_time_s(r)``,
+* ``tokens(run)``: the run's token matrix on the root (collective), ``evaluate``,
+  ``virtual_time_s(r)``,
 * ``root``, ``share(fn)``, ``agree(flag)``, ``barrier()``: the few collectives of logging,
   signals and checkpoints (trivial in one process),
-* ``save(directory)``, ``clocks()``: this process's part of a checkpoint.
+* ``save(directory)``, ``clocks()``, ``restore_clock``: this process's part of a checkpoint.
 
-Both share the arithmetic (:func:`mpi_teleport.algorithms.local_step`, the gossip sum in
-ascending token order), so their records agree bit for bit.
+The MPI back end's modules: ``mpi`` (planning blocks of rounds, collectives, checkpoint
+files), ``tokens`` (the token buffers), ``compiled`` (the compiled rounds on persistent
+channels), ``device`` (token buffers as torch tensors); the round itself, as the paper
+states it, is :mod:`mpi_teleport.algorithms.teleport`. Both back ends share the
+arithmetic (:func:`mpi_teleport.algorithms.local_step`, the gossip sum in ascending token
+order), so their records agree bit for bit.
 """

@@ -1,7 +1,7 @@
 """Tokens held as torch tensors on the rank's compute device: the momentum step and the
 gossip sum run there (MpiBackend with ``token_device``).
 
-The state has the fields of :class:`~mpi_teleport.backends.mpi.TokenState` (``x``, ``y``,
+The state has the fields of :class:`~mpi_teleport.backends.tokens.TokenState` (``x``, ``y``,
 ``v``, ``v_in``, ``inbox``, ``work``), each a numpy array the transport sends and
 receives ("wire"), paired with a tensor on the device:
 

@@ -17,7 +17,8 @@ from ..checkpoint import LAYOUT_MATRIX, load_matrix, save_matrix
 
 
 class LocalBackend:
-    """All tokens of every run as (k, d) matrices in this process."""
+    """All tokens of every run as (k, d) matrices in this process (an
+    :class:`~mpi_teleport.interfaces.Backend`)."""
 
     root = True
     rank = 0
@@ -79,6 +80,12 @@ class LocalBackend:
             return None
         self.oracle.advance_to(r)
         return self.oracle.clock.tolist()
+
+    def restore_clock(self, clocks) -> None:
+        """Nothing to restore: the oracle replays the clocks from round 0."""
+
+    def interrupt_on(self, asked) -> None:
+        """Nothing waits here: a signal is seen after the round."""
 
     # -- collectives (one process: nothing to agree on) ------------------------------------
     def share(self, fn):

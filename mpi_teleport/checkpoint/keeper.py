@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Terminated
+from ..interfaces import Backend
 from .find import prune
 from ..output import write_atomic
 from .store import RUN_MARKER, round_dir, write_manifest
@@ -49,7 +50,7 @@ class Keeper:
     signal's checkpoint, and stop together with :class:`signals.Terminated`.
     """
 
-    def __init__(self, plan: Plan, backend, recorder, terminator=None, *, settings: dict,
+    def __init__(self, plan: Plan, backend: Backend, recorder, terminator=None, *, settings: dict,
                  spec, log_every: int, stop_at_target: bool, resume_from=None):
         self.plan, self.backend, self.rec, self.terminator = plan, backend, recorder, terminator
         self.settings, self.spec = settings, spec
@@ -62,10 +63,8 @@ class Keeper:
         # checkpoints of this run and its ancestors only, never anyone else's.
         source_id = (plan.manifest or {}).get("run_id")
         self.run_id = source_id if isinstance(source_id, str) else uuid.uuid4().hex
-        layer = getattr(backend, "transport", None)
-        if terminator is not None and hasattr(layer, "interrupted"):
-            # latency layer: a signal cuts a long real-clock delay short (numbers unchanged)
-            layer.interrupted = lambda: bool(terminator.signum)
+        if terminator is not None:  # (the latency layer cuts a real-clock delay short)
+            backend.interrupt_on(lambda: bool(terminator.signum))
 
     @property
     def start(self) -> int:
@@ -92,9 +91,7 @@ class Keeper:
             return None
         if self.rec is not None and m.get("recorder") is not None and self.backend.root:
             self.rec.restore(m["recorder"])
-        restore_clock = getattr(self.backend, "restore_clock", None)
-        if restore_clock is not None:
-            restore_clock(m.get("clocks_us"))
+        self.backend.restore_clock(m.get("clocks_us"))
         self._t0 = time.perf_counter() - self.wall_offset
         return self.plan.source, m
 
@@ -123,9 +120,6 @@ class Keeper:
         elif r % self.log_every and not due:
             return  # neither a logging nor a checkpoint round
         paused = self.rec.pause()
-        flush = getattr(self.backend.transport, "flush", None) if hasattr(self.backend, "transport") else None
-        if flush is not None:
-            flush()  # latency layer: deferred sends out before the collectives
         signum = self.backend.agree(term.signum if term is not None else 0)
         if signum and term is not None:
             term.commit()  # the stop is decided: a second signal cannot change it now

@@ -4,11 +4,4 @@ mpi_teleport.latency probe``). The simulator's clocks: :mod:`mpi_teleport.virtua
 """
 from .model import (CLOCKS, MOD_BASE, NONE, LatencyModel, check_compute_time, layer_active,  # noqa: F401
                     parse_spec)
-
-
-def __getattr__(name):
-    if name in ("LatencyTransport", "LatencyPending", "TimedProblem", "warn_oversubscribed"):
-        from . import layer
-
-        return getattr(layer, name)
-    raise AttributeError(f"module 'mpi_teleport.latency' has no attribute {name!r}")
+from .layer import LatencyPending, LatencyTransport, TimedProblem, warn_oversubscribed  # noqa: F401

@@ -48,8 +48,13 @@ class LatencyPending:
 
 
 class LatencyTransport:
-    """Wraps a :class:`mpi_teleport.transport.Transport`; same interface, plus a logical
-    clock (``clock_us``) and, with ``clock='real'``, real sender-side delays."""
+    """Wraps a :class:`mpi_teleport.transport.Transport`: a
+    :class:`~mpi_teleport.interfaces.ClockedTransport` (per-round messages, each with its
+    sender's clock; no persistent channels), plus, with ``clock='real'``, real
+    sender-side delays. Every collective first sends out what is still deferred."""
+
+    has_channels = False
+    has_clock = True
 
     def __init__(self, inner, model: LatencyModel, clock: str = "real"):
         if clock not in CLOCKS:
@@ -124,7 +129,7 @@ class LatencyTransport:
                         break
                     os.sched_yield()  # cheap when idle; on a shared host it keeps us schedulable
             else:
-                self.inner.waitall(reqs)
+                self.inner.wait_all(reqs)
             reqs.clear()
         self.inner.wait(pending)  # local (self) messages: checks none is left unmatched
         for source, nbytes, stamp in pending.stamps:
@@ -158,7 +163,7 @@ class LatencyTransport:
     def _settle(self) -> None:
         """After a collective every earlier message was received: complete the sends."""
         if self._inflight:
-            self.inner.waitall([r for f in self._inflight for r in f[:2]])
+            self.inner.wait_all([r for f in self._inflight for r in f[:2]])
             self._inflight = []
 
     # collectives (logging rounds, start-up): deferred sends go out first ------
@@ -177,6 +182,30 @@ class LatencyTransport:
         self.inner.barrier()
         self._settle()
 
+    def bcast_array(self, buf: np.ndarray) -> np.ndarray:
+        self.flush()
+        return self.inner.bcast_array(buf)
+
+    def gather_rows_in_order(self, rows: np.ndarray) -> np.ndarray | None:
+        self.flush()
+        return self.inner.gather_rows_in_order(rows)
+
+    def gather(self, obj) -> list | None:
+        self.flush()
+        return self.inner.gather(obj)
+
+    def allgather(self, obj) -> list:
+        self.flush()
+        return self.inner.allgather(obj)
+
+    def agree_max(self, value: int) -> int:
+        self.flush()
+        return self.inner.agree_max(value)
+
+    def reduce_max(self, value: float) -> float | None:
+        self.flush()
+        return self.inner.reduce_max(value)
+
     def abort(self, code: int = 1) -> None:
         self.inner.abort(code)
 
@@ -185,21 +214,6 @@ class LatencyTransport:
         self.flush()
         self._settle()
         self._stamps.free()
-
-    def __getattr__(self, name):
-        """Anything else of the inner transport (e.g. a newer collective helper); a method
-        first sends the deferred messages out, as the collectives above do."""
-        if name.startswith("__") or name == "inner":
-            raise AttributeError(name)
-        attr = getattr(self.inner, name)
-        if not callable(attr):
-            return attr
-
-        def flushed(*args, **kwargs):
-            self.flush()
-            return attr(*args, **kwargs)
-
-        return flushed
 
     def virtual_time_s(self) -> float | None:
         """Max of the logical clocks over ranks, in seconds, on rank 0 (None elsewhere).
@@ -210,26 +224,35 @@ class LatencyTransport:
 
 
 class TimedProblem:
-    """The problem as the algorithm sees it: each ``gradient`` call (one local step) adds
-    its compute time to the layer's clock: ``compute_time_us`` when given, else the CPU
-    time of the calling thread spent in it (so time a rank spends descheduled on an
-    oversubscribed host is not counted; for work off the CPU, e.g. a GPU, or multithreaded
-    gradients, give --compute-time)."""
+    """The problem as the back end's local step sees it: each ``gradient`` call (one
+    local step) adds its compute time to the layer's clock: ``compute_time_us`` when
+    given, else the CPU time of the calling thread spent in it (so time a rank spends
+    descheduled on an oversubscribed host is not counted; for work off the CPU, e.g. a
+    GPU, or multithreaded gradients, give --compute-time).
+
+    It offers what a local step uses (``gradient``, ``after_step``) and the problem's
+    ``dim``, ``dtype`` and ``token_device``; everything else (evaluation) the engine asks
+    of the problem itself."""
 
     def __init__(self, problem, layer: "LatencyTransport", compute_time_us: float | None):
         self._problem, self._layer, self._fixed = problem, layer, compute_time_us
+        self.dim, self.dtype = problem.dim, problem.dtype
+        self.token_device = getattr(problem, "token_device", None)  # (optional members)
+        self._after_step = getattr(problem, "after_step", None)
 
-    def __getattr__(self, name):
-        return getattr(self._problem, name)
-
-    def gradient(self, *args, **kwargs):
+    def gradient(self, nodes, x, t, out=None):
         if self._fixed is not None:
-            self._layer.clock_us += self._fixed
-            return self._problem.gradient(*args, **kwargs)
+            self._layer.advance(self._fixed)
+            return self._problem.gradient(nodes, x, t, out=out)
         start = time.thread_time()  # CPU time: a descheduled rank does not count as computing
-        out = self._problem.gradient(*args, **kwargs)
-        self._layer.clock_us += (time.thread_time() - start) * 1e6
-        return out
+        g = self._problem.gradient(nodes, x, t, out=out)
+        self._layer.advance((time.thread_time() - start) * 1e6)
+        return g
+
+    def after_step(self, nodes, y) -> None:
+        """The problem's own ``after_step``, if it has one."""
+        if self._after_step is not None:
+            self._after_step(nodes, y)
 
 
 def warn_oversubscribed(layer: "LatencyTransport") -> None:

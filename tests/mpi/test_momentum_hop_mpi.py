@@ -32,7 +32,7 @@ def test_momentum_follows_its_token():
         return
     # the simulator's momentum rows, token by token, round by round
     from mpi_teleport.algorithms import local_step
-    from mpi_teleport.sim import mix
+    from mpi_teleport.algorithms import mix
     from mpi_teleport import topology
 
     x = np.tile(problem.initial(), (k, 1))

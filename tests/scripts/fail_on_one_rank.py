@@ -3,7 +3,8 @@ import sys
 
 from mpi4py import MPI
 
-import mpi_teleport.backends.mpi as tele  # where the MPI back end looks local_step up
+import mpi_teleport.backends.compiled as fast  # where the compiled rounds look local_step up
+import mpi_teleport.backends.mpi as tele  # where the round executor's step looks it up
 from mpi_teleport import run
 
 if MPI.COMM_WORLD.Get_rank() == 2:
@@ -14,6 +15,6 @@ if MPI.COMM_WORLD.Get_rank() == 2:
             raise RuntimeError("injected failure on rank 2")
         return real_step(problem, nodes, x, v, t, *args, **kw)
 
-    tele.local_step = failing_step
+    fast.local_step = tele.local_step = failing_step
 
 sys.exit(run.main(sys.argv[1:]))

@@ -6,7 +6,8 @@ import os
 import sys
 import time
 
-import mpi_teleport.backends.mpi as tele  # where the MPI back end looks local_step up
+import mpi_teleport.backends.compiled as fast  # where the compiled rounds look local_step up
+import mpi_teleport.backends.mpi as tele  # where the round executor's step looks it up
 from mpi_teleport import run
 
 delay = float(os.environ.get("SLOW_STEP_S", "0.005"))
@@ -21,5 +22,5 @@ def slow_step(*args, **kw):
     return real_step(*args, **kw)
 
 
-tele.local_step = slow_step
+fast.local_step = tele.local_step = slow_step
 sys.exit(run.main(sys.argv[1:]))

@@ -1,0 +1,105 @@
+"""Each implementation has every member of the Protocol it claims (mpi_teleport/
+interfaces.py), and what a transport can do is declared (has_channels, has_clock), so
+nothing needs probing. The latency layer forwards nothing implicitly: a collective the
+MPI transport gains must be added to the protocol and to the layer (this test names it).
+Serial, no MPI."""
+from __future__ import annotations
+
+import inspect
+import typing
+
+import pytest
+
+from loopback import Hub, Loopback
+from mpi_teleport import interfaces
+from mpi_teleport.backends.local import LocalBackend
+from mpi_teleport.backends.mpi import MpiBackend
+from mpi_teleport.latency.layer import LatencyTransport
+from mpi_teleport.metrics import Recorder
+from mpi_teleport.problems.quadratic import quadratic
+from mpi_teleport.search import SearchRecorder
+from mpi_teleport.spec import RunSpec
+from mpi_teleport.transport import Transport
+
+# The MPI transport's own methods that are not part of what a back end may call: creating
+# and freeing it, and the raw requests the latency layer builds on.
+TRANSPORT_ONLY = {"duplicate", "free", "dup", "irecv", "isend", "testall",
+                  "local_rank"}
+
+
+def methods(protocol) -> set[str]:
+    names = set()
+    for cls in protocol.__mro__:
+        if cls in (typing.Protocol, typing.Generic, object):
+            continue
+        names |= {n for n, v in vars(cls).items()
+                  if not n.startswith("_") and (callable(v) or isinstance(v, property))}
+    return names
+
+
+def attributes(protocol) -> set[str]:
+    names = set()
+    for cls in protocol.__mro__:
+        names |= set(getattr(cls, "__annotations__", {}))
+    return names
+
+
+COLLECTIVES = {"gather_rows", "bcast_array", "gather_rows_in_order", "bcast", "gather",
+               "allgather", "agree_max", "reduce_max", "barrier", "abort"}
+
+
+@pytest.mark.parametrize("cls,protocol,exempt", [
+    (Transport, interfaces.ChannelTransport, set()),
+    (LatencyTransport, interfaces.ClockedTransport, set()),
+    (Loopback, interfaces.ChannelTransport, COLLECTIVES),  # rounds only: the tests' wires
+    (LocalBackend, interfaces.Backend, set()),
+    (MpiBackend, interfaces.Backend, set()),
+    (Recorder, interfaces.CheckpointedRecorder, set()),
+    (SearchRecorder, interfaces.RunRecorder, set()),
+])
+def test_implementations_have_every_method(cls, protocol, exempt):
+    """Every method of the protocol is defined by the class (or, for the MPI transport's
+    start/wait_all, bound per instance to mpi4py's own functions and annotated so)."""
+    annotated = set(getattr(cls, "__annotations__", {}))
+    missing = sorted(n for n in methods(protocol) - exempt - annotated
+                     if not callable(getattr(cls, n, None))
+                     and not isinstance(getattr(cls, n, None), property))
+    assert not missing, f"{cls.__name__} lacks {missing} of {protocol.__name__}"
+
+
+def test_transports_declare_what_they_can_do():
+    assert (Transport.has_channels, Transport.has_clock) == (True, False)
+    assert (LatencyTransport.has_channels, LatencyTransport.has_clock) == (False, True)
+    assert (Loopback.has_channels, Loopback.has_clock) == (True, False)
+
+
+def test_instances_satisfy_the_protocols():
+    spec = RunSpec("teleportation", 2, 1, 4, 0.1)
+    transport = Loopback(Hub(2), 0)
+    for backend in (LocalBackend(quadratic(2, dim=3), spec),
+                    MpiBackend(quadratic(2, dim=3), spec, transport)):
+        backend.begin(spec.phases()[0], 0, quadratic(2, dim=3).initial())  # (dim needs tokens)
+        assert isinstance(backend, interfaces.Backend)
+        assert {"name", "layout", "root", "checks_every_round"} <= attributes(interfaces.Backend)
+
+
+def test_every_transport_method_is_in_the_protocol_or_transport_only():
+    """What a back end may call on the MPI transport is in TokenTransport or
+    ChannelTransport, hence implemented by the latency layer too (no __getattr__)."""
+    public = {n for n, v in vars(Transport).items() if not n.startswith("_") and callable(v)}
+    public |= set(Transport.__annotations__) - {"has_channels", "has_clock"}
+    declared = methods(interfaces.ChannelTransport)
+    assert public - declared <= TRANSPORT_ONLY, (
+        f"Transport has {sorted(public - declared - TRANSPORT_ONLY)}: add them to "
+        f"interfaces.TokenTransport (and LatencyTransport) or to TRANSPORT_ONLY here")
+    layer = methods(interfaces.TokenTransport) - {n for n in dir(LatencyTransport)}
+    assert not layer, f"LatencyTransport lacks {sorted(layer)}"
+
+
+def test_no_attribute_forwarding():
+    for cls in (LatencyTransport, Transport, MpiBackend, LocalBackend):
+        assert "__getattr__" not in vars(cls), cls
+    from mpi_teleport.latency.layer import TimedProblem
+
+    assert "__getattr__" not in vars(TimedProblem)
+    assert inspect.signature(TimedProblem.gradient).parameters.keys() >= {"nodes", "x", "t", "out"}
