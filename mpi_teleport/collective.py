@@ -229,7 +229,7 @@ def check_start(problem, spec, logging, latency, plan, transport):
 
 
 # Rows of the simulator's gradient probe at start (under MPI each rank probes its node).
-PROBED_ROWS = 16
+PROBED_ROWS = 8
 
 
 def problem_fingerprint(problem, x0, settings: dict) -> dict:
