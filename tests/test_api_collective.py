@@ -31,6 +31,7 @@ def test_gradient_raising_on_one_rank_mid_run_ends_the_job(mpirun, n, module, ca
     assert "caught" not in res.stdout  # no rank went on as if the call had returned
 
 
+@pytest.mark.one_mpi  # (an allgather: no MPI-specific path)
 def test_gradient_raising_at_the_start_is_one_usage_error_on_every_rank(mpirun):
     res = _launch(mpirun, 3, "raise-first", "catch")
     assert res.returncode == 0, res.stderr
@@ -39,6 +40,7 @@ def test_gradient_raising_at_the_start_is_one_usage_error_on_every_rank(mpirun):
     assert res.stdout.count(said) == 3, res.stdout  # (ranks' lines may interleave)
 
 
+@pytest.mark.one_mpi  # (an allgather: no MPI-specific path)
 def test_ranks_with_different_initial_models_are_named(mpirun):
     res = _launch(mpirun, 3, "unseeded", "catch")
     assert res.returncode == 0, res.stderr
@@ -47,12 +49,14 @@ def test_ranks_with_different_initial_models_are_named(mpirun):
                             "same seed") == 3, res.stdout
 
 
+@pytest.mark.one_mpi  # (an allgather: no MPI-specific path)
 def test_ranks_with_different_initial_models_uncaught_exit_non_zero(mpirun):
     res = _launch(mpirun, 2, "unseeded")
     assert res.returncode != 0
     assert "UsageError" in res.stderr and "rank 1 differs from rank 0" in res.stderr
 
 
+@pytest.mark.one_mpi  # (an allgather: no MPI-specific path)
 def test_an_argument_refused_on_one_rank_only_is_raised_on_every_rank(mpirun):
     res = _launch(mpirun, 2, "resume-one-rank", "catch")
     assert res.returncode == 0, res.stderr
