@@ -7,7 +7,7 @@ per rank and the time of one shared evaluation.
                                         [--full-size] [--python PY ...]
 
 One ``mpirun`` per (model, ranks): the script launches itself with ``--worker``; inside,
-every rank builds the run as ``mpi_teleport.run.execute`` does (``make_problem`` with
+every rank builds the run as ``mpi_teleport.run.run_on_ranks`` does (``make_problem`` with
 its own node's data only, ``local_nodes=[rank]``, the
 RunSpec of ``cli.run_spec``, ``backends.mpi.MpiBackend`` over a ``Transport`` =
 Algorithm 3) and runs each algorithm for W warm-up rounds and then R timed rounds,

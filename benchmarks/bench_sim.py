@@ -86,7 +86,7 @@ def run_simulator(cfg: Config, algorithm: str, k: int) -> tuple[float, np.ndarra
     """Seconds spent in rounds (logging excluded) and the final token matrix."""
     CapturingRecorder.last_x = None
     CapturingRecorder.log_seconds = 0.0
-    saved = metrics.Recorder  # api.run looks the recorder class up in metrics at each run
+    saved = metrics.Recorder  # runner.train looks the recorder class up in metrics at each run
     metrics.Recorder = CapturingRecorder
     try:
         summary = sim.simulate(cfg, algorithm, k, RunFiles(None))

@@ -13,13 +13,13 @@ with :func:`search_k`, all nodes in this process (``comm=None``) or one node per
 """
 from .api import dsgd, search_k, teleportation
 from .engine import Result
-from .errors import NonFiniteError, UsageError
+from .errors import NonFiniteError, OutputError, UsageError
 from .problem import Problem
 
 __version__ = "0.2.0"
 
 __all__ = ["teleportation", "dsgd", "search_k", "Problem", "TorchProblem", "Result",
-           "UsageError", "NonFiniteError"]
+           "UsageError", "NonFiniteError", "OutputError"]
 
 
 def __getattr__(name):

@@ -25,26 +25,26 @@ What a call does when something is wrong (details: ``mpi_teleport/DESIGN.md`` se
 * **Errors all ranks meet together** stay catchable on every rank: a non-finite metric
   (:class:`~mpi_teleport.NonFiniteError`; at round 0 it names the data, not the step
   size), an ``evaluate()`` returning no dict or lacking the metric, a directory another
-  run holds.
+  run holds, a checkpoint refused on any rank.
 * ``comm=`` an intercommunicator, a freed communicator or not a communicator:
   ``UsageError``. ``comm=None`` inside an MPI job of several processes warns
   (:class:`~mpi_teleport.collective.MpiJobWarning`).
 """
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
-from . import collective, engine
+from . import collective, engine, runner
+from . import resume as resume_rules
 from . import topology as topo
-from .checkpoint import Plan, locate
+from .checkpoint import CheckpointPlan, any_checkpoint, locate
 from .errors import UsageError
-from .output import RunFiles
+from .latency.model import parse_spec
+from .paths import absolute, check_writable
 from .problem import with_defaults
-from .progress import Progress
+from .settings import API, check_checkpoints, check_k, check_values, flag
 from .spec import LatencySettings, Logging, RunSpec
 
 __all__ = ["teleportation", "dsgd", "search_k"]
@@ -116,13 +116,36 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Calla
     Raises
     ------
     UsageError
-        Bad arguments, a problem breaking its contract, ranks that differ (every rank
-        together under MPI); see the module docstring.
+        One line, before anything runs or is written (under MPI on every rank alike), for
+        any argument the command line would refuse, with its message (the setting spelt
+        as here: ``momentum must be in [0, 1), got 1.0``): a wrong type
+        (``momentum='0.9'``, ``seed='abc'``, ``k=2.0``, ``nodes=True``, ``lr=None``), a
+        value out of range, a step-size function that fails or gives no number > 0 at
+        round 0, ``keep_checkpoints < 1``, ``out=''``; a ``resume`` checkpoint whose
+        recorded settings differ from these (problem, nodes, k, seed, lr, momentum,
+        topology: the message names each difference), that is damaged (every file is
+        checked first) or lies beyond ``rounds``; an ``out`` or ``checkpoint_dir`` that
+        holds another run's checkpoints (resume it instead) or a file named like one, or
+        that another job holds.
+    TypeError
+        ``problem`` is not a Problem (the message names what is missing).
+    OutputError
+        An output or checkpoint file could not be written (a full disk): one line naming
+        the file; the files written before, the previous checkpoint included, stay intact.
     NonFiniteError
-        The metric became NaN or infinite (every rank together).
+        The metric became NaN or infinite (every rank together; at round 0 it names the
+        data or the initial model, not the step size).
 
-    Under MPI an exception on a single rank during the rounds ends the job with
-    ``MPI_Abort`` after printing that rank's message (module docstring).
+    The problem's contract (``initial()``, ``gradient()``, ``evaluate()``, a step-size
+    function) is checked at start and raises ``UsageError`` naming the method (every
+    rank together under MPI, as do ranks with another ``initial()``). Under MPI an
+    exception on a single rank during the rounds ends the job with ``MPI_Abort`` after
+    printing that rank's message (module docstring).
+
+    Checkpoints written here resume through the command line (``python -m
+    mpi_teleport.sim --resume DIR``) when the problem is the package's quadratic built
+    with ``seed``, ``lr`` a number and ``topology`` a name; otherwise the command line
+    refuses them in one line and they resume here, with ``resume=DIR``.
 
     Examples
     --------
@@ -147,7 +170,8 @@ def dsgd(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], float]
     """Train with Decentralized SGD: every node active every round, node m always holds
     replica m, gossip over ``topology`` among all n nodes.
 
-    Parameters are those of :func:`teleportation` (without ``k`` and ``variant``).
+    Parameters are those of :func:`teleportation` (without ``k`` and ``variant``), and so
+    are the errors it raises for bad input, a resume that does not match and a full disk.
 
     Examples
     --------
@@ -189,7 +213,8 @@ def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], fl
         ``log_every=1``; the nearest to the paper's theory criterion, a time-averaged
         gradient norm).
 
-    Parameters are otherwise those of :func:`teleportation`.
+    Parameters are otherwise those of :func:`teleportation` (Algorithm 2 takes no
+    checkpoints); bad input is a :class:`UsageError` as there.
 
     Returns
     -------
@@ -213,174 +238,143 @@ def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], fl
 
 
 # ------------------------------------------------------------------------------ shared
-def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
-    comm = args.get("comm")
-    view = None
-    if comm is not None:
-        from .transport import Transport
+@dataclass(frozen=True)
+class _Files:
+    """Where one API run writes and what it resumes (absolute paths, checked)."""
 
+    out: Path | None
+    checkpoint_dir: Path | None  # given, or out/checkpoints
+    every: int
+    keep: int
+    resume: Path | None
+    progress: bool
+
+    @property
+    def touches_checkpoints(self) -> bool:
+        """The run may write a checkpoint (periodic, or on a signal) or resumes one."""
+        return self.checkpoint_dir is not None or self.resume is not None
+
+    @property
+    def held(self) -> list:
+        """The directories the run locks: out, and the checkpoint directory it writes."""
+        return [(path, what) for path, what in ((self.out, "out"),
+                                                (self.checkpoint_dir, "checkpoint_dir"))
+                if path is not None and (what == "out" or self.every)]
+
+
+def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
+    """Check every argument (:mod:`mpi_teleport.settings`, the command line's rules), check
+    the inputs on disk on every process (a resumed checkpoint against these settings and
+    file by file, the checkpoint directory free of another run's), then train; a refusal
+    is one UsageError on every process, before anything is written."""
+    problem = with_defaults(problem)  # (TypeError naming what is missing)
+    spec, logging, latency, files = _checked(spec, args)
+    record = resume_rules.plain({**_record(spec, logging, latency, files),
+                                 **resume_rules.describe_problem(problem, spec.seed,
+                                                                 files.touches_checkpoints)})
+    plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep)
+    refused = None
+    try:
+        _check_disk(spec, latency, record, plan, files)
+    except UsageError as exc:
+        refused = str(exc)
+    except OSError as exc:  # an unreadable directory or file
+        refused = f"cannot read the checkpoint or output directory: {exc.strerror or exc}"
+    return runner.train(problem, spec, logging, latency, comm=args.get("comm"), out=files.out,
+                        plan=plan, settings=record, progress=files.progress,
+                        config_record={**record, **problem.describe()}, hold=files.held,
+                        refused=refused)
+
+
+def _checked(spec: RunSpec, args: dict) -> tuple[RunSpec, Logging, LatencySettings, _Files]:
+    """The run's settings with every value checked by the rules the command line uses,
+    or UsageError (one line)."""
+    comm = args.get("comm")
+    if comm is not None:  # (before any MPI call could hang on it)
         collective.check_communicator(comm)
-        view = Transport(comm)  # (the caller's communicator, for one allgather; not freed)
     else:
         collective.warn_if_in_mpi_job()  # every process of an mpirun job simulating alone?
-    # Under MPI a refusal on some ranks only (a checkpoint file only rank 0 cannot read, a
-    # path one host lacks) is raised on every rank: the others would wait in run().
-    with collective.agreeing(view):
-        prepared = _prepare(problem, spec, args)
-    return run(problem, spec, **prepared)
-
-
-def _prepare(problem, spec: RunSpec, args: dict) -> dict:
-    """The API's arguments checked and turned into :func:`run`'s keyword arguments."""
-    check_spec(spec)
-    logging = Logging(_positive_int(args["log_every"], "log_every"), args.get("target"),
-                      bool(args.get("stop_at_target", False)))
-    latency = LatencySettings(args.get("latency") or "none", args.get("clock", "real"),
-                              args.get("compute_time"))
-    out = Path(args["out"]).resolve() if args.get("out") is not None else None
-    every = int(args.get("checkpoint_every") or 0)
-    ck_dir = args.get("checkpoint_dir")
-    ck_dir = Path(ck_dir).resolve() if ck_dir is not None else (out / "checkpoints" if out else None)
-    plan = Plan(ck_dir, every, int(args.get("keep_checkpoints", 2)))
-    if every and ck_dir is None:
-        raise UsageError("checkpoint_every needs a place to write: give out= or checkpoint_dir=")
-    if args.get("resume") is not None:
-        found = locate(Path(args["resume"]), spec.algorithm)
-        if found is None:
-            raise UsageError(f"resume={args['resume']}: no complete checkpoint of a "
-                             f"{spec.algorithm} run there")
-        plan.source, plan.manifest = found
-    settings = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.tokens,
-                "rounds": spec.rounds, "lr": spec.lr if not callable(spec.lr) else "callable",
-                "momentum": spec.momentum, "topology": topo.describe(spec.topology),
-                "variant": spec.variant, "seed": spec.seed, "latency": latency.spec,
-                "clock": latency.clock, "compute_time": latency.compute_time}
-    hold = [(path, what) for path, what in ((out, "out"), (ck_dir, "checkpoint_dir"))
-            if path is not None and (what == "out" or every)]
-    if spec.algorithm == "search":
-        settings["k_select"] = spec.k_select
-    return dict(logging=logging, latency=latency, comm=args.get("comm"), out=out, plan=plan,
-                settings=settings, progress=bool(args.get("progress")),
-                config_record={**settings, **with_defaults(problem).describe()}, hold=hold)
-
-
-def check_spec(spec: RunSpec) -> None:
-    """Refuse settings no run can have, with what to do (UsageError)."""
-    n = _positive_int(spec.nodes, "nodes")
-    _positive_int(spec.rounds, "rounds")
+    values = check_values({
+        "nodes": spec.nodes, "rounds": spec.rounds, "lr": spec.lr, "momentum": spec.momentum,
+        "topology": spec.topology, "variant": spec.variant, "seed": spec.seed,
+        "log_every": args.get("log_every", 10), "target": args.get("target"),
+        "stop_at_target": args.get("stop_at_target", False),
+        "latency": args.get("latency", "none"), "clock": args.get("clock", "real"),
+        "compute_time": args.get("compute_time"), "out": args.get("out"),
+        "checkpoint_every": args.get("checkpoint_every", 0),
+        "checkpoint_dir": args.get("checkpoint_dir"),
+        "keep_checkpoints": args.get("keep_checkpoints", 2), "resume": args.get("resume"),
+    }, API)
+    progress = flag(args.get("progress", False), "progress", API)
+    k = spec.k
     if spec.algorithm == "teleportation":
-        k = spec.k
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
-            raise UsageError(f"k must be an integer with 1 <= k <= nodes = {n}, got {k!r}")
-    if not callable(spec.lr) and not (isinstance(spec.lr, (int, float)) and math.isfinite(spec.lr)
-                                      and spec.lr > 0):
-        raise UsageError(f"lr must be a number > 0 or a function of the round, got {spec.lr!r}")
-    if not 0 <= spec.momentum < 1:
-        raise UsageError(f"momentum must be in [0, 1), got {spec.momentum}")
-    if spec.variant not in ("overlap", "simple"):
-        raise UsageError(f"variant must be 'overlap' (Algorithm 3) or 'simple' (Algorithm 1), "
-                         f"got {spec.variant!r}")
-    if not callable(spec.topology) and spec.topology not in topo.TOPOLOGIES:
-        raise UsageError(f"unknown topology {spec.topology!r}; choose one of "
-                         f"{', '.join(topo.TOPOLOGIES)} or pass a function (k, t) -> W")
+        k = check_k(spec.k, values["nodes"], spec.algorithm, API)
+    elif spec.algorithm == "dsgd":
+        k = values["nodes"]
+    check_checkpoints(values, API, search=spec.algorithm == "search")
+    spec = RunSpec(spec.algorithm, values["nodes"], k, values["rounds"], values["lr"],
+                   values["momentum"], values["topology"], values["variant"], values["seed"],
+                   spec.k_select)
+    logging = Logging(values["log_every"], values["target"], values["stop_at_target"])
+    latency = LatencySettings(values["latency"], values["clock"], values["compute_time"])
+
+    def where(name):
+        return None if values[name] is None else Path(absolute(name, values[name], API))
+
+    out, ck_dir = where("out"), where("checkpoint_dir")
+    if ck_dir is None and out is not None:
+        ck_dir = out / "checkpoints"
+    files = _Files(out, ck_dir, values["checkpoint_every"], values["keep_checkpoints"],
+                   where("resume"), progress)
+    return spec, logging, latency, files
 
 
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
+def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _Files) -> dict:
+    """The settings a checkpoint manifest keeps (named as the command line's Config
+    names them, so ``--resume`` reads them) and a resume compares."""
+    record = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.tokens,
+              "rounds": spec.rounds, "lr": resume_rules.describe_lr(spec.lr),
+              "lr_schedule": "function" if callable(spec.lr) else "constant",
+              "momentum": spec.momentum, "topology": topo.describe(spec.topology),
+              "variant": spec.variant, "seed": spec.seed, "log_every": logging.every,
+              "target": logging.target, "stop_at_target": logging.stop_at_target,
+              "latency": latency.spec, "clock": latency.clock,
+              "compute_time": latency.compute_time, "checkpoint_every": files.every,
+              "keep_checkpoints": files.keep,
+              "out": None if files.out is None else str(files.out),
+              "checkpoint_dir": None if files.checkpoint_dir is None else str(files.checkpoint_dir)}
+    if spec.algorithm == "search":
+        record["k_select"] = spec.k_select
+    return record
 
 
-def run(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, comm=None,
-        transport=None, out: Path | None = None, plan: Plan | None = None,
-        settings: dict | None = None, progress: bool | Progress = False, terminator=None,
-        resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
-        config_record: dict | None = None, hold=(), summary_extra: dict | None = None
-        ) -> engine.Result:
-    """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
-    the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
-    communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
-    manifests, ``config_record`` into config.json (root). ``hold``: (directory, name)
-    pairs the root locks for the run (a directory another job holds is a UsageError on
-    every process)."""
-    from .metrics import Recorder
-    from .search import SearchRecorder
-
-    problem = with_defaults(problem)
-    own_transport, release = None, None
-    if transport is None and comm is not None:
-        from .transport import Transport
-
-        collective.check_communicator(comm)
-        transport = own_transport = Transport.duplicate(comm)
+def _check_disk(spec: RunSpec, latency: LatencySettings, record: dict, plan: CheckpointPlan,
+                files: _Files) -> None:
+    """The API's preflight, on every process: outputs writable, a latency matrix file
+    readable, the checkpoint resumed matching this run and intact, the checkpoint
+    directory free of another run's checkpoints. Fills ``plan.source``/``manifest``."""
+    if files.out is not None:
+        check_writable("out", files.out)
+    if files.checkpoint_dir is not None and files.every:
+        check_writable("checkpoint_dir", files.checkpoint_dir)
     try:
-        # Under the API's own communicator an exception on one rank ends the job (agreed
-        # errors pass): the other ranks would otherwise wait for that rank for ever.
-        with collective.guard(own_transport):
-            root = transport is None or transport.rank == 0
-            spec = collective.check_start(problem, spec, logging, latency, plan, transport)
-            release = _hold(hold, transport, root)
-            if files is None:
-                files = RunFiles(out if root else None)
-            if config_record is not None:
-                files.config(config_record)
-            bar = progress if isinstance(progress, Progress) else Progress(spec.algorithm, bool(progress) and root)
-            bar.total = max(1, spec.total_rounds)
-            recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
-            recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
-            backend = _backend(problem, spec, latency, transport)
-            # Overflow to inf/NaN is the run's to report (one line at the next logging
-            # round), not numpy's: no RuntimeWarning ahead of that line.
-            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
-                                        settings=settings, terminator=terminator,
-                                        resume_from=resume_from, summary_extra=summary_extra)
-            backend.close()
-            return result
-    finally:
-        if release is not None:
-            release()
-        if own_transport is not None:
-            own_transport.free()
-
-
-def _hold(dirs, transport, root: bool):
-    """Lock ``dirs`` on the root; every process learns a refusal together (UsageError)."""
-    if not dirs:
-        return None
-    from . import preflight
-
-    release, error = None, None
-    if root:
-        try:
-            release = preflight.hold_dirs(dirs)
-        except UsageError as exc:
-            error = str(exc)
-    if transport is not None:  # (as signals.agree_on_error: one allgather)
-        error = next((e for e in transport.allgather(error) if e), None)
-    if error:
-        if release is not None:
-            release()
-        raise collective.agreed(UsageError(error))
-    return release
-
-
-def _backend(problem, spec: RunSpec, latency: LatencySettings, transport):
-    if transport is None:
-        from .backends.local import LocalBackend
-
-        oracle = None
-        if latency.active:
-            from .virtual_clock import for_run
-
-            oracle = for_run(spec, latency, problem.dim, problem.dtype.itemsize)
-        return LocalBackend(problem, spec, oracle)
-    from .backends.mpi import MpiBackend
-
-    if latency.active:
-        from .latency import LatencyTransport, TimedProblem, parse_spec, warn_oversubscribed
-
-        layer = LatencyTransport(transport, parse_spec(latency.spec, spec.nodes), latency.clock)
-        warn_oversubscribed(layer)
-        transport, problem = layer, TimedProblem(problem, layer, latency.compute_time)
-    return MpiBackend(problem, spec, transport)
+        parse_spec(latency.spec, spec.nodes)  # reads and checks a matrix file
+    except UsageError as exc:
+        raise API.retell(exc) from None
+    if spec.algorithm == "search":
+        return  # (no checkpoints: Algorithm 2 is short)
+    if files.resume is not None:
+        given = f"resume={str(files.resume)!r}"
+        found = locate(files.resume, spec.algorithm)
+        if found is None:
+            other = any_checkpoint(files.resume)
+            what = f" (it holds a {other[1].get('algorithm')} run)" if other else ""
+            raise UsageError(f"{given}: no complete checkpoint of a {spec.algorithm} run "
+                             f"there{what}")
+        plan.source = resume_rules.check_source(given, found[0], found[1], nodes=spec.nodes,
+                                                k=spec.tokens, rounds=spec.rounds,
+                                                current=record, naming=API)
+        plan.manifest = found[1]
+    if files.checkpoint_dir is not None:
+        hint = f"resume={str(files.out or files.checkpoint_dir)!r}"
+        resume_rules.check_target(files.checkpoint_dir, plan.source, hint, API)

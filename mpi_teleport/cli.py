@@ -7,8 +7,7 @@ import argparse
 import sys
 
 from .config import OPTIONS, Config, UsageError, from_toml
-
-EXIT_USAGE = 2
+from .signals import EXIT_USAGE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,12 +42,12 @@ def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) 
     """Flags (over the TOML file, over defaults) -> validated Config checked against the
     disk (the preflight), or UsageError."""
     from . import preflight
-    from .config import OPTION_BY_NAME, _coerce
+    from .config import OPTION_BY_NAME, coerce
 
     ns = vars(parser.parse_args(argv))
     raw = from_toml(ns.pop("config")) if "config" in ns else {}
     for name, value in ns.items():
-        raw[name] = _coerce(OPTION_BY_NAME[name], value, "command line")
+        raw[name] = coerce(OPTION_BY_NAME[name], value, "command line")
     return preflight.load(raw, world_size)
 
 
@@ -77,7 +76,7 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
     """One run of a Config (one algorithm of ``compare``) through the engine; returns the
     summary on the root (None elsewhere). ``transport``: the MPI runtime's; None: the
     simulator."""
-    from . import api, preflight
+    from . import preflight, runner
     from .problems import describe, with_epochs
     from .spec import LatencySettings, Logging
 
@@ -95,9 +94,9 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
               **phases, **describe(problem)}
     logging = Logging(cfg.log_every, cfg.target, cfg.stop_at_target)
     latency = LatencySettings(cfg.latency, cfg.clock, cfg.compute_time)
-    plan = preflight.plan(cfg, algorithm) if k != "auto" else None
-    result = api.run(problem, spec, logging, latency, transport=transport, plan=plan,
-                     settings=cfg.to_dict(), progress=progress or False, terminator=terminator,
-                     resume_from=cfg.out, problem_name=cfg.problem, files=files,
-                     config_record=record, summary_extra=phases)  # (rounds per phase: also summary.json)
+    plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None
+    result = runner.train(problem, spec, logging, latency, transport=transport, plan=plan,
+                          settings=cfg.to_dict(), progress=progress or False,
+                          terminator=terminator, resume_from=cfg.out, problem_name=cfg.problem,
+                          files=files, config_record=record, summary_extra=phases)  # (rounds per phase: also summary.json)
     return result.summary

@@ -45,7 +45,7 @@ from . import contract
 from . import topology as topo
 from .errors import DatasetMissingError, NonFiniteError, Terminated, UsageError
 
-__all__ = ["agreed", "is_agreed", "agreeing", "guard", "check_communicator", "mpi_job_size",
+__all__ = ["agreed", "is_agreed", "guard", "check_communicator", "mpi_job_size",
            "warn_if_in_mpi_job", "check_start", "agree_on_start", "MpiJobWarning"]
 
 _AGREED = "_mpi_teleport_agreed"
@@ -96,29 +96,6 @@ def abort(transport, exc: BaseException) -> None:
     transport.abort(1)
 
 
-@contextlib.contextmanager
-def agreeing(transport):
-    """Around local preparation that may fail on some processes only: one allgather
-    after it; a process that failed re-raises its own exception, the others raise the
-    first failing rank's message as an agreed UsageError (naming the ranks). Nothing
-    for one process (``transport`` None)."""
-    if transport is None:
-        yield
-        return
-    failure = None
-    try:
-        yield
-    except Exception as exc:  # noqa: BLE001  (any failure: the others must learn of it)
-        failure = exc
-    message = None if failure is None else (
-        str(failure) if isinstance(failure, _ONE_LINE) else f"{type(failure).__name__}: {failure}")
-    refused = first_error(transport.allgather(message))
-    if failure is not None:
-        raise agreed(failure)
-    if refused:
-        raise agreed(UsageError(refused))
-
-
 # ----------------------------------------------------------------------------- comm=
 def check_communicator(comm) -> None:
     """Refuse (UsageError) a ``comm=`` no run can use, without an MPI call that could hang."""
@@ -167,11 +144,11 @@ def warn_if_in_mpi_job(what: str = "comm=None") -> bool:
     size = mpi_job_size()
     if size <= 1:
         return False
-    # stacklevel 4: the line of the user's script that called mt.teleportation & co.
+    # stacklevel 5: the line of the user's script that called mt.teleportation & co.
     warnings.warn(f"{what} runs the simulator (all n nodes in this process), but this "
                   f"process is one of {size} of an MPI job: every process runs the whole "
                   f"simulation. Pass comm=MPI.COMM_WORLD (from mpi4py import MPI) to run one "
-                  f"node per rank, or start a single process", MpiJobWarning, stacklevel=4)
+                  f"node per rank, or start a single process", MpiJobWarning, stacklevel=5)
     return True
 
 

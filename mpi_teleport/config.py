@@ -1,30 +1,31 @@
 """Every setting of a run, its default, its help text and its validation.
 
 One table, ``OPTIONS``, drives the command line, ``--config FILE.toml`` and
-``config.json``, so the three can never disagree. :func:`resolve` turns a mapping of
-raw values into a validated :class:`Config` or raises :class:`UsageError` with a
-message that says what was wrong and what to do. It is pure: checks against the disk
-(data directory, latency matrix file, checkpoints, writable outputs) are the
-preflight's (:mod:`mpi_teleport.preflight`).
+``config.json``, so the three can never disagree. :func:`coerce` parses one raw value
+(a flag's text, a TOML value, a setting inherited from a checkpoint's manifest);
+:func:`resolve` turns a mapping of them into a validated :class:`Config` or raises
+:class:`UsageError` with a message that says what was wrong and what to do. The rules
+themselves are :mod:`mpi_teleport.settings`', shared with the Python API. It is pure:
+checks against the disk (data directory, latency matrix file, checkpoints, writable
+outputs) are the preflight's (:mod:`mpi_teleport.preflight`).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from .latency.model import check_compute_time, parse_spec
 from .search import CRITERIA as K_SELECTS
+from .settings import ALGORITHMS as RUNS
+from .settings import CLI, CLOCKS, VARIANTS, check_checkpoints, check_k, check_values
 from .topology import TOPOLOGIES
 
-ALGORITHMS = ("compare", "teleportation", "dsgd")
-VARIANTS = ("overlap", "simple")
+# --algorithm: compare = both, and a table; Algorithm 2 ('search') is asked for by --k auto
+ALGORITHMS = ("compare",) + tuple(name for name in RUNS if name != "search")
 PROBLEMS = ("quadratic", "digits", "fashion-mnist", "cifar10")
 NETWORK_PROBLEMS = PROBLEMS[1:]
 LR_SCHEDULES = ("constant", "cosine")
 DEVICES = ("auto", "cpu", "cuda")
 PROGRESS = ("auto", "on", "off")
-CLOCKS = ("real", "virtual")
 
 
 from .errors import UsageError  # noqa: E402  (re-exported: config.UsageError)
@@ -178,7 +179,7 @@ OPTIONS = (
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 
 
-def _coerce(opt: Option, value, source: str):
+def coerce(opt: Option, value, source: str):
     """Parse one raw value (a string from the command line or a TOML value)."""
     where = f"{opt.flag} (from {source})" if source != "command line" else opt.flag
     try:
@@ -274,17 +275,14 @@ def from_toml(path: str) -> dict:
                 f"--config {path}: unknown key {key!r}; valid keys: "
                 + ", ".join(o.name.replace("_", "-") for o in OPTIONS)
             )
-        out[name] = _coerce(OPTION_BY_NAME[name], value, path)
+        out[name] = coerce(OPTION_BY_NAME[name], value, path)
     return out
 
 
-def _finite(name: str, value: float | None) -> None:
-    if value is not None and not math.isfinite(value):
-        raise UsageError(f"--{name} must be a finite number, got {value}")
-
-
 def resolve(raw: dict, world_size: int | None = None) -> Config:
-    """Validate raw settings; ``world_size`` is the MPI size (None in the simulator)."""
+    """Validate raw settings; ``world_size`` is the MPI size (None in the simulator). The
+    rules of the run's settings are :mod:`mpi_teleport.settings`' (the Python API's too);
+    here: the command line's defaults and the settings of the built-in problems."""
     if world_size == 1 and raw.get("nodes") is None and raw.get("resume") is None:
         raise UsageError("only one MPI rank: launch one rank per node with mpirun -n N python -m "
                          "mpi_teleport.run (or srun -n N), or use python -m mpi_teleport.sim "
@@ -292,14 +290,13 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
     given_nodes = raw.get("nodes") is not None and not raw.get("_inherited_nodes")
     raw = {name: value for name, value in raw.items() if not name.startswith("_")}
     cfg = Config(**raw)
-    for name in ("lr", "momentum", "sigma2", "zeta2", "target"):
-        _finite(name, getattr(cfg, name))
+    values = {name: value for name, value in cfg.to_dict().items()
+              if not (name in ("nodes", "k") and value is None)}
+    cfg = cfg.replace(**check_values(values, CLI))
     if world_size is not None:
         if cfg.nodes is not None and cfg.nodes != world_size and not given_nodes:
             raise UsageError(f"--resume {cfg.resume}: the checkpoint has n={cfg.nodes} nodes but "
                              f"there are {world_size} MPI ranks; resume with mpirun -n {cfg.nodes}")
-        if cfg.nodes is not None and cfg.nodes < 1:
-            raise UsageError(f"--nodes must be at least 1, got {cfg.nodes}")
         if cfg.nodes is not None and cfg.nodes != world_size:
             raise UsageError(
                 f"--nodes {cfg.nodes} does not match the {world_size} MPI ranks; "
@@ -309,65 +306,17 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
     if cfg.nodes is None:
         raise UsageError("--nodes is required: the number of simulated nodes, e.g. --nodes 25")
     n = cfg.nodes
-    if n < 1:
-        raise UsageError(f"--nodes must be at least 1, got {n}")
-    if cfg.k is None:
-        cfg = cfg.replace(k=min(8, n))
+    cfg = cfg.replace(k=check_k(min(8, n) if cfg.k is None else cfg.k, n, cfg.algorithm, CLI))
     network = cfg.problem in NETWORK_PROBLEMS
     if network and "target" not in raw:
         cfg = cfg.replace(target=0.9)
     if cfg.problem not in PROBLEMS and "target" not in raw:
         cfg = cfg.replace(target=None)  # a user's problem: no target unless given
     if cfg.eval_every is not None:
-        if cfg.eval_every < 1:
-            raise UsageError(f"--eval-every must be at least 1, got {cfg.eval_every}")
         cfg = cfg.replace(log_every=cfg.eval_every)
-    if cfg.epochs is not None:
-        if cfg.problem == "quadratic":
-            raise UsageError("--epochs applies to the network problems; use --rounds for quadratic")
-        if not (math.isfinite(cfg.epochs) and cfg.epochs > 0):
-            raise UsageError(f"--epochs must be > 0, got {cfg.epochs}")
-    if cfg.batch_size < 1:
-        raise UsageError(f"--batch-size must be at least 1, got {cfg.batch_size}")
-    if not (math.isfinite(cfg.alpha) and cfg.alpha > 0):
-        raise UsageError(f"--alpha must be > 0, got {cfg.alpha}")
-    if not 0 < cfg.val_fraction < 1:
-        raise UsageError(f"--val-fraction must be in (0, 1), got {cfg.val_fraction}")
-    if cfg.k != "auto":
-        if cfg.k < 1:
-            raise UsageError(f"--k must be at least 1 (one active node), got {cfg.k}")
-        if cfg.k > n and cfg.algorithm != "dsgd":
-            raise UsageError(f"--k {cfg.k} exceeds the number of nodes {n}; choose 1 <= k <= {n}")
-    if cfg.lr <= 0:
-        raise UsageError(f"--lr must be > 0, got {cfg.lr}")
-    if not 0 <= cfg.momentum < 1:
-        raise UsageError(f"--momentum must be in [0, 1), got {cfg.momentum}")
-    if cfg.sigma2 < 0 or cfg.zeta2 < 0:
-        raise UsageError(f"--sigma2 and --zeta2 must be >= 0, got {cfg.sigma2} and {cfg.zeta2}")
-    if cfg.dim < 1:
-        raise UsageError(f"--dim must be at least 1, got {cfg.dim}")
-    if cfg.rounds < 1:
-        raise UsageError(f"--rounds must be at least 1, got {cfg.rounds}")
-    if cfg.target is not None and cfg.target <= 0:
-        raise UsageError(f"--target must be > 0, got {cfg.target}")
-    if cfg.log_every < 1:
-        raise UsageError(f"--log-every must be at least 1, got {cfg.log_every}")
-    if not 0 <= cfg.seed < 2**63:
-        raise UsageError(f"--seed must be in [0, 2^63), got {cfg.seed}")
-    parse_spec(cfg.latency, n, load=False)  # the text; the matrix file: preflight
-    check_compute_time(cfg.compute_time)
-    if cfg.checkpoint_every < 0:
-        raise UsageError(f"--checkpoint-every must be >= 0 (0 = no periodic checkpoints), "
-                         f"got {cfg.checkpoint_every}")
-    if cfg.keep_checkpoints < 1:
-        raise UsageError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}")
-    if cfg.k == "auto" and (cfg.checkpoint_every or cfg.resume is not None):
-        flag = "--resume" if cfg.resume is not None else "--checkpoint-every"
-        raise UsageError(f"{flag} is not supported with --k auto (Algorithm 2 runs 2T rounds, "
-                         f"usually short); choose k, or run the search without checkpoints")
-    if cfg.checkpoint_every and cfg.out is None and cfg.checkpoint_dir is None:
-        raise UsageError("--checkpoint-every needs a place to write: give --out DIR "
-                         "(checkpoints go to DIR/checkpoints) or --checkpoint-dir DIR")
+    if cfg.epochs is not None and cfg.problem == "quadratic":
+        raise UsageError("--epochs applies to the network problems; use --rounds for quadratic")
+    check_checkpoints(cfg.to_dict(), CLI, search=cfg.k == "auto")
     return cfg
 
 

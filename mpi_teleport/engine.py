@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .checkpoint import Keeper, Plan
+from .checkpoint import Keeper, CheckpointPlan
 from .evaluation import Evaluations
 from .interfaces import Backend, RunRecorder
 
@@ -61,12 +61,12 @@ def average(x: np.ndarray) -> np.ndarray:
 
 
 def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
-            plan: Plan | None = None,
+            plan: CheckpointPlan | None = None,
             settings: dict | None = None, terminator=None, resume_from=None,
             summary_extra: dict | None = None) -> Result:
     """Run ``spec`` on ``backend``; the root writes through ``recorder``. Returns the
     whole Result on every process."""
-    plan = plan or Plan(None, 0, 2)
+    plan = plan or CheckpointPlan(None, 0, 2)
     keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
                     log_every=logging.every, stop_at_target=logging.stop_at_target,
                     resume_from=resume_from)

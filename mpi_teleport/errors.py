@@ -20,6 +20,25 @@ class DatasetMissingError(ValueError):
     """A data set's files are absent, unreadable or corrupted (message: one line)."""
 
 
+class OutputError(OSError):
+    """Writing an output or checkpoint file failed (a full disk, a quota, a directory made
+    read-only): one line naming the file and the system's reason. The command line prints
+    it and exits with status 1; files written before stay intact (every write is to a
+    temporary name, renamed when complete), so the newest complete checkpoint still
+    resumes."""
+
+    def __init__(self, path, exc: OSError):
+        super().__init__(exc.errno, exc.strerror or str(exc))
+        self.filename = str(path)
+        full = exc.errno in (28, 122)  # ENOSPC, EDQUOT
+        self.message = (f"cannot write {path}: {exc.strerror or exc}"
+                        + ("; free some space (the newest complete checkpoint, if any, still "
+                           "resumes)" if full else ""))
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class Terminated(Exception):
     """Raised on every rank at the agreed round after a signal (and the final checkpoint)."""
 

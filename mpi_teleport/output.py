@@ -2,7 +2,11 @@
 
 ``config.json``, ``metrics.jsonl`` and ``summary.json`` are always replaced atomically
 (write a temporary file in the same directory, then rename), so a reader never sees a
-half-written file, even while a long run is still going.
+half-written file, even while a long run is still going. A write that fails (a full
+disk) raises :class:`~mpi_teleport.errors.OutputError`, one line naming the file, and
+leaves the previous version of the file in place. ``config.json`` is written when the
+run's first record is (its inputs, a resumed checkpoint included, have then been read
+successfully), so a run refused at start-up rewrites nothing.
 """
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import os
 import tempfile
 import time
 from pathlib import Path
+
+from .errors import OutputError
 
 
 def _jsonable(value):
@@ -39,19 +45,27 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_atomic_with(path: Path, write) -> None:
-    """``write(binary file)`` into a temporary file beside ``path``, fsync, rename."""
+    """``write(binary file)`` into a temporary file beside ``path``, fsync, rename. An
+    OSError (a full disk) becomes :class:`OutputError`; ``path`` keeps its old content."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise OutputError(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            raise OutputError(path, exc) from None
         raise
 
 
@@ -73,14 +87,25 @@ class RunFiles:
         self._lines: list[str] = []
         self._flush_seconds = flush_seconds
         self._last_flush = time.monotonic()
+        self._config = None  # config.json's content until the first record is written
         if self.out is not None:
-            self.out.mkdir(parents=True, exist_ok=True)
+            try:
+                self.out.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OutputError(self.out, exc) from None
 
     def config(self, cfg: dict) -> None:
+        """config.json, written with the first record (see the module's docstring)."""
         if self.out is not None:
-            write_json(self.out / "config.json", cfg)
+            self._config = cfg
+
+    def _write_config(self) -> None:
+        if self._config is not None:
+            write_json(self.out / "config.json", self._config)
+            self._config = None
 
     def metric(self, record: dict) -> None:
+        self._write_config()
         self.records.append(record)
         self._lines.append(dumps(record))
         if self.out is not None and time.monotonic() - self._last_flush > self._flush_seconds:
@@ -88,16 +113,19 @@ class RunFiles:
 
     def restore(self, records: list[dict]) -> None:
         """Start from the records of an interrupted run (resume): rewrite metrics.jsonl."""
+        self._write_config()
         self.records = list(records)
         self._lines = [dumps(r) for r in self.records]
         self.flush()
 
     def flush(self) -> None:
         if self.out is not None:
+            self._write_config()
             write_atomic(self.out / "metrics.jsonl", "".join(line + "\n" for line in self._lines))
             self._last_flush = time.monotonic()
 
     def summary(self, summary: dict) -> None:
+        self._write_config()
         self.flush()
         if self.out is not None:
             write_json(self.out / "summary.json", summary)

@@ -15,8 +15,8 @@ import time
 import traceback
 import warnings
 
-from . import cli, preflight, report, signals
-from .errors import DatasetMissingError, NonFiniteError, UsageError
+from . import cli, paths, report, signals
+from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles
 from .problems import make_problem, needs_local_rank
@@ -26,8 +26,8 @@ from .transport import Transport
 PROG = "mpirun -n N python -m mpi_teleport.run"
 
 
-def execute(cfg, algorithm: str, k, transport: Transport, progress=None,
-            terminator=None) -> dict | None:
+def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
+                 terminator=None) -> dict | None:
     """One run over the communicator; rank 0 writes the files and returns the summary.
     A problem that cannot be built on some rank (node-local data missing, no GPU) stops
     every rank with one line: the ranks agree on it before anything else."""
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         # (another job holds them) in the same collective, so none waits for the others.
         if rank == 0:
             try:
-                release = preflight.hold(cfg)
+                release = paths.hold(cfg)
             except UsageError as exc:
                 error = str(exc)
         refused = signals.agree_on_error(transport, error)
@@ -91,11 +91,16 @@ def main(argv=None) -> int:
         summaries = []
         for algorithm, k in report.runs_requested(cfg):
             progress = Progress.for_run(cfg, algorithm, rank0=rank == 0)
-            summaries.append(execute(cfg, algorithm, k, transport, progress, terminator))
+            summaries.append(run_on_ranks(cfg, algorithm, k, transport, progress, terminator))
         if rank == 0:  # (comparison.json too is written while the directory is held)
             text = report.finish(cfg, summaries, report.header(cfg, f"MPI, n={cfg.nodes} ranks"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:  # every rank alike
         return cli.fail(PROG, str(exc), show=rank == 0)
+    except OutputError as exc:  # a full disk, seen by the ranks that write: one line, and
+        # the job ends (the others may be waiting in a collective)
+        cli.fail(PROG, f"rank {rank}: {exc}")
+        comm.Abort(1)
+        return 1
     except signals.Terminated as exc:  # every rank, at the same round
         if rank == 0:
             print(f"{PROG}: {exc}", file=sys.stderr, flush=True)

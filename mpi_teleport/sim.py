@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 import warnings
 
-from . import cli, preflight, report, signals
-from .errors import DatasetMissingError, NonFiniteError, UsageError
+from . import cli, paths, report, signals
+from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles
 from .problems import make_problem
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
             with warnings.catch_warnings():  # nothing printed ahead of a refusal's one line
                 warnings.simplefilter("ignore")
                 cfg = cli.parse(parser, argv)
-            release = preflight.hold(cfg)  # --out, --checkpoint-dir: this job's alone
+            release = paths.hold(cfg)  # --out, --checkpoint-dir: this job's alone
             summaries = []
             for algorithm, k in report.runs_requested(cfg):
                 progress = Progress.for_run(cfg, algorithm)
@@ -58,6 +58,9 @@ def main(argv=None) -> int:
             text = report.finish(cfg, summaries, report.header(cfg, f"simulator, n={cfg.nodes}"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:
         return cli.fail(PROG, str(exc))
+    except OutputError as exc:  # a full disk: one line, status 1 (the run itself failed)
+        cli.fail(PROG, str(exc))
+        return 1
     except signals.Terminated as exc:
         print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         return signals.exit_status(exc)

@@ -5,7 +5,9 @@ topology and seed; :meth:`RunSpec.phases` turns it into the rosters of its round
 holds which token when), a pure function of (seed, n, k, t) that every process evaluates
 locally. Teleportation and DSGD have one phase; Algorithm 2 has two (k = n, then the
 candidates concurrently on disjoint nodes). Logging and latency settings are separate
-dataclasses, so each component receives only what it needs.
+dataclasses, so each component receives only what it needs. Their values are checked
+by :mod:`mpi_teleport.settings` (the algorithms and variants are named there) before any
+of them is built.
 """
 from __future__ import annotations
 
@@ -18,9 +20,6 @@ import numpy as np
 from . import schedule
 from .latency.model import needs_layer
 from .schedule import Phase
-
-ALGORITHMS = ("teleportation", "dsgd", "search")
-VARIANTS = ("overlap", "simple")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi
 
 def test_public_surface_is_short_and_documented():
     assert set(mt.__all__) == {"teleportation", "dsgd", "search_k", "Problem", "TorchProblem",
-                               "Result", "UsageError", "NonFiniteError"}
+                               "Result", "UsageError", "NonFiniteError", "OutputError"}
     for name in ("teleportation", "dsgd", "search_k"):
         doc = getattr(mt, name).__doc__
         assert "Parameters" in doc or "Parameters are" in doc
@@ -69,11 +69,11 @@ def test_a_user_topology_function_is_used_and_checked():
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(k=0), "k must be"),
-    (dict(k=9), "k must be"),
+    (dict(k=9), "k=9 exceeds the number of nodes 8"),  # (the command line's wording)
     (dict(lr=-1.0), "lr must be"),
     (dict(momentum=1.0), "momentum"),
     (dict(variant="fast"), "variant"),
-    (dict(topology="star"), "unknown topology"),
+    (dict(topology="star"), "topology: unknown value 'star'"),
     (dict(rounds=0), "rounds must be"),
     (dict(checkpoint_every=5), "needs a place to write"),
 ])

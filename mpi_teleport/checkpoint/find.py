@@ -9,12 +9,20 @@ from .store import _ROUND_RE, RUN_MARKER, read_manifest
 
 
 def _round_dirs(base: Path) -> list[Path]:
+    return round_entries(base)[0]
+
+
+def round_entries(base: Path) -> tuple[list[Path], list[Path]]:
+    """(the round-* directories under ``base``, oldest first; the entries named like one
+    that are not directories: a file a checkpoint could not be written over)."""
     try:
         entries = list(Path(base).iterdir())
     except OSError:
-        return []
-    found = [(int(m.group(1)), p) for p in entries if p.is_dir() and (m := _ROUND_RE.match(p.name))]
-    return [p for _, p in sorted(found)]
+        return [], []
+    named = [(int(m.group(1)), p) for p in entries if (m := _ROUND_RE.match(p.name))]
+    found = [(r, p) for r, p in named if p.is_dir()]
+    strays = [p for r, p in sorted(named) if not p.is_dir()]
+    return [p for _, p in sorted(found)], strays
 
 
 def complete(base: Path, strict: bool = True) -> list[tuple[int, Path, dict]]:

@@ -1,4 +1,4 @@
-"""Checkpoints during a run: when to write them (:class:`Plan`) and the engine's hooks
+"""Checkpoints during a run: when to write them (:class:`CheckpointPlan`) and the engine's hooks
 (:class:`Keeper`), for either back end."""
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import Terminated
+from ..errors import OutputError, Terminated
 from ..interfaces import Backend
 from .find import prune
 from ..output import write_atomic
 from .store import RUN_MARKER, round_dir, write_manifest
 
 @dataclass
-class Plan:
+class CheckpointPlan:
     """Checkpointing of one run (one algorithm of compare)."""
 
     dir: Path | None  # where its checkpoints go (None: nowhere)
@@ -50,7 +50,7 @@ class Keeper:
     signal's checkpoint, and stop together with :class:`signals.Terminated`.
     """
 
-    def __init__(self, plan: Plan, backend: Backend, recorder, terminator=None, *, settings: dict,
+    def __init__(self, plan: CheckpointPlan, backend: Backend, recorder, terminator=None, *, settings: dict,
                  spec, log_every: int, stop_at_target: bool, resume_from=None):
         self.plan, self.backend, self.rec, self.terminator = plan, backend, recorder, terminator
         self.settings, self.spec = settings, spec
@@ -139,7 +139,10 @@ class Keeper:
     def _save(self, r: int, reason: str, summary=None) -> Path:
         backend = self.backend
         directory = round_dir(self.plan.dir, r)
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a full disk; a file of that name put there meanwhile
+            raise OutputError(directory, exc) from None
         if backend.root:  # before any array: an interrupted write is still known as ours
             write_atomic(directory / RUN_MARKER, self.run_id + "\n")
         arrays = backend.save(directory)

@@ -162,6 +162,11 @@ def check_manifest(directory, data) -> dict:
     for name in ("recorder", "summary"):
         if data.get(name) is not None and not isinstance(data[name], dict):
             raise _damaged(directory, f"{MANIFEST} field {name!r} is not an object")
+    wall = data.get("wall_s", 0.0)
+    if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not 0 <= wall < float("inf"):
+        raise _damaged(directory, f"{MANIFEST} field 'wall_s' is {str(wall)[:60]!r}, not a "
+                                  f"number of seconds >= 0")
+    _check_recorder(directory, data.get("recorder"))
     clocks = data.get("clocks_us")
     if clocks is not None and not (isinstance(clocks, list) and all(
             isinstance(c, (int, float)) and not isinstance(c, bool) for c in clocks)):
@@ -171,6 +176,34 @@ def check_manifest(directory, data) -> dict:
         raise _damaged(directory, f"{MANIFEST} says round {data['round']} but the directory is "
                                   f"named for round {int(m.group(1))}")
     return data
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_recorder(directory, state) -> None:
+    """The recorder's state (:meth:`mpi_teleport.metrics.Recorder.state`) has the types
+    the recorder restores, so an edited manifest stops every process at start-up rather
+    than one of them halfway through restoring."""
+    if state is None:
+        return
+    checks = (
+        ("records", lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v),
+         "a list of objects"),
+        ("rounds_to_target", lambda v: v is None or (_is_int(v) and v >= 0),
+         "null or an integer >= 0"),
+        ("last", lambda v: v is None or isinstance(v, dict), "null or an object"),
+        ("rounds_run", lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+        ("elapsed", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+         and v == v and abs(v) != float("inf"), "a finite number"),
+    )
+    for name, ok, what in checks:
+        if name not in state:
+            raise _damaged(directory, f"{MANIFEST} field 'recorder' lacks {name!r}")
+        if not ok(state[name]):
+            raise _damaged(directory, f"{MANIFEST} field 'recorder.{name}' is "
+                                      f"{str(state[name])[:60]!r}, not {what}")
 
 
 _manifests: dict = {}  # (path, mtime, size) -> manifest: start-up reads each one once

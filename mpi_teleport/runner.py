@@ -1,0 +1,120 @@
+"""One run of a spec on the back end asked for: the simulator, or one node per MPI rank.
+
+Shared by the Python API (:mod:`mpi_teleport.api`) and the command lines
+(:func:`mpi_teleport.cli.run_config`): it holds the output directories (one lock path for
+both), builds the back end (with the latency layer where asked), and hands the run to
+the engine (:func:`mpi_teleport.engine.execute`). The inputs arrive validated
+(:mod:`mpi_teleport.settings`, :mod:`mpi_teleport.resume`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import collective, engine
+from .checkpoint import CheckpointPlan
+from .errors import UsageError
+from .output import RunFiles
+from .problem import with_defaults
+from .progress import Progress
+from .spec import LatencySettings, Logging, RunSpec
+
+
+def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, comm=None,
+          transport=None, out: Path | None = None, plan: CheckpointPlan | None = None,
+          settings: dict | None = None, progress: bool | Progress = False, terminator=None,
+          resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
+          config_record: dict | None = None, hold=(), summary_extra: dict | None = None,
+          refused: str | None = None) -> engine.Result:
+    """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
+    the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
+    communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
+    manifests, ``config_record`` into config.json (root). ``hold``: (directory, name)
+    pairs the root locks for the run (a directory another job holds is a UsageError on
+    every process). ``refused``: this process's one-line reason not to run (its checks of
+    the inputs against the disk failed); every process learns the first process's reason
+    in the same collective as the locks, so all stop together with it (UsageError)."""
+    from .metrics import Recorder
+    from .search import SearchRecorder
+
+    problem = with_defaults(problem)
+    own_transport, release = None, None
+    if transport is None and comm is not None:
+        from .transport import Transport
+
+        transport = own_transport = Transport.duplicate(comm)
+    try:
+        # Under the API's own communicator an exception on one rank ends the job (agreed
+        # errors pass): the other ranks would otherwise wait for that rank for ever.
+        with collective.guard(own_transport):
+            root = transport is None or transport.rank == 0
+            release = _hold(hold, transport, root, refused)
+            # nodes vs ranks, the Problem contract at x0, the same problem and settings on
+            # every rank: agreed (one allgather); a step-size function checked every round
+            spec = collective.check_start(problem, spec, logging, latency, plan, transport)
+            if files is None:
+                files = RunFiles(out if root else None)
+            if config_record is not None:
+                files.config(config_record)
+            bar = progress if isinstance(progress, Progress) else Progress(spec.algorithm, bool(progress) and root)
+            bar.total = max(1, spec.total_rounds)
+            recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
+            recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
+            backend = _backend(problem, spec, latency, transport)
+            # Overflow to inf/NaN is the run's to report (one line at the next logging
+            # round), not numpy's: no RuntimeWarning ahead of that line.
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
+                                        settings=settings, terminator=terminator,
+                                        resume_from=resume_from, summary_extra=summary_extra)
+            backend.close()
+            return result
+    finally:
+        if release is not None:
+            release()
+        if own_transport is not None:
+            own_transport.free()
+
+
+def _hold(dirs, transport, root: bool, refused: str | None = None):
+    """Lock ``dirs`` on the root unless this process is ``refused``; every process learns
+    a refusal together (UsageError)."""
+    if not dirs and transport is None and refused is None:
+        return None
+    from .paths import hold_dirs
+
+    release, error = None, refused
+    if root and error is None and dirs:
+        try:
+            release = hold_dirs(dirs)
+        except UsageError as exc:
+            error = str(exc)
+    if transport is not None:  # (as signals.agree_on_error: one allgather)
+        error = next((e for e in transport.allgather(error) if e), None)
+    if error:
+        if release is not None:
+            release()
+        raise collective.agreed(UsageError(error)) if transport is not None else UsageError(error)
+    return release
+
+
+def _backend(problem, spec: RunSpec, latency: LatencySettings, transport):
+    if transport is None:
+        from .backends.local import LocalBackend
+
+        oracle = None
+        if latency.active:
+            from .virtual_clock import for_run
+
+            oracle = for_run(spec, latency, problem.dim, problem.dtype.itemsize)
+        return LocalBackend(problem, spec, oracle)
+    from .backends.mpi import MpiBackend
+
+    if latency.active:
+        from .latency import LatencyTransport, TimedProblem, parse_spec, warn_oversubscribed
+
+        layer = LatencyTransport(transport, parse_spec(latency.spec, spec.nodes), latency.clock)
+        warn_oversubscribed(layer)
+        transport, problem = layer, TimedProblem(problem, layer, latency.compute_time)
+    return MpiBackend(problem, spec, transport)
