@@ -101,18 +101,19 @@ def check_communicator(comm) -> None:
     """Refuse (UsageError) a ``comm=`` no run can use, without an MPI call that could hang."""
     kind = type(comm).__name__
     if not all(callable(getattr(comm, m, None)) for m in ("Dup", "Get_size", "Is_inter")):
-        raise UsageError(f"comm must be an mpi4py intracommunicator such as MPI.COMM_WORLD, "
-                         f"or None for the simulator; got {kind} {comm!r:.60}")
+        raise UsageError(f"comm: expected an mpi4py communicator (an intracommunicator such "
+                         f"as MPI.COMM_WORLD) or None for the simulator, got {kind} "
+                         f"{comm!r:.60}")
     if not comm:  # mpi4py: a null handle (MPI.COMM_NULL, or a communicator after Free())
-        raise UsageError("comm is a freed or null communicator (MPI.COMM_NULL): pass a live "
+        raise UsageError("comm: a freed or null communicator (MPI.COMM_NULL): pass a live "
                          "one, e.g. MPI.COMM_WORLD")
     try:
         inter = comm.Is_inter()
     except Exception as exc:  # noqa: BLE001  (an MPI error: not a usable communicator)
-        raise UsageError(f"comm cannot be used ({type(exc).__name__}: {exc}): pass a live "
+        raise UsageError(f"comm: cannot be used ({type(exc).__name__}: {exc}): pass a live "
                          f"intracommunicator, e.g. MPI.COMM_WORLD") from None
     if inter:
-        raise UsageError("comm is an intercommunicator (two groups): pass an "
+        raise UsageError("comm: an intercommunicator (two groups): pass an "
                          "intracommunicator, e.g. MPI.COMM_WORLD or intercomm.Merge()")
 
 

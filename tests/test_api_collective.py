@@ -67,7 +67,7 @@ def test_an_argument_refused_on_one_rank_only_is_raised_on_every_rank(mpirun):
 @pytest.mark.parametrize("fault, words", [
     ("intercomm", "intercommunicator"),
     ("comm-null", "freed or null communicator"),
-    ("not-a-comm", "mpi4py intracommunicator"),
+    ("not-a-comm", "expected an mpi4py communicator"),
 ])
 def test_unusable_communicators_are_one_line_on_every_rank(mpirun, fault, words):
     res = _launch(mpirun, 2, fault, "catch")
