@@ -14,17 +14,21 @@ with :func:`search_k`, all nodes in this process (``comm=None``) or one node per
 from .api import dsgd, search_k, teleportation
 from .engine import Result
 from .errors import NonFiniteError, OutputError, UsageError
+from .loggers import CsvWriter, TensorBoardWriter
 from .problem import Problem
 
 __version__ = "0.2.0"
 
-__all__ = ["teleportation", "dsgd", "search_k", "Problem", "TorchProblem", "Result",
-           "UsageError", "NonFiniteError", "OutputError"]
+__all__ = ["teleportation", "dsgd", "search_k", "Problem", "TorchProblem", "EvalMetric",
+           "Result", "UsageError", "NonFiniteError", "OutputError", "CsvWriter",
+           "TensorBoardWriter"]
+
+_TORCH_NAMES = ("TorchProblem", "EvalMetric")
 
 
 def __getattr__(name):
-    if name == "TorchProblem":  # torch is imported only when asked for
-        from .problems.torch_problem import TorchProblem
+    if name in _TORCH_NAMES:  # torch is imported only when asked for
+        from .problems import torch_problem
 
-        return TorchProblem
+        return getattr(torch_problem, name)
     raise AttributeError(f"module 'mpi_teleport' has no attribute {name!r}")

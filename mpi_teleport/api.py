@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Callable
 
 from . import collective, engine, runner
+from .algorithms import Nesterov
+from .loop_options import momentum_of, rounds_for, within_phase
 from . import resume as resume_rules
 from . import topology as topo
 from .checkpoint import CheckpointPlan, any_checkpoint, locate
@@ -50,14 +52,17 @@ from .spec import LatencySettings, Logging, RunSpec
 __all__ = ["teleportation", "dsgd", "search_k"]
 
 
-def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Callable[[int], float],
+def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
+                  lr: float | Callable[[int], float], epochs: float | None = None,
                   topology: str | Callable = "ring", momentum: float = 0.0,
-                  variant: str = "overlap", seed: int = 0, comm=None, log_every: int = 10,
+                  nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
+                  log_every: int = 10,
                   target: float | None = None, stop_at_target: bool = False,
                   out: str | Path | None = None, checkpoint_every: int = 0,
                   checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
                   resume: str | Path | None = None, latency: str = "none", clock: str = "real",
-                  compute_time: float | None = None, progress: bool = False) -> engine.Result:
+                  compute_time: float | None = None, progress: bool = False,
+                  callback: Callable[[dict], object] | None = None) -> engine.Result:
     """Train with Teleportation (Takezawa & Stich, ICLR 2025).
 
     In each round only k of the n nodes are active: they take the models (tokens) of the
@@ -69,20 +74,30 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Calla
     problem : Problem
         The training problem (:class:`mpi_teleport.Problem`, e.g. a
         :class:`mpi_teleport.TorchProblem`). Under MPI every rank passes its own,
-        identically built instance.
+        identically built instance. A problem with a ``nodes`` attribute must agree
+        with ``nodes``.
     nodes : int
         n, the number of nodes (under MPI: the communicator's size).
     k : int
         Active nodes (tokens) per round, 1 <= k <= n.
     rounds : int
-        T, rounds to run.
+        T, rounds to run; or give ``epochs``.
+    epochs : float
+        Instead of ``rounds``: passes over the training data, for a problem that knows
+        ``n_train`` and ``batch_size`` (a TorchProblem): ``rounds = ceil(epochs *
+        n_train / (batch_size * active))``, active = k (n for DSGD and for each phase
+        of :func:`search_k`).
     lr : float or callable
-        Step size, or a function of the round t.
+        Step size, or a function of the round t (in :func:`search_k`, of the round
+        within its phase: both phases start at t = 0).
     topology : str or callable
         ``ring``, ``torus``, ``exp``, ``onepeer-exp``, ``base2``, ``complete``, or a
         function ``(k, t) -> W`` returning a k x k doubly stochastic matrix.
     momentum : float
         Heavy-ball momentum in [0, 1); it travels with its token.
+    nesterov : bool
+        Take the momentum in Nesterov's form, as ``torch.optim.SGD(nesterov=True)``:
+        v = mu v + g, x -= lr (g + mu v). Needs ``momentum > 0``.
     variant : {'overlap', 'simple'}
         Algorithm 3 (one communication phase per round) or Algorithm 1.
     seed : int
@@ -107,6 +122,11 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Calla
         time per step in microseconds. Records then carry ``virtual_time_s``.
     progress : bool
         A progress bar on stderr (root).
+    callback : callable, optional
+        ``callback(record)``, called on the root with a copy of each record (the dict
+        written to metrics.jsonl) after each logged round; a true return value stops the
+        run there (custom early stopping). Ready ones: :class:`mpi_teleport.CsvWriter`,
+        :class:`mpi_teleport.TensorBoardWriter` (:mod:`mpi_teleport.loggers`).
 
     Returns
     -------
@@ -156,17 +176,21 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int, lr: float | Calla
     >>> result.summary["k"], len(result.x)
     (4, 5)
     """
+    rounds = rounds_for(problem, rounds, epochs, k)
     spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed)
     return _api_run(problem, spec, locals())
 
 
-def dsgd(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], float],
-         topology: str | Callable = "ring", momentum: float = 0.0, seed: int = 0, comm=None,
+def dsgd(problem, *, nodes: int, rounds: int | None = None,
+         lr: float | Callable[[int], float], epochs: float | None = None,
+         topology: str | Callable = "ring", momentum: float = 0.0, nesterov: bool = False,
+         seed: int = 0, comm=None,
          log_every: int = 10, target: float | None = None, stop_at_target: bool = False,
          out: str | Path | None = None, checkpoint_every: int = 0,
          checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
          resume: str | Path | None = None, latency: str = "none", clock: str = "real",
-         compute_time: float | None = None, progress: bool = False) -> engine.Result:
+         compute_time: float | None = None, progress: bool = False,
+         callback: Callable[[dict], object] | None = None) -> engine.Result:
     """Train with Decentralized SGD: every node active every round, node m always holds
     replica m, gossip over ``topology`` among all n nodes.
 
@@ -180,16 +204,20 @@ def dsgd(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], float]
     >>> mt.dsgd(Quadratic(n=8, d=3), nodes=8, rounds=50, lr=0.05).k
     8
     """
+    rounds = rounds_for(problem, rounds, epochs, nodes)
     spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed)
     return _api_run(problem, spec, locals())
 
 
-def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], float],
+def search_k(problem, *, nodes: int, rounds: int | None = None,
+             lr: float | Callable[[int], float], epochs: float | None = None,
              topology: str | Callable = "ring", momentum: float = 0.0,
-             variant: str = "overlap", seed: int = 0, comm=None, log_every: int = 10,
+             nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
+             log_every: int = 10,
              target: float | None = None, out: str | Path | None = None,
              latency: str = "none", clock: str = "real", compute_time: float | None = None,
-             progress: bool = False, select: str = "averaged") -> engine.Result:
+             progress: bool = False, select: str = "averaged",
+             callback: Callable[[dict], object] | None = None) -> engine.Result:
     """Algorithm 2: choose k with 2T rounds instead of n T.
 
     Phase 1 runs Teleportation with k = n for T = ``rounds`` rounds; phase 2 runs every
@@ -232,8 +260,9 @@ def search_k(problem, *, nodes: int, rounds: int, lr: float | Callable[[int], fl
     """
     from .search import check_select
 
-    spec = RunSpec("search", nodes, None, rounds, lr, momentum, topology, variant, seed,
-                   check_select(select))
+    rounds = rounds_for(problem, rounds, epochs, nodes)
+    spec = RunSpec("search", nodes, None, rounds, within_phase(lr, rounds), momentum, topology,
+                   variant, seed, check_select(select))
     return _api_run(problem, spec, locals())
 
 
@@ -269,6 +298,10 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
     is one UsageError on every process, before anything is written."""
     problem = with_defaults(problem)  # (TypeError naming what is missing)
     spec, logging, latency, files = _checked(spec, args)
+    given = getattr(problem, "nodes", None)
+    if isinstance(given, int) and not isinstance(given, bool) and given != spec.nodes:
+        raise UsageError(f"the problem was built for nodes={given} but the run has "
+                         f"nodes={spec.nodes}: give both the same number")
     record = resume_rules.plain({**_record(spec, logging, latency, files),
                                  **resume_rules.describe_problem(problem, spec.seed,
                                                                  files.touches_checkpoints)})
@@ -283,7 +316,7 @@ def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
     return runner.train(problem, spec, logging, latency, comm=args.get("comm"), out=files.out,
                         plan=plan, settings=record, progress=files.progress,
                         config_record={**record, **problem.describe()}, hold=files.held,
-                        refused=refused)
+                        refused=refused, callback=args.get("callback"))
 
 
 def _checked(spec: RunSpec, args: dict) -> tuple[RunSpec, Logging, LatencySettings, _Files]:
@@ -313,8 +346,8 @@ def _checked(spec: RunSpec, args: dict) -> tuple[RunSpec, Logging, LatencySettin
         k = values["nodes"]
     check_checkpoints(values, API, search=spec.algorithm == "search")
     spec = RunSpec(spec.algorithm, values["nodes"], k, values["rounds"], values["lr"],
-                   values["momentum"], values["topology"], values["variant"], values["seed"],
-                   spec.k_select)
+                   momentum_of(values["momentum"], args.get("nesterov", False)),
+                   values["topology"], values["variant"], values["seed"], spec.k_select)
     logging = Logging(values["log_every"], values["target"], values["stop_at_target"])
     latency = LatencySettings(values["latency"], values["clock"], values["compute_time"])
 
@@ -335,7 +368,7 @@ def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _F
     record = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.tokens,
               "rounds": spec.rounds, "lr": resume_rules.describe_lr(spec.lr),
               "lr_schedule": "function" if callable(spec.lr) else "constant",
-              "momentum": spec.momentum, "topology": topo.describe(spec.topology),
+              "momentum": float(spec.momentum), "topology": topo.describe(spec.topology),
               "variant": spec.variant, "seed": spec.seed, "log_every": logging.every,
               "target": logging.target, "stop_at_target": logging.stop_at_target,
               "latency": latency.spec, "clock": latency.clock,
@@ -345,6 +378,8 @@ def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _F
               "checkpoint_dir": None if files.checkpoint_dir is None else str(files.checkpoint_dir)}
     if spec.algorithm == "search":
         record["k_select"] = spec.k_select
+    if isinstance(spec.momentum, Nesterov):  # (only then: other runs' records unchanged)
+        record["nesterov"] = True
     return record
 
 

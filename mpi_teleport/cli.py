@@ -77,11 +77,12 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
     summary on the root (None elsewhere). ``transport``: the MPI runtime's; None: the
     simulator."""
     from . import preflight, runner
-    from .problems import describe, with_epochs
+    from .problems import describe, factory, is_factory, with_epochs
     from .spec import LatencySettings, Logging
 
     rounds_given = cfg.rounds
-    cfg = with_epochs(cfg, algorithm, k, problem)
+    used = factory.record(cfg.problem, cfg, transport is not None) if is_factory(cfg.problem) else None
+    cfg = with_epochs(cfg, algorithm, k, problem)  # (a factory's problem: its batch size)
     spec = run_spec(cfg, algorithm, k)
     backend = "sim" if transport is None else "mpi"
     k_shown = cfg.nodes if algorithm == "dsgd" else k
@@ -92,6 +93,10 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
         phases = phase_rounds(cfg, rounds_given, getattr(problem, "n_train", None))
     record = {**cfg.to_dict(), "algorithm": algorithm, "k": k_shown, "backend": backend,
               **phases, **describe(problem)}
+    if used is not None:  # what the factory received; flags it did not take left out
+        unused = set(used["unused"]) - ({"batch_size"} if cfg.epochs is not None else set())
+        record = {key: value for key, value in record.items() if key not in unused}
+        record["factory_args"] = used["factory_args"]
     logging = Logging(cfg.log_every, cfg.target, cfg.stop_at_target)
     latency = LatencySettings(cfg.latency, cfg.clock, cfg.compute_time)
     plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None

@@ -63,9 +63,11 @@ def average(x: np.ndarray) -> np.ndarray:
 def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
             plan: CheckpointPlan | None = None,
             settings: dict | None = None, terminator=None, resume_from=None,
-            summary_extra: dict | None = None) -> Result:
+            summary_extra: dict | None = None, callback=None) -> Result:
     """Run ``spec`` on ``backend``; the root writes through ``recorder``. Returns the
-    whole Result on every process."""
+    whole Result on every process. ``callback(record)``: called on the root with a copy
+    of each record written (after each logged round); a true return value stops the run
+    there, as a reached target does with ``stop_at_target``."""
     plan = plan or CheckpointPlan(None, 0, 2)
     keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
                     log_every=logging.every, stop_at_target=logging.stop_at_target,
@@ -80,14 +82,14 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
         first = keeper.start if resuming else phase.start
         backend.begin(phase, first, x0, restore if resuming else None)
         if not resuming:  # (a resumed run has logged its first round already)
-            stopped = _log(index, first, backend, recorder, spec)
+            stopped = _log(index, first, backend, recorder, spec, callback)
         for t in keeper.rounds(phase.start, phase.stop):
             if stopped:
                 break
             backend.step(t)
             r = t + 1
             if logging.is_log_round(r, phase.start, phase.stop):
-                stopped = _log(index, r, backend, recorder, spec)
+                stopped = _log(index, r, backend, recorder, spec, callback)
             keeper.after_round(r, stopped, spec.total_rounds)
     wall = time.perf_counter() - start_clock
     summary = None
@@ -102,9 +104,9 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
     return Result(summary, records, x, summary["k"] if summary else None, candidates)
 
 
-def _log(phase: int, r: int, backend, recorder, spec) -> bool:
+def _log(phase: int, r: int, backend, recorder, spec, callback=None) -> bool:
     """Round r's record (collective): returns whether the run stops here. The time spent
-    logging is excluded from ``time_s``."""
+    logging (the callback's too) is excluded from ``time_s``."""
     paused = recorder.pause()
     elapsed = recorder.elapsed()
     try:
@@ -112,7 +114,16 @@ def _log(phase: int, r: int, backend, recorder, spec) -> bool:
         vt = backend.virtual_time_s(r)  # collective; on the root when the layer is on
         extra = {} if vt is None else {"virtual_time_s": vt}
         evaluated = _evaluate(backend, recorder, phase, r, mats)
-        return bool(backend.share(lambda: recorder.record(phase, r, mats, elapsed, extra, evaluated)))
+
+        def on_root() -> bool:
+            written = len(recorder.files.records)
+            stop = recorder.record(phase, r, mats, elapsed, extra, evaluated)
+            if callback is not None:
+                for record in recorder.files.records[written:]:
+                    stop = bool(callback(dict(record))) or stop
+            return stop
+
+        return bool(backend.share(on_root))
     finally:
         recorder.resume(paused)
 

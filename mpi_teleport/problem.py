@@ -13,10 +13,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Problem", "ProblemWithDefaults", "with_defaults", "REQUIRED_MEMBERS"]
+__all__ = ["Problem", "ProblemWithDefaults", "with_defaults", "higher_is_better",
+           "REQUIRED_MEMBERS"]
 
-REQUIRED_MEMBERS = ("dim", "dtype", "metric", "higher_is_better", "initial", "gradient",
-                    "evaluate")
+REQUIRED_MEMBERS = ("dim", "dtype", "initial", "gradient", "evaluate")
+
+# Names of metrics where larger is better (a metric named otherwise: lower is better,
+# as for a loss or an error), matched as words of the lower-cased name.
+HIGHER_IS_BETTER_WORDS = ("accuracy", "acc", "f1", "auc", "precision", "recall", "score",
+                          "top1", "top5", "iou", "r2", "psnr", "ssim", "bleu")
 
 
 @runtime_checkable
@@ -30,15 +35,20 @@ class Problem(Protocol):
     dtype : numpy dtype
         Token dtype: ``np.float64`` (numpy problems) or ``np.float32`` (torch models).
         Tokens travel, are averaged and stepped in this dtype.
-    metric : str
-        The headline key of :meth:`evaluate`'s dict (e.g. ``"error"``, ``"accuracy"``):
-        what the target, the summary and the progress line refer to.
-    higher_is_better : bool
-        Whether larger values of ``metric`` are better (accuracy: True, error: False).
 
     Notes
     -----
     Optional members; :func:`with_defaults` supplies them when absent:
+
+    metric : str
+        The headline key of :meth:`evaluate`'s dict (e.g. ``"error"``, ``"accuracy"``):
+        what the target, the summary and the progress line refer to. Default: the first
+        key of the dict ``evaluate`` returns for the initial token (evaluated once).
+    higher_is_better : bool
+        Whether larger values of ``metric`` are better. Default: True when a word of the
+        metric's name (split at ``_``, ``-``, spaces) is accuracy-like
+        (:data:`HIGHER_IS_BETTER_WORDS`: accuracy, acc, f1, auc, precision, recall,
+        score, ...), else False (a loss, an error).
 
     validate(x) -> float
         Algorithm 2's selection metric of a token matrix, on data held out from training
@@ -48,7 +58,11 @@ class Problem(Protocol):
     validation_higher_is_better : bool
         Default: ``higher_is_better``.
     n_train : int
-        Training samples over all nodes (turns epochs into rounds). Default: None.
+        Training samples over all nodes (turns epochs into rounds, with ``batch_size``,
+        the samples a node draws per round). Default: None.
+    nodes : int
+        The number of nodes the problem was built for; when present, the API refuses a
+        call with another ``nodes``.
     after_step(nodes, y) -> None
         Called right after the local step ``y = x - lr * v`` with the rows of the last
         :meth:`gradient` call, before ``y`` is sent: lets a problem write state that is
@@ -90,8 +104,6 @@ class Problem(Protocol):
 
     dim: int
     dtype: Any
-    metric: str
-    higher_is_better: bool
 
     def initial(self) -> np.ndarray:
         """The initial token ``x0``, shape ``(dim,)``, of ``dtype``, finite, identical in
@@ -140,11 +152,20 @@ class ProblemWithDefaults:
 
     @property
     def metric(self) -> str:
-        return self.problem.metric
+        if self._has("metric"):
+            return self.problem.metric
+        if "_metric" not in self.__dict__:  # the first key evaluate() returns, found once
+            keys = list(self.problem.evaluate(self.problem.initial()[None]))
+            if not keys:
+                raise TypeError(f"{type(self.problem).__name__}.evaluate returned no metrics")
+            self.__dict__["_metric"] = keys[0]
+        return self.__dict__["_metric"]
 
     @property
     def higher_is_better(self) -> bool:
-        return bool(self.problem.higher_is_better)
+        if self._has("higher_is_better"):
+            return bool(self.problem.higher_is_better)
+        return higher_is_better(self.metric)
 
     def initial(self) -> np.ndarray:
         return self.problem.initial()
@@ -210,6 +231,16 @@ class ProblemWithDefaults:
         return f"with_defaults({self.problem!r})"
 
 
+def higher_is_better(metric: str) -> bool:
+    """The default direction of a metric named ``metric`` (see :class:`Problem`).
+
+    >>> higher_is_better("top5_accuracy"), higher_is_better("macro-f1"), higher_is_better("loss")
+    (True, True, False)
+    """
+    words = str(metric).lower().replace("-", " ").replace("_", " ").split()
+    return any(w in HIGHER_IS_BETTER_WORDS for w in words)
+
+
 def with_defaults(problem) -> ProblemWithDefaults:
     """Check that ``problem`` implements :class:`Problem` and fill in its optional parts.
 
@@ -250,7 +281,7 @@ def with_defaults(problem) -> ProblemWithDefaults:
         dtype = None
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"{name}.dtype must be float32 or float64, got {problem.dtype!r}")
-    if not isinstance(problem.metric, str):
+    if hasattr(problem, "metric") and not isinstance(problem.metric, str):
         raise TypeError(f"{name}.metric must be a string (a key of evaluate()'s dict), "
                         f"got {problem.metric!r}")
     return ProblemWithDefaults(problem)

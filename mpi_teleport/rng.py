@@ -31,6 +31,10 @@ STREAM_INIT = 5
 STREAM_BATCH = 6
 STREAM_DATA = 7
 STREAM_TORCH = 8  # seeds torch's generator for a row's forward pass (dropout)
+STREAM_GLOBALS = 9  # numpy's and Python's global generators while a row's batch is read
+STREAM_AUGMENT = 10  # the generator a TorchProblem's augment hook receives
+STREAM_EVAL_SAMPLE = 11  # the fixed training sample evaluated when there is no test set
+STREAM_EVAL_CHUNK = 12  # global generators while an evaluation chunk is read
 
 
 def _mix_int(z: int) -> int:

@@ -26,7 +26,7 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
           settings: dict | None = None, progress: bool | Progress = False, terminator=None,
           resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
           config_record: dict | None = None, hold=(), summary_extra: dict | None = None,
-          refused: str | None = None) -> engine.Result:
+          refused: str | None = None, callback=None) -> engine.Result:
     """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
     the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
     communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
@@ -34,7 +34,8 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
     pairs the root locks for the run (a directory another job holds is a UsageError on
     every process). ``refused``: this process's one-line reason not to run (its checks of
     the inputs against the disk failed); every process learns the first process's reason
-    in the same collective as the locks, so all stop together with it (UsageError)."""
+    in the same collective as the locks, so all stop together with it (UsageError).
+    ``callback(record)``: on the root after each logged round (:func:`engine.execute`)."""
     from .metrics import Recorder
     from .search import SearchRecorder
 
@@ -67,7 +68,8 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
                                         settings=settings, terminator=terminator,
-                                        resume_from=resume_from, summary_extra=summary_extra)
+                                        resume_from=resume_from, summary_extra=summary_extra,
+                                        callback=callback)
             backend.close()
             return result
     finally:

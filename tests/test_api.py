@@ -18,7 +18,8 @@ pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi
 
 def test_public_surface_is_short_and_documented():
     assert set(mt.__all__) == {"teleportation", "dsgd", "search_k", "Problem", "TorchProblem",
-                               "Result", "UsageError", "NonFiniteError", "OutputError"}
+                               "EvalMetric", "Result", "UsageError", "NonFiniteError",
+                               "OutputError", "CsvWriter", "TensorBoardWriter"}
     for name in ("teleportation", "dsgd", "search_k"):
         doc = getattr(mt, name).__doc__
         assert "Parameters" in doc or "Parameters are" in doc

@@ -85,7 +85,7 @@ def test_a_rank_holds_its_share_and_its_evaluation_slice_only(tmp_path):
         per_sample = 28 * 28 + 8  # uint8 image, int64 label
         assert mine.data_bytes() == {"train": share * per_sample, "test": (hi - lo) * per_sample,
                                      "validation": (vhi - vlo) * per_sample}
-        assert not mine._train.x.mapped and not mine._test.x.mapped  # no map of the whole file
+        assert not mine._train.x.mapped and not mine._sets["test"].x.mapped  # no map of the whole file
         assert mine.n_test == whole.n_test and mine.held_slice("test") == (lo, hi)
         # the same gradient as the problem holding everything, and the same chunk rows
         g = mine.gradient([rank], x[:1], t=5)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpi_teleport.problems import datasets
+from mpi_teleport.problems import datasets, unpacking  # noqa: F401
 from mpi_teleport.problems.datasets import (
     CIFAR10_FILES,
     FMNIST_FILES,
@@ -130,7 +130,7 @@ def test_crafted_archive_is_refused_even_when_its_md5_matches(layout, attack, md
     data_dir, outside = layout
     tarball = _archive(data_dir, attack, outside)
     if md5 == "matching":
-        monkeypatch.setattr(datasets, "CIFAR10_TGZ_MD5", hashlib.md5(tarball.read_bytes()).hexdigest())
+        monkeypatch.setattr(unpacking, "CIFAR10_TGZ_MD5", hashlib.md5(tarball.read_bytes()).hexdigest())
     before = _tree(tmp_path)
     with pytest.raises(DatasetContentError) as e:
         extract_cifar10(data_dir, verify_md5=(md5 == "matching"))
@@ -150,7 +150,7 @@ def test_tarfile_filter_guards_even_without_the_member_check(layout, tmp_path, m
         pytest.skip("this Python's tarfile has no extraction filters")
     data_dir, outside = layout
     _archive(data_dir, "dotdot", outside)
-    monkeypatch.setattr(datasets, "_safe_members", lambda tar, *a: tar.getmembers())
+    monkeypatch.setattr(unpacking, "_safe_members", lambda tar, *a: tar.getmembers())
     before = {k: v for k, v in _tree(tmp_path).items() if not k.startswith(str(data_dir))}
     with pytest.raises(DatasetMissingError) as e:
         extract_cifar10(data_dir, verify_md5=False)
@@ -165,7 +165,7 @@ def test_good_archive_is_extracted_once_and_loads(tmp_path, monkeypatch):
     tarball = data_dir / "cifar-10-python.tar.gz"
     with tarfile.open(tarball, "w:gz") as tar:
         _good_members(tar)
-    monkeypatch.setattr(datasets, "CIFAR10_TGZ_MD5", hashlib.md5(tarball.read_bytes()).hexdigest())
+    monkeypatch.setattr(unpacking, "CIFAR10_TGZ_MD5", hashlib.md5(tarball.read_bytes()).hexdigest())
     assert sorted(extract_cifar10(data_dir)) == sorted(CIFAR10_FILES)
     assert extract_cifar10(data_dir) == []  # done already: skipped
     assert sorted(p.name for p in data_dir.iterdir()) == sorted(
@@ -288,7 +288,7 @@ def test_decompress_into_a_directory_that_is_not_writable(tmp_path, monkeypatch)
     def refused(path):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(datasets.lock, "exclusive", refused)
+    monkeypatch.setattr(unpacking.lock, "exclusive", refused)
     with pytest.raises(DatasetMissingError) as e:
         decompress_fashion_mnist(tmp_path)
     msg = str(e.value)

@@ -133,9 +133,10 @@ def test_epochs_say_how_many_rounds_each_phase_ran(tmp_path):
     from mpi_teleport.config import resolve
 
     problem = LogisticRegression(4, seed=0)
-    problem.n_train = 1000  # (a problem that knows its training-set size)
+    problem.n_train = 1000  # (a problem that knows its training-set size
+    problem.batch_size = 16  # and its batch size: --epochs converts with the problem's)
     cfg = resolve({"nodes": 4, "k": "auto", "algorithm": "teleportation", "epochs": 2.0,
-                   "batch_size": 16, "lr": 0.3, "problem": "mpi_teleport.examples.logistic:problem",
+                   "lr": 0.3, "problem": "mpi_teleport.examples.logistic:problem",
                    "out": str(tmp_path)})
     summary = run_config(cfg, "teleportation", "auto", files=RunFiles(tmp_path), problem=problem)
     config = json.loads((tmp_path / "config.json").read_text())

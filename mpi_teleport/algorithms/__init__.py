@@ -23,9 +23,34 @@ from ..contract import landed
 BLOCK = 1 << 18
 
 
+class Nesterov(float):
+    """A momentum coefficient mu taken in Nesterov's form, as ``torch.optim.SGD(...,
+    nesterov=True)``: v = mu v + g, y = x - lr (g + mu v). A plain float is heavy-ball
+    (y = x - lr v). The value travels wherever the momentum does (RunSpec.momentum), so
+    every back end's step sees it without another argument."""
+
+    def __repr__(self) -> str:
+        return f"Nesterov({float(self)!r})"
+
+
+def _momentum_step(g, v, lr: float, momentum: float) -> None:
+    """g <- lr * (v = mu v + g) (heavy-ball) or lr * (g + mu (v = mu v + g)) (Nesterov)."""
+    if isinstance(momentum, Nesterov):
+        mu = float(momentum)  # (numpy computes with a float subclass in float64, with a
+        v *= mu  # plain float in the array's dtype: as torch and the heavy-ball step do)
+        v += g
+        g += v * mu
+        g *= lr
+    else:
+        v *= momentum
+        v += g
+        np.multiply(v, lr, out=g)
+
+
 def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
                lr: float, momentum: float, out: np.ndarray | None = None) -> np.ndarray:
-    """y = x - lr * g (Alg. 1 line 10 / Alg. 3 line 8), heavy-ball when momentum > 0.
+    """y = x - lr * g (Alg. 1 line 10 / Alg. 3 line 8), heavy-ball when momentum > 0
+    (Nesterov's form when it is a :class:`Nesterov`).
 
     ``nodes`` are the holders of the rows of x in round t: the gradient is that of the
     *holder's* local loss. ``v`` (the token's momentum) is updated in place; y goes to
@@ -40,9 +65,7 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
     d = g.shape[-1]
     if d <= BLOCK:  # one block: the same operations on the whole vectors, no views made
         if momentum > 0:
-            v *= momentum
-            v += g
-            np.multiply(v, lr, out=g)
+            _momentum_step(g, v, lr, momentum)
         else:
             g *= lr
         np.subtract(x, g, out=g)
@@ -60,10 +83,7 @@ def _blocked_step(g, x, v, lr: float, momentum: float) -> None:
         b = min(a + BLOCK, d)
         gb, xb = g[..., a:b], x[..., a:b]
         if momentum > 0:
-            vb = v[..., a:b]
-            vb *= momentum
-            vb += gb
-            np.multiply(vb, lr, out=gb)
+            _momentum_step(gb, v[..., a:b], lr, momentum)
         else:
             gb *= lr
         np.subtract(xb, gb, out=gb)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..algorithms import Nesterov
 from ..contract import landed
 
 
@@ -91,10 +92,16 @@ def local_step(problem, node: int, s: DeviceTokenState, t: int, lr: float,
         landed(problem, g, out, s.x[None])
     g = s.upload(s.y)
     if momentum > 0:
+        nesterov = isinstance(momentum, Nesterov)
+        momentum = float(momentum) if nesterov else momentum
         v = s.upload(s.v)
         v.mul_(momentum)
         v.add_(g)
-        torch.mul(v, lr, out=g)
+        if nesterov:  # g + mu v, each product rounded (as the host)
+            g.add_(torch.mul(v, momentum))
+            g.mul_(lr)
+        else:
+            torch.mul(v, lr, out=g)
         s.download(s.v)
     else:
         g.mul_(lr)

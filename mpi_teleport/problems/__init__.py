@@ -12,10 +12,13 @@ from __future__ import annotations
 import functools
 import math
 
+from .factory import from_factory  # noqa: F401  (re-exported)
+
 
 def needs_local_rank(cfg) -> bool:
     """Whether building the problem needs this rank's index on its host (GPU mapping)."""
-    return cfg.problem in ("digits", "fashion-mnist", "cifar10") and cfg.device != "cpu"
+    return ((cfg.problem in ("digits", "fashion-mnist", "cifar10") or is_factory(cfg.problem))
+            and cfg.device != "cpu")
 
 
 def make_problem(cfg, local_rank: int = 0, local_nodes=None):
@@ -29,7 +32,7 @@ def make_problem(cfg, local_rank: int = 0, local_nodes=None):
     simulator).
     """
     if is_factory(cfg.problem):
-        return from_factory(cfg.problem, nodes=cfg.nodes, seed=cfg.seed)
+        return from_factory(cfg.problem, cfg=cfg, local_nodes=local_nodes, local_rank=local_rank)
     if cfg.problem == "quadratic":
         from .quadratic import quadratic
 
@@ -52,42 +55,6 @@ def is_factory(name: str) -> bool:
     return ":" in str(name)
 
 
-def from_factory(name: str, *, nodes: int, seed: int):
-    """Call the factory ``package.module:function`` with keyword arguments ``nodes`` and
-    ``seed``; it must return a Problem. Anything else is a UsageError saying what."""
-    import importlib
-
-    from ..errors import UsageError
-    from ..problem import with_defaults
-
-    module_name, _, function_name = str(name).partition(":")
-    if not module_name or not function_name:
-        raise UsageError(f"--problem {name}: give package.module:function")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001  (any failure to import is the user's to fix)
-        raise UsageError(f"--problem {name}: cannot import {module_name!r} "
-                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-                         f"check the name and that it is on PYTHONPATH") from None
-    factory = getattr(module, function_name, None)
-    if not callable(factory):
-        raise UsageError(f"--problem {name}: {module_name} has no function {function_name!r}")
-    try:
-        problem = factory(nodes=nodes, seed=seed)
-    except SystemExit as exc:  # (else the command line would exit with it, having run nothing)
-        raise UsageError(f"--problem {name}: the factory called sys.exit({exc.code!r}) instead "
-                         f"of returning a Problem") from None
-    except Exception as exc:  # noqa: BLE001
-        raise UsageError(f"--problem {name}: the factory failed ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
-    try:
-        with_defaults(problem)
-    except TypeError as exc:
-        raise UsageError(f"--problem {name}: the factory returned {type(problem).__name__}, "
-                         f"not a Problem ({exc})") from None
-    return problem
-
-
 @functools.lru_cache(maxsize=4)
 def _network(data_cfg, device, local_nodes=None):
     from .network import from_config
@@ -101,13 +68,19 @@ def with_epochs(cfg, algorithm: str, k, problem):
     ceil(E * n_train / (batch_size * k)) rounds."""
     if cfg.epochs is None:
         return cfg
-    if getattr(problem, "n_train", None) is None:
-        from ..errors import UsageError
+    from ..errors import UsageError
 
+    if getattr(problem, "n_train", None) is None:
         raise UsageError(f"--epochs needs a problem that knows its training-set size "
                          f"(n_train); {cfg.problem} does not: use --rounds")
+    batch = getattr(problem, "batch_size", None)  # (a factory's own batch size)
+    if batch is None and is_factory(cfg.problem):
+        raise UsageError(f"--epochs needs a problem that knows its batch size (batch_size); "
+                         f"{cfg.problem} does not: use --rounds")
+    batch = int(batch or cfg.batch_size)
     active = cfg.nodes if algorithm == "dsgd" or k == "auto" else k
-    return cfg.replace(rounds=max(1, math.ceil(cfg.epochs * problem.n_train / (cfg.batch_size * active))))
+    return cfg.replace(batch_size=batch,
+                       rounds=max(1, math.ceil(cfg.epochs * problem.n_train / (batch * active))))
 
 
 def describe(problem) -> dict:

@@ -202,7 +202,8 @@ def build_model(name: str, seed: int) -> nn.Module:
 class StateLayout:
     """Which tensors of a model make up its flat state, and in which order.
 
-    ``params``: ``model.parameters()`` (each shared tensor once); ``buffers``: floating
+    ``params``: the trainable ``model.parameters()`` (each shared tensor once; frozen
+    ones, ``requires_grad=False``, are ``frozen`` and not in the vector); ``buffers``: floating
     buffers as ``(module, name, tensor)`` in ``model.modules()`` order (each shared tensor
     once), e.g. BatchNorm's running mean and variance; ``other_buffers``: the remaining
     (integer, boolean) buffers, e.g. BatchNorm's ``num_batches_tracked``, which a float
@@ -212,7 +213,11 @@ class StateLayout:
     """
 
     def __init__(self, model: nn.Module):
-        self.params = list(model.parameters())
+        params = list(model.parameters())
+        # Frozen parameters (requires_grad=False) are not trained: they stay as built,
+        # identical in every process, and never travel (issue 22, fine-tuning).
+        self.params = [p for p in params if p.requires_grad]
+        self.frozen = [p for p in params if not p.requires_grad]
         seen, bufs, other = set(), [], []
         for module in model.modules():
             for name, b in module._buffers.items():

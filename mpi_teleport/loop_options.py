@@ -1,0 +1,55 @@
+"""The API's training-loop keywords turned into :class:`~mpi_teleport.spec.RunSpec`
+fields: ``epochs`` into rounds, an ``lr`` schedule that sees the round within its phase
+(Algorithm 2), ``nesterov`` into the momentum's form (:class:`~.algorithms.Nesterov`).
+Each raises UsageError (one line) for a value no run can have.
+"""
+from __future__ import annotations
+
+import math
+
+from .algorithms import Nesterov
+from .errors import UsageError
+
+__all__ = ["rounds_for", "within_phase", "momentum_of"]
+
+
+def rounds_for(problem, rounds, epochs, active):
+    """``rounds``, or the rounds ``epochs`` passes over the data take with ``active``
+    nodes each drawing a batch per round (the API's other checks follow)."""
+    if (rounds is None) == (epochs is None):
+        raise UsageError("give rounds= or epochs= (one of them)")
+    if epochs is None:
+        return rounds
+    n_train, batch = getattr(problem, "n_train", None), getattr(problem, "batch_size", None)
+    if not n_train or not batch:
+        raise UsageError(f"epochs= needs a problem that knows n_train and batch_size (a "
+                         f"TorchProblem); {type(problem).__name__} does not: give rounds=")
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0 \
+            or not math.isfinite(epochs):
+        raise UsageError(f"epochs must be a number > 0, got {epochs!r}")
+    if isinstance(active, bool) or not isinstance(active, int) or active < 1:
+        return 1  # (k or nodes is wrong: the checks say so)
+    return max(1, math.ceil(epochs * n_train / (batch * active)))
+
+
+def within_phase(lr, rounds):
+    """Algorithm 2's step size: a schedule sees the round within its phase."""
+    if not callable(lr) or isinstance(rounds, bool) or not isinstance(rounds, int):
+        return lr
+
+    def phase_lr(t: int) -> float:
+        return lr(t - rounds if t >= rounds else t)
+
+    phase_lr.base = getattr(lr, "base", "a schedule")  # (named in messages)
+    return phase_lr
+
+
+def momentum_of(momentum: float, nesterov) -> float:
+    """The run's momentum: the checked number, or it in Nesterov's form."""
+    if not nesterov:
+        return momentum
+    if nesterov is not True:
+        raise UsageError(f"nesterov: expected True or False, got {nesterov!r}")
+    if not momentum > 0:
+        raise UsageError(f"nesterov=True needs momentum > 0, got momentum={momentum!r}")
+    return Nesterov(momentum)
