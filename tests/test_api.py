@@ -1,5 +1,6 @@
 """The public API: what it exports, its errors, user topologies and problems, and the same
-calls under mpirun (tests/mpi_api, run inside the ranks) equal to the simulator."""
+calls under mpirun (tests/in_rank/, run inside the ranks by tests/test_in_rank.py) equal to
+the simulator."""
 import json
 import subprocess
 import sys
@@ -12,8 +13,7 @@ from mpi_teleport.examples.logistic import LogisticRegression
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main as sim_main
-
-pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi.py and the MPI tier
+from helpers import without_time
 
 
 def test_public_surface_is_short_and_documented():
@@ -39,8 +39,7 @@ def test_numpy_problem_through_the_api_and_the_cli_agree(tmp_path):
                      "--algorithm", "teleportation", "--k", "2", "--rounds", "40", "--lr", "0.5",
                      "--seed", "2", "--log-every", "10", "--out", str(tmp_path)]) == 0
     cli = read_jsonl(tmp_path / "metrics.jsonl")
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "time_s"} for r in rs]  # noqa: E731
-    assert strip(api.records) == strip(cli)
+    assert without_time(api.records) == without_time(cli)
     assert json.loads((tmp_path / "summary.json").read_text())["final_loss"] == api.summary["final_loss"]
 
 
@@ -89,13 +88,7 @@ def test_something_that_is_not_a_problem_is_refused():
         mt.dsgd(object(), nodes=4, rounds=3, lr=0.1)
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_api_under_mpirun_equals_the_simulator(mpirun, ranks):
-    proc = mpirun(ranks, ["-m", "mpi4py", "-m", "pytest", "-p", "no:cacheprovider", "--with-mpi",
-                          "-q", "--color=no", "--timeout=120", "--timeout-method=thread",
-                          "tests/mpi_api", "-o", "addopts="], timeout=400)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert " passed" in proc.stdout and "failed" not in proc.stdout
+# (the API inside mpirun ranks: tests/in_rank/test_api_mpi.py and test_torch_api_mpi.py)
 
 
 def test_a_factory_problem_runs_under_mpi_like_the_simulator(tmp_path, mpirun):
@@ -104,9 +97,8 @@ def test_a_factory_problem_runs_under_mpi_like_the_simulator(tmp_path, mpirun):
     assert sim_main(["--nodes", "4", *flags, "--out", str(tmp_path / "sim")]) == 0
     proc = mpirun(4, ["-m", "mpi_teleport.run", *flags, "--out", str(tmp_path / "mpi")], timeout=180)
     assert proc.returncode == 0, proc.stderr
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "time_s"} for r in rs]  # noqa: E731
     for alg in ("teleportation", "dsgd"):
-        assert strip(read_jsonl(tmp_path / "mpi" / alg / "metrics.jsonl")) == strip(
+        assert without_time(read_jsonl(tmp_path / "mpi" / alg / "metrics.jsonl")) == without_time(
             read_jsonl(tmp_path / "sim" / alg / "metrics.jsonl"))
 
 
@@ -134,8 +126,4 @@ def test_a_factory_returning_something_else_is_refused(tmp_path, capsys, monkeyp
     assert len(err) == 1 and "returned int, not a Problem" in err[0]
 
 
-def test_a_broken_factory_under_mpi_is_one_line_from_rank_0(mpirun):
-    proc = mpirun(3, ["-m", "mpi_teleport.run", "--problem", "nosuch_module_xyz:problem"], timeout=120)
-    assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if "error" in line]
-    assert len(lines) == 1 and "cannot import" in lines[0] and "Traceback" not in proc.stderr
+# (a broken factory under MPI: a row of tests/test_failures.py's table of bad input under MPI)

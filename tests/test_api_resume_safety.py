@@ -5,7 +5,8 @@ ones is refused in one line naming each; a fresh run never writes into a directo
 holds another run's checkpoints; checkpoints written by the API resume through the
 command line (or are refused there in one line when it cannot rebuild the problem);
 damaged or edited manifests, stray files and a full disk are one line and rewrite
-nothing. In-process (the simulator); the MPI side is in tests/mpi_api.
+nothing. In-process (the simulator); the MPI side is in tests/test_api_resume_mpi.py and
+tests/in_rank/test_api_mpi.py.
 """
 from __future__ import annotations
 

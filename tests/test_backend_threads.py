@@ -1,7 +1,8 @@
 """The MPI back end's compiled fast path (blocks of rounds planned ahead, records shared
 by pattern, buffer swaps tracked by parity) equals the simulator bit for bit, across many
 block boundaries, without MPI: n back ends run in n threads of this process over a
-loopback transport whose persistent channels are queues (serial tier, seconds).
+loopback transport whose persistent channels are queues (tests/loopback.py; serial tier,
+seconds).
 
 MPI itself is exercised by tests/test_mpi.py and the in-rank suites; this file reaches
 what short MPI runs do not: block boundaries every few rounds, momentum swaps carried
@@ -9,7 +10,6 @@ across blocks, both phases of Algorithm 2, records reused and rebuilt.
 """
 from __future__ import annotations
 
-import queue
 import threading
 
 import numpy as np
@@ -22,59 +22,7 @@ from mpi_teleport.problems.quadratic import quadratic
 from mpi_teleport.spec import RunSpec
 from mpi_teleport.schedule import Phase
 
-WAIT_S = 30  # a lost message fails the test instead of hanging it
-
-
-class _Channel:
-    def __init__(self, send: bool, src: int, dest: int, kind: int, buf: np.ndarray):
-        self.send, self.src, self.dest, self.kind, self.buf = send, src, dest, kind, buf
-
-
-class Hub:
-    """The wires between n thread-ranks: one FIFO per (source, destination, kind), as
-    MPI's non-overtaking order between a pair for one tag."""
-
-    def __init__(self, n: int):
-        self.n = n
-        self._queues: dict[tuple, queue.Queue] = {}
-        self._lock = threading.Lock()
-
-    def wire(self, src: int, dest: int, kind: int) -> queue.Queue:
-        with self._lock:
-            return self._queues.setdefault((src, dest, kind), queue.Queue())
-
-
-class Loopback:
-    """A transport with persistent channels only (what MpiBackend's fast path uses)."""
-
-    has_channels, has_clock = True, False
-
-    def __init__(self, hub: Hub, rank: int):
-        self.hub, self.rank, self.size = hub, rank, hub.n
-        self._channels: dict[tuple, _Channel] = {}
-        self.started = 0
-
-    def send_channel(self, buf, dest, kind):
-        key = (True, dest, kind, id(buf))
-        return self._channels.setdefault(key, _Channel(True, self.rank, dest, kind, buf))
-
-    def recv_channel(self, buf, source, kind):
-        key = (False, source, kind, id(buf))
-        return self._channels.setdefault(key, _Channel(False, source, self.rank, kind, buf))
-
-    def start(self, channels) -> None:
-        self.started += len(channels)
-        for c in channels:
-            if c.send:  # the data as it is when the send starts
-                self.hub.wire(c.src, c.dest, c.kind).put(c.buf.copy())
-
-    def wait_all(self, channels) -> None:
-        for c in channels:
-            if not c.send:
-                np.copyto(c.buf, self.hub.wire(c.src, c.dest, c.kind).get(timeout=WAIT_S))
-
-    def release_channels(self, buffers=None) -> None:
-        pass
+from loopback import WAIT_S, Hub, Loopback  # the thread-ranks' transport (tests/loopback.py)
 
 
 def _one_at_a_time(phase: Phase) -> Phase:

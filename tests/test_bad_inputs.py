@@ -1,9 +1,12 @@
 """Bad inputs and faults, one table: each row is a command, the exit status it must end
 with, the start of (or a phrase in) its one line on stderr, and the files that must come
-out untouched. No row may print a traceback, a warning or a second line; each runs under
-a timeout, so a hang fails its row. Simulator rows run ``python -m mpi_teleport.sim``;
-MPI rows ``mpirun -n 2 python -m mpi_teleport.run``; ``ckpt`` rows ``python -m
-mpi_teleport.checkpoint``.
+out untouched. No row may print a traceback, a warning or a second line. Simulator rows
+call ``python -m mpi_teleport.sim``'s main() in this process (stderr captured at the file
+descriptor, warnings recorded), ``ckpt`` rows that of ``python -m mpi_teleport.checkpoint``;
+rows marked ``process`` run as a real interpreter under a timeout (one of each kind of
+fault: a path, a deep TOML file in a fresh interpreter, a lock another process holds, a
+torch-loading data set, the checkpoint program). The same faults under MPI are rows of
+tests/test_failures.py's table (one MPI job, under Open MPI and MPICH).
 
 Placeholders in a command: ``{base}`` is the table's scratch directory (also the working
 directory), ``{good}`` a run with complete checkpoints, ``{name}`` any file a row's
@@ -11,6 +14,7 @@ directory), ``{good}`` a run with complete checkpoints, ``{name}`` any file a ro
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,21 +22,19 @@ import pickle
 import shutil
 import subprocess
 import sys
-import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mpi_teleport import lock
-from launch_helpers import this_venv_impl
+from mpi_teleport import lock, sim
+from mpi_teleport.checkpoint.__main__ import main as checkpoint_main
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SIM = ["-m", "mpi_teleport.sim"]
-RUN = ["-m", "mpi_teleport.run"]
 SMALL = ["--nodes", "4", "--k", "2", "--rounds", "2", "--algorithm", "teleportation"]
-MPI_SMALL = ["--k", "2", "--rounds", "2", "--algorithm", "teleportation"]
 LONG_NAME = "n" * 300
 
 
@@ -42,19 +44,17 @@ class Case:
     args: list  # after the program
     status: int = 2
     says: str | None = None  # a phrase of the one line (None: no line expected)
-    where: str = "sim"  # sim | mpi | ckpt
+    where: str = "sim"  # sim | ckpt
     setup: str | None = None  # a function of SETUPS, run before the command
     untouched: list = field(default_factory=list)  # paths under {base} that must not change
     timeout: float = 60
     starts: str | None = None  # the line must start with this
+    process: bool = False  # run as a real interpreter (else main() in this process)
 
 
 # ----------------------------------------------------------------------------- set-ups
 def _copy_good(base: Path, name: str, source: str = "good") -> Path:
     target = base / name
-    if source == "good2" and not (base / "good2").exists():  # two nodes, for two MPI ranks
-        _run_sim(base, ["--nodes", "2", "--k", "2", "--algorithm", "teleportation",
-                        "--rounds", "10", "--checkpoint-every", "5", "--out", "good2"])
     if not target.exists():
         shutil.copytree(base / source, target)
     return target
@@ -174,9 +174,8 @@ def _env():
 
 
 def _run_sim(base: Path, args: list) -> None:
-    res = subprocess.run([sys.executable, *SIM, *args], cwd=base, env=_env(), capture_output=True,
-                         text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
+    with contextlib.chdir(base), contextlib.redirect_stdout(None):
+        assert sim.main(args) == 0
 
 
 # ----------------------------------------------------------------------------- the table
@@ -188,7 +187,8 @@ def _damaged(name: str, says: str, where: str = "sim") -> Case:
 
 CASES = [
     # paths the operating system will not take
-    Case("out-name-too-long", [*SMALL, "--out", LONG_NAME], says="longer than the 255"),
+    Case("out-name-too-long", [*SMALL, "--out", LONG_NAME], says="longer than the 255",
+         process=True),
     Case("out-path-too-long", [*SMALL, "--out", "/".join(["d" * 200] * 25)],
          says="longer than the 4095"),
     Case("out-nul-from-toml", ["--config", "nul.toml", "--rounds", "2"], says="NUL byte",
@@ -245,7 +245,8 @@ CASES = [
          timeout=30),
     # TOML files
     Case("toml-not-utf8", ["--config", "latin1.toml", *SMALL], says="UTF-8", setup="latin1_toml"),
-    Case("toml-deep", ["--config", "deep.toml", *SMALL], says="deep", setup="deep_toml"),
+    Case("toml-deep", ["--config", "deep.toml", *SMALL], says="deep", setup="deep_toml",
+         process=True),
     Case("toml-directory", ["--config", "dir.toml", *SMALL], says="directory", setup="dir_toml"),
     # data
     Case("data-dir-missing", [*SMALL, "--problem", "fashion-mnist", "--data-dir", "nodata"],
@@ -256,7 +257,7 @@ CASES = [
     Case("every-without-place", [*SMALL, "--checkpoint-every", "1"], says="needs a place"),
     # locks: another job holds the directory
     Case("lock-out-held", [*SMALL, "--out", "held"], says="is in use by pid",
-         setup="hold:held", untouched=["held"]),
+         setup="hold:held", untouched=["held"], process=True),
     Case("lock-checkpoint-dir-held", [*SMALL, "--checkpoint-dir", "held_ck",
                                       "--checkpoint-every", "1"], says="is in use by pid",
          setup="hold:held_ck", untouched=["held_ck"]),
@@ -304,28 +305,13 @@ CASES = [
     _damaged("tk_missing", "missing"),
     # python -m mpi_teleport.checkpoint on bad manifests
     Case("show-round-str", ["show", "{base}/ck_round_str"], says="field 'round'", where="ckpt",
-         setup="ck_round_str", untouched=["ck_round_str"]),
+         setup="ck_round_str", untouched=["ck_round_str"], process=True),
     Case("show-not-json", ["show", "{base}/ck_not_json"], says="not readable JSON", where="ckpt",
          setup="ck_not_json", untouched=["ck_not_json"]),
     Case("newest-round-other", ["newest", "{base}/ck_round_other"], says="named for round 10",
          where="ckpt", setup="ck_round_other", untouched=["ck_round_other"]),
     Case("show-list", ["show", "{base}/ck_list"], says="not a JSON object", where="ckpt",
          setup="ck_list"),
-    # the same faults under MPI (two ranks; every rank stops, rank 0 says it once)
-    Case("mpi-dim-too-large", [*MPI_SMALL, "--dim", "10000000000"], says="GiB", where="mpi"),
-    Case("mpi-latency-hours", [*MPI_SMALL, "--latency", "const:5000000000"],
-         says="more than a run can wait for", where="mpi"),
-    Case("mpi-latency-empty-matrix", [*MPI_SMALL, "--latency", "matrix:empty.csv"],
-         says="holds no numbers", where="mpi", setup="empty_csv"),
-    Case("mpi-out-in-proc", [*MPI_SMALL, "--out", "/proc/x"], says="takes no new directories",
-         where="mpi"),
-    Case("mpi-lock-out-held", [*MPI_SMALL, "--out", "held_mpi"], says="is in use by pid",
-         where="mpi", setup="hold:held_mpi", untouched=["held_mpi"]),
-    Case("mpi-damaged-token", ["--resume", "{base}/tk_shape_mpi", "--rounds", "20"],
-         says="expected (50,)", where="mpi", setup="tk_shape_mpi", untouched=["tk_shape_mpi"]),
-    Case("mpi-round-other", ["--resume", "{base}/ck_round_other", "--rounds", "20"],
-         says="named for round 10", where="mpi", setup="ck_round_other",
-         untouched=["ck_round_other"]),
 ]
 def _fmnist_rows(name: str, override_of) -> None:
     from test_data_safety import _fmnist, _idx, _labels  # the data-safety tests' writers
@@ -346,7 +332,7 @@ CASES += [
     # data files whose contents disagree (see also tests/test_data_safety.py)
     Case("data-label-out-of-range", [*FM, "--data-dir", "fm_label_range"],
          says="label 12 of sample 11 is outside 0..9", setup="fm_label_range", timeout=240,
-         untouched=["fm_label_range"]),
+         untouched=["fm_label_range"], process=True),
     Case("data-more-labels-than-images", [*FM, "--data-dir", "fm_more_labels"],
          says="hold 13 labels for 12 images", setup="fm_more_labels", timeout=240,
          untouched=["fm_more_labels"]),
@@ -354,8 +340,6 @@ CASES += [
          says="hold 7 labels for 12 images", setup="fm_fewer_labels", timeout=240,
          untouched=["fm_fewer_labels"]),
 ]
-SETUPS["tk_shape_mpi"] = lambda b: np.savez(
-    _as_tokens(b, "tk_shape_mpi", "good2") / "token-000001.npz", x=np.zeros(3))
 
 
 # ----------------------------------------------------------------------------- running
@@ -372,67 +356,64 @@ def _snapshot(base: Path, names: list) -> dict:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
+    """The table's scratch directory with every row's set-up made (rows may share one, and
+    none depends on another row having run first)."""
     base = tmp_path_factory.mktemp("bad_inputs")
     # the good run: 4 nodes, k = 2, d = 50, checkpoints at rounds 5 and 10 (simulator layout)
     _run_sim(base, [*SMALL, "--rounds", "10", "--checkpoint-every", "5", "--out", "good"])
+    for name in sorted({c.setup for c in CASES if c.setup and not c.setup.startswith("hold:")}):
+        SETUPS[name](base)
     return base
 
 
-def _run(case: Case, base: Path) -> tuple[int, str, float]:
+def _run(case: Case, base: Path, capfd) -> tuple[int, str]:
     args = [a.replace("{base}", str(base)).replace("{good}", str(base / "good"))
             for a in case.args]
-    start = time.monotonic()
-    if case.where == "mpi":
-        impl = this_venv_impl()
-        cmd, env = impl.command(2, [*RUN, *args]), impl.env(_env())
-    else:
-        prog = SIM if case.where == "sim" else ["-m", "mpi_teleport.checkpoint"]
-        cmd, env = [sys.executable, *prog, *args], _env()
-    proc = subprocess.Popen(cmd, cwd=base, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    if not case.process:
+        return _run_in_process(case, args, base, capfd)
+    prog = SIM if case.where == "sim" else ["-m", "mpi_teleport.checkpoint"]
+    proc = subprocess.Popen([sys.executable, *prog, *args], cwd=base, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
         _, err = proc.communicate(timeout=case.timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         proc.communicate()
         pytest.fail(f"{case.id}: still running after {case.timeout} s (a hang)")
-    return proc.returncode, err, time.monotonic() - start
+    return proc.returncode, err
+
+
+def _run_in_process(case: Case, args: list, base: Path, capfd) -> tuple[int, str]:
+    """The program's main() here, as `python -m` would call it; a warning raised on the way
+    is written to the returned stderr as PYTHONWARNINGS=default would print it."""
+    main = sim.main if case.where == "sim" else checkpoint_main
+    capfd.readouterr()
+    with contextlib.chdir(base), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            status = main(args)
+        except SystemExit as exc:  # (argparse, as in a process)
+            status = exc.code
+    err = capfd.readouterr().err
+    err += "".join(f"{w.category.__name__}: {w.message}\n" for w in caught)
+    return status, err
 
 
 def _ours(err: str) -> list[str]:
-    """stderr without Open MPI's own notices (mpirun reports a nonzero exit of its ranks)."""
-    lines = [line for line in err.splitlines() if line.strip()]
-    if not any(line.startswith("---") or line.startswith("prterun") or line.startswith("mpirun")
-               and "error:" not in line for line in lines):
-        return lines
-    return [line for line in lines if "mpi_teleport" in line or "Traceback" in line
-            or "Warning" in line or "Error" in line and "error:" not in line]
+    return [line for line in err.splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.where != "mpi"], ids=lambda c: c.id)
-def test_bad_input_one_line(case: Case, base: Path):
-    _check(case, base)
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if c.where == "mpi"], ids=lambda c: c.id)
-def test_bad_input_one_line_under_mpi(case: Case, base: Path):
-    _check(case, base)
-
-
-_DONE: set = set()
-
-
-def _check(case: Case, base: Path) -> None:
+@pytest.mark.timeout(300)  # an in-process row that hangs (a process row has its own timeout)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_bad_input_one_line(case: Case, base: Path, capfd):
     held = None
     if case.setup and case.setup.startswith("hold:"):
         held = lock.acquire(base / case.setup.split(":", 1)[1], "--out")  # "another job"
         (base / case.setup.split(":", 1)[1] / "config.json").write_text("{}\n")
-    elif case.setup and (base, case.setup) not in _DONE:  # (rows may share a set-up)
-        SETUPS[case.setup](base)
-        _DONE.add((base, case.setup))
     before = _snapshot(base, case.untouched)
     try:
-        status, err, _ = _run(case, base)
+        status, err = _run(case, base, capfd)
     finally:
         if held is not None:
             held.release()

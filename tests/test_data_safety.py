@@ -32,8 +32,7 @@ from mpi_teleport.problems.datasets import (
     load_cifar10,
     load_fashion_mnist,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
 
 
 def _tree(root: Path) -> dict:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import ast
 import importlib
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 PACKAGE = ROOT / "mpi_teleport"
 DESIGN = PACKAGE / "DESIGN.md"
 

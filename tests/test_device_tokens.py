@@ -1,6 +1,6 @@
 """Tokens as torch tensors (backends/device.py): on CPU tensors the momentum step and the
 gossip sum give the numbers of the numpy path bit for bit, and a whole MPI run with
-device tokens records what the host path records (tests/mpi_scale, under mpirun).
+device tokens records what the host path records (tests/in_rank/, under mpirun).
 No GPU was available to this project's tests: the GPU path (pinned staging buffers) is
 not exercised here."""
 import numpy as np
@@ -10,8 +10,6 @@ torch = pytest.importorskip("torch")
 
 from mpi_teleport.algorithms import local_step, weighted_sum, work_buffer  # noqa: E402
 from mpi_teleport.backends import device  # noqa: E402
-
-pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi.py and the MPI tier
 
 
 class Linear:
@@ -69,9 +67,4 @@ def test_swapped_buffers_keep_their_tensors():
         s.tensor(np.zeros(4, np.float32))
 
 
-@pytest.mark.parametrize("ranks", [3])
-def test_device_tokens_under_mpirun_equal_the_host_path(mpirun, ranks):
-    proc = mpirun(ranks, ["-m", "mpi4py", "-m", "pytest", "-p", "no:cacheprovider", "--with-mpi",
-                          "-q", "tests/mpi_scale/test_device_tokens_mpi.py", "-o", "addopts="],
-                  timeout=500)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+# (under mpirun: tests/in_rank/test_device_tokens_mpi.py, run by tests/test_in_rank.py)

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "mpi_teleport/DESIGN.md", "benchmarks/README.md", "jobs/README.md")
 SHELL = {"bash", "sh", "shell", "console"}
 NOT_RUN = {"text"}  # output, file layouts, pseudo-code

@@ -1,75 +1,65 @@
 """The examples shipped in mpi_teleport/examples/ run as their docstrings say, and give the
 same numbers in this process and under mpirun (mpi_teleport/DESIGN.md §7).
 
-* logistic.py: the numpy Problem through the API (``python -m
-  mpi_teleport.examples.logistic``, and ``--mpi`` under mpirun) and through the command
-  line (``--problem mpi_teleport.examples.logistic:problem``) of the simulator and of
-  ``mpi_teleport.run``;
-* custom_model.py: a user's torch model, ``--mpi --out X`` under ``mpirun -n 4`` and the
-  simulator's ``--out Y`` write the same metrics.jsonl (``time_s`` aside).
+* logistic.py: the numpy Problem through the API (its main() here, and ``python -m
+  mpi_teleport.examples.logistic --mpi`` under mpirun; through the command lines,
+  ``--problem mpi_teleport.examples.logistic:problem``: tests/test_api.py);
+* custom_model.py: a user's torch model, ``--mpi --out X`` under ``mpirun -n 4`` and its
+  main() here with ``--out Y`` write the same metrics.jsonl (``time_s`` aside).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mpi_teleport.output import read_jsonl
+from helpers import without_time
 
-pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi.py and the MPI tier
-
-ROOT = Path(__file__).resolve().parents[1]
 HAS_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "sklearn"))
 
 
-def _python(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
 def _records(path: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if k != "time_s"} for r in read_jsonl(path)]
+    return without_time(read_jsonl(path))
 
 
-def test_logistic_example_prints_the_same_in_process_and_under_mpirun(tmp_path, mpirun):
-    here = _python(["-m", "mpi_teleport.examples.logistic", "--nodes", "4", "--rounds", "60"], tmp_path)
-    assert here.returncode == 0, here.stderr[-2000:]
+def _in_process(main, argv: list[str], cwd: Path, capsys) -> str:
+    """What ``python -m <example> argv`` prints, run here (its main(), in `cwd`)."""
+    capsys.readouterr()
+    with contextlib.chdir(cwd):
+        assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+def test_logistic_example_prints_the_same_in_process_and_under_mpirun(tmp_path, mpirun, capsys):
+    from mpi_teleport.examples import logistic
+
+    here = _in_process(logistic.main, ["--nodes", "4", "--rounds", "60"], tmp_path, capsys)
     ranks = mpirun(4, ["-m", "mpi_teleport.examples.logistic", "--mpi", "--rounds", "60"],
                    timeout=300, cwd=tmp_path)
     assert ranks.returncode == 0, ranks.stderr[-2000:]
-    lines = here.stdout.splitlines()
+    lines = here.splitlines()
     assert len(lines) == 3 and lines[0].startswith("Teleportation (k=2): final loss")
     assert ranks.stdout.splitlines() == lines  # same final losses and the same chosen k
 
 
-def test_logistic_factory_through_both_command_lines(tmp_path, mpirun):
-    flags = ["--problem", "mpi_teleport.examples.logistic:problem", "--algorithm",
-             "teleportation", "--k", "2", "--rounds", "40", "--lr", "0.5", "--log-every", "10"]
-    sim = _python(["-m", "mpi_teleport.sim", "--nodes", "4", *flags, "--out", "sim"], tmp_path)
-    assert sim.returncode == 0, sim.stderr[-2000:]
-    run = mpirun(4, ["-m", "mpi_teleport.run", *flags, "--out", "mpi"], timeout=300, cwd=tmp_path)
-    assert run.returncode == 0, run.stderr[-2000:]
-    records = _records(tmp_path / "sim" / "metrics.jsonl")
-    assert [r["round"] for r in records] == [0, 10, 20, 30, 40] and "loss" in records[0]
-    assert _records(tmp_path / "mpi" / "metrics.jsonl") == records
+# (the logistic factory through both command lines, MPI equal to the simulator:
+# tests/test_api.py::test_a_factory_problem_runs_under_mpi_like_the_simulator)
 
 
 @pytest.mark.torch
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch and scikit-learn (the nn extra)")
-def test_custom_model_under_mpirun_equals_the_simulator(tmp_path, mpirun):
+def test_custom_model_under_mpirun_equals_the_simulator(tmp_path, mpirun, capsys):
+    from mpi_teleport.examples import custom_model
+
     rounds = ["--rounds", "20"]
-    sim = _python(["-m", "mpi_teleport.examples.custom_model", "--nodes", "4", *rounds,
-                   "--out", "sim"], tmp_path, timeout=600)
-    assert sim.returncode == 0, sim.stderr[-2000:]
+    sim = _in_process(custom_model.main, ["--nodes", "4", *rounds, "--out", "sim"], tmp_path, capsys)
     ranks = mpirun(4, ["-m", "mpi_teleport.examples.custom_model", "--mpi", *rounds,
                        "--out", "mpi"], timeout=600, cwd=tmp_path)
     assert ranks.returncode == 0, ranks.stderr[-2000:]
     records = _records(tmp_path / "sim" / "metrics.jsonl")
     assert [r["round"] for r in records] == [0, 20] and "accuracy" in records[-1]
     assert _records(tmp_path / "mpi" / "metrics.jsonl") == records
-    assert ranks.stdout.splitlines() == sim.stdout.splitlines()  # DSGD and search_k too
+    assert ranks.stdout.splitlines() == sim.splitlines()  # DSGD and search_k too

@@ -15,15 +15,12 @@ import pytest
 
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
-from test_jobs_slurm import ROOT, Job, _start_slurm
+from test_jobs_slurm import Job, _start_slurm
+from helpers import ROOT, without_time
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1500)]
 
 METHODS = ("teleportation", "dsgd-ring", "dsgd-base2")
-
-
-def without_time(path):
-    return [{k: v for k, v in r.items() if k != "time_s"} for r in read_jsonl(path)]
 
 
 def started_flags(logs: str) -> dict:
@@ -56,13 +53,13 @@ def test_figure4_job_quick_mode_equals_the_simulator(tmp_path):
         run = out / "tau5" / "alpha0.1" / "lr0.05" / "seed0" / method
         summary = json.loads((run / "summary.json").read_text())
         assert summary["n"] == 4
-        records = without_time(run / "metrics.jsonl")
+        records = without_time(read_jsonl(run / "metrics.jsonl"))
         assert records and all("virtual_time_s" in r for r in records)
         assert "--compute-time" in flags[method] and "mod:5" in flags[method]
         sim_flags = list(flags[method])
         sim_flags[sim_flags.index("--out") + 1] = str(tmp_path / "sim" / method)
         assert sim_main(["--nodes", "4", *sim_flags]) == 0
-        assert records == without_time(tmp_path / "sim" / method / "metrics.jsonl"), method
+        assert records == without_time(read_jsonl(tmp_path / "sim" / method / "metrics.jsonl")), method
     # the plot step tabulated every method
     table = json.loads((out / "figure4.json").read_text())
     assert table["methods"] == list(METHODS) and table["taus_us"] == [5.0]

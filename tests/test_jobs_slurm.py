@@ -21,10 +21,10 @@ from launch_helpers import implementation
 from mpi_teleport.config import PROBLEMS
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
+from helpers import ROOT
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1200)]
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p.name for p in (ROOT / "jobs").glob("*.sbatch"))
 
 # The time-limit job: 4 ranks, k = 2; the first attempt sleeps 50 ms per local step
@@ -128,6 +128,38 @@ for _script in SCRIPTS:  # any further script: quick mode on 4 tasks
         QUICK[_script] = (_script, ["-n", "4"], {})
 
 
+def limit_job(name: str, info: dict, base: Path) -> Job:
+    return Job(name, "teleport.sbatch",
+               ["-n", "4", "--time=1", "--signal=B:USR1@0", "--job-name=limit"],
+               {**info["env"], "PYTHON": python_for(name), "RUN": "tests/scripts/slow_run.py",
+                "SLOW_STEP_S": "0.05", "CHECKPOINT_EVERY": "200", "ARGS": LIMIT_ARGS},
+               base / re.sub(r"\W", "_", name))
+
+
+EARLY: dict[str, Job] = {}  # the time-limit jobs, when start_early submitted them
+
+
+def start_early(config, items) -> None:
+    """Submit the time-limit jobs as soon as the tests are collected (tests/conftest.py calls
+    this when a test of this module is selected), where SLURM is already up (.ci/run starts
+    it first): they mostly wait for their one-minute limit, which then overlaps the tests
+    that run before this module. Elsewhere the module fixture submits them, as before."""
+    if config.option.collectonly or not any(item.name.startswith("test_time_limit") for item in items):
+        return
+    try:
+        up = subprocess.run(["bash", "jobs/local-cluster.sh", "status"], cwd=ROOT,
+                            capture_output=True, timeout=60).returncode == 0
+        if not up:
+            return
+        info = _start_slurm()  # (already up: returns at once with its SLURM_CONF)
+    except (OSError, subprocess.SubprocessError, pytest.skip.Exception):
+        return
+    base = config._tmp_path_factory.mktemp("slurm-early")
+    for name in LIMIT_JOBS:
+        if python_for(name):
+            EARLY[name] = limit_job(name, info, base)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     info = _start_slurm()
@@ -135,12 +167,10 @@ def cluster(tmp_path_factory):
     jobs = {}
     # the long ones first, so that the quick ones run meanwhile
     for name in LIMIT_JOBS:
-        if python_for(name):
-            jobs[name] = Job(name, "teleport.sbatch",
-                             ["-n", "4", "--time=1", "--signal=B:USR1@0", "--job-name=limit"],
-                             {**info["env"], "PYTHON": python_for(name), "RUN": "tests/scripts/slow_run.py",
-                              "SLOW_STEP_S": "0.05", "CHECKPOINT_EVERY": "200", "ARGS": LIMIT_ARGS},
-                             base / re.sub(r"\W", "_", name))
+        if name in EARLY:
+            jobs[name] = EARLY.pop(name)
+        elif python_for(name):
+            jobs[name] = limit_job(name, info, base)
     for name, (script, args, extra) in QUICK.items():
         if not (ROOT / "jobs" / script).exists() or not python_for(name):
             continue

@@ -83,7 +83,8 @@ def test_host_placement_per_implementation(monkeypatch):
     assert "--oversubscribe" not in launch.mpirun_command(4, ["py"], "mpirun", Flavor(OPENMPI), hosts="a:2,b:2", env={})
 
 
-@pytest.mark.parametrize("ranks", [8, 25])
+@pytest.mark.mpi_tier
+@pytest.mark.parametrize("ranks", [8])  # (the flags for 25 ranks: the tests above; 25 ranks: test_mpi.py)
 def test_launch_runs_the_demo_under_each_implementation(mpi_impl, ranks, tmp_path):
     """`python -m mpi_teleport.launch -n N` with the Python of each wheel: the launcher
     beside it, the command for its implementation, the comparison table."""
@@ -98,6 +99,7 @@ def test_launch_runs_the_demo_under_each_implementation(mpi_impl, ranks, tmp_pat
     assert proc.stdout.startswith(f"MPI, n={ranks} ranks") and "Teleportation" in proc.stdout
 
 
+@pytest.mark.mpi_tier
 def test_each_environment_s_mpi4py_loads_its_own_library(mpi_impl):
     """The MPICH venv sees this venv's packages too (.pth): its mpi4py must still be its own."""
     from launch_helpers import library_version

@@ -8,14 +8,13 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from mpi_teleport import lock
 from mpi_teleport.lock import RUN_LOCK, LockedError, LockError, acquire
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 HOLD = ("import sys, time; from mpi_teleport import lock; "
         "h = lock.acquire(sys.argv[1], '--out'); print('held', flush=True); time.sleep(600)")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mpi_teleport.output import read_jsonl
+from helpers import without_time
 
 pytestmark = [pytest.mark.torch, pytest.mark.one_mpi,
               pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("torch", "sklearn")),
@@ -46,8 +47,7 @@ def test_the_port_stays_within_one_and_a_half_times_the_plain_script():
     assert said and (int(said[1]), int(said[2])) == (plain, port), (plain, port)
 
 
-def _numbers(rows):
-    return [{k: v for k, v in r.items() if k != "time_s"} for r in rows]
+_numbers = without_time  # (tests/helpers.py)
 
 
 def test_the_ported_script_under_mpirun_equals_the_simulator(tmp_path, mpirun):

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +20,8 @@ from mpi_teleport.output import read_jsonl
 from conftest import run_mpi
 from launch_helpers import this_venv_impl
 from test_failures import finish, kill_job, rank_pids, start_mpi, wait_for
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 LONG = ["--nodes", "4", "--k", "2", "--algorithm", "teleportation", "--rounds", "100000000",
         "--log-every", "50", "--progress", "off"]
 
@@ -74,6 +73,7 @@ def test_second_simulator_job_on_the_same_directory_is_refused(tmp_path, flag):
     assert again.returncode == 0, again.stderr
 
 
+@pytest.mark.mpirun
 def test_second_mpi_job_on_the_same_out_is_refused_on_every_rank(tmp_path):
     out = tmp_path / "shared"
     args = ["-m", "mpi_teleport.run", "--k", "1", "--algorithm", "teleportation", "--rounds",
@@ -194,6 +194,7 @@ def test_sigterm_during_a_long_set_up_stops_at_once(tmp_path):
                                         if "stopped by SIGTERM" in line] and err.strip()
 
 
+@pytest.mark.mpirun
 def test_sigterm_during_a_long_latency_delay_checkpoints(tmp_path):
     """Ten minutes per message on the real clock: SIGTERM must not wait for it."""
     out = tmp_path / "run"

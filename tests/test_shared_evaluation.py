@@ -1,10 +1,6 @@
-"""Evaluation shared by the ranks equals the simulator's bit for bit for 1, 2, 3 and 4
-ranks (tests/mpi_scale, run inside the ranks), and the pure helpers it rests on."""
-import pytest
-
+"""Evaluation shared by the ranks equals the simulator's bit for bit on 4 ranks
+(tests/in_rank/, run inside the ranks), and the pure helpers it rests on."""
 from mpi_teleport.evaluation import chunk_slices
-
-pytestmark = pytest.mark.one_mpi  # MPI-implementation specifics: tests/test_mpi.py and the MPI tier
 
 
 def test_chunk_slices_cover_the_set_in_order():
@@ -16,9 +12,5 @@ def test_chunk_slices_cover_the_set_in_order():
             assert all(lo % 50 == 0 or lo == n for lo, _ in s)
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
-def test_shared_evaluation_under_mpirun_equals_the_simulator(mpirun, ranks):
-    proc = mpirun(ranks, ["-m", "mpi4py", "-m", "pytest", "-p", "no:cacheprovider", "--with-mpi",
-                          "-q", "tests/mpi_scale/test_shared_evaluation_mpi.py", "-o", "addopts="],
-                  timeout=500)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+# (under mpirun with 4 ranks: tests/in_rank/test_shared_evaluation_mpi.py, run by
+# tests/test_in_rank.py)

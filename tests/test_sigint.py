@@ -13,8 +13,8 @@ import pytest
 
 from mpi_teleport import checkpoint, signals
 from mpi_teleport.output import read_jsonl
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 LONG = ["-m", "mpi_teleport.sim", "--nodes", "4", "--algorithm", "teleportation", "--k", "2",
         "--rounds", "100000000", "--momentum", "0.5", "--seed", "5", "--progress", "off"]
 

@@ -8,6 +8,7 @@ from mpi_teleport.config import Config, resolve
 from mpi_teleport.output import RunFiles, read_jsonl
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main, simulate
+from helpers import without_time
 
 
 def centralized_sgd(n, d, sigma2, zeta2, seed, lr, rounds):
@@ -43,18 +44,14 @@ def test_error_falls_below_target_on_default_problem():
     assert summary["final_error"] < 1e-3
 
 
-def strip_time(records):
-    return [{k: v for k, v in r.items() if k != "time_s"} for r in records]
-
-
 def test_identical_seeds_give_identical_outputs(tmp_path):
     for seed, sub in ((1, "a"), (1, "b"), (2, "c")):
         main(["--nodes", "30", "--rounds", "200", "--k", "5", "--topology", "base2",
               "--seed", str(seed), "--momentum", "0.5", "--out", str(tmp_path / sub)])
     for algorithm in ("teleportation", "dsgd"):
-        a = strip_time(read_jsonl(tmp_path / "a" / algorithm / "metrics.jsonl"))
-        b = strip_time(read_jsonl(tmp_path / "b" / algorithm / "metrics.jsonl"))
-        c = strip_time(read_jsonl(tmp_path / "c" / algorithm / "metrics.jsonl"))
+        a = without_time(read_jsonl(tmp_path / "a" / algorithm / "metrics.jsonl"))
+        b = without_time(read_jsonl(tmp_path / "b" / algorithm / "metrics.jsonl"))
+        c = without_time(read_jsonl(tmp_path / "c" / algorithm / "metrics.jsonl"))
         assert a == b
         assert a != c
 

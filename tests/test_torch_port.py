@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 import mpi_teleport as mt  # noqa: E402
 from mpi_teleport.problem import with_defaults  # noqa: E402
 from mpi_teleport.problems.torch_problem import TorchProblem  # noqa: E402
+from helpers import without_time  # noqa: E402
 
 pytestmark = pytest.mark.torch
 torch.set_num_threads(1)  # reference computations here as the problem computes them
@@ -252,8 +253,7 @@ def test_c_without_a_test_set_the_training_loss_is_evaluated_on_a_fixed_sample()
     assert small.evaluate(small.initial()[None])["loss"] == pytest.approx(float(want), rel=1e-6)
 
 
-def _numbers(records):
-    return [{k: v for k, v in r.items() if k != "time_s"} for r in records]
+_numbers = without_time  # (tests/helpers.py)
 
 
 # ------------------------------------------------------------------ 4. task, partition

@@ -1,4 +1,4 @@
-"""Transport tests that run inside MPI ranks (launched by tests/test_mpi_suite.py).
+"""Transport tests that run inside MPI ranks (launched by tests/test_in_rank.py).
 
 Every test communicates first and asserts after, so one failing rank cannot leave the
 others blocked in a collective; ``python -m mpi4py`` aborts all ranks on a failure."""
@@ -7,6 +7,9 @@ import pytest
 from mpi4py import MPI
 
 from mpi_teleport.transport import KIND_MOMENTUM, KIND_Y, Transport
+
+RANKS = (2, 4)  # the rank counts tests/test_in_rank.py runs this file at
+MPI_TIER = True  # transport semantics: under Open MPI and MPICH (else Open MPI only)
 
 
 @pytest.fixture

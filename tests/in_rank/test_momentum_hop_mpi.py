@@ -10,6 +10,9 @@ from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.spec import RunSpec
 from mpi_teleport.transport import Transport
 
+RANKS = (4,)  # the rank counts tests/test_in_rank.py runs this file at (it needs 3 ranks)
+MPI_TIER = True  # transport semantics: under Open MPI and MPICH (else Open MPI only)
+
 
 @pytest.mark.mpi(min_size=3)
 def test_momentum_follows_its_token():
