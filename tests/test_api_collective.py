@@ -20,6 +20,7 @@ def _launch(mpirun, n, fault, *extra, module=False):
     return mpirun(n, args, timeout=TIMEOUT)
 
 
+@pytest.mark.mpi_tier  # MPI_Abort's reach: the implementation's own path
 @pytest.mark.parametrize("n, module, catch", [
     (2, False, False), (3, False, True), (2, True, True), (3, True, False)],
     ids=["2-python-script-uncaught", "3-python-script-caught", "2-python-m-mpi4py-caught",
@@ -31,7 +32,6 @@ def test_gradient_raising_on_one_rank_mid_run_ends_the_job(mpirun, n, module, ca
     assert "caught" not in res.stdout  # no rank went on as if the call had returned
 
 
-@pytest.mark.one_mpi  # (an allgather: no MPI-specific path)
 def test_gradient_raising_at_the_start_is_one_usage_error_on_every_rank(mpirun):
     res = _launch(mpirun, 3, "raise-first", "catch")
     assert res.returncode == 0, res.stderr
@@ -40,7 +40,6 @@ def test_gradient_raising_at_the_start_is_one_usage_error_on_every_rank(mpirun):
     assert res.stdout.count(said) == 3, res.stdout  # (ranks' lines may interleave)
 
 
-@pytest.mark.one_mpi  # (an allgather: no MPI-specific path)
 def test_ranks_with_different_initial_models_are_named(mpirun):
     res = _launch(mpirun, 3, "unseeded", "catch")
     assert res.returncode == 0, res.stderr
@@ -49,14 +48,12 @@ def test_ranks_with_different_initial_models_are_named(mpirun):
                             "same seed") == 3, res.stdout
 
 
-@pytest.mark.one_mpi  # (an allgather: no MPI-specific path)
 def test_ranks_with_different_initial_models_uncaught_exit_non_zero(mpirun):
     res = _launch(mpirun, 2, "unseeded")
     assert res.returncode != 0
     assert "UsageError" in res.stderr and "rank 1 differs from rank 0" in res.stderr
 
 
-@pytest.mark.one_mpi  # (an allgather: no MPI-specific path)
 def test_an_argument_refused_on_one_rank_only_is_raised_on_every_rank(mpirun):
     res = _launch(mpirun, 2, "resume-one-rank", "catch")
     assert res.returncode == 0, res.stderr
@@ -76,7 +73,6 @@ def test_unusable_communicators_are_one_line_on_every_rank(mpirun, fault, words)
         res.stdout
 
 
-@pytest.mark.one_mpi
 def test_gradient_returning_a_new_array_trains_under_mpi_as_in_the_simulator(mpirun):
     mpi = _launch(mpirun, 3, "new-array")
     assert mpi.returncode == 0, mpi.stderr

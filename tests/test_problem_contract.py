@@ -115,7 +115,8 @@ def test_the_mpi_back_end_steps_on_a_returned_gradient():
     returned array too (before: tokens frozen), bit for bit as the simulator."""
     import threading
 
-    from test_backend_threads import WAIT_S, Hub, Loopback, _one_at_a_time
+    from loopback import WAIT_S, Hub, Loopback
+    from test_backend_threads import _one_at_a_time
 
     from mpi_teleport.backends.local import LocalBackend
     from mpi_teleport.backends.mpi import MpiBackend
