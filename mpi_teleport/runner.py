@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import engine
+import numpy as np
+
+from . import collective, engine
 from .checkpoint import CheckpointPlan
 from .errors import UsageError
 from .output import RunFiles
@@ -44,25 +46,32 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
 
         transport = own_transport = Transport.duplicate(comm)
     try:
-        root = transport is None or transport.rank == 0
-        release = _hold(hold, transport, root, refused)
-        if transport is not None and spec.nodes != transport.size:
-            raise UsageError(f"nodes={spec.nodes} but the communicator has {transport.size} "
-                             f"ranks: one rank per node")
-        if files is None:
-            files = RunFiles(out if root else None)
-        if config_record is not None:
-            files.config(config_record)
-        bar = progress if isinstance(progress, Progress) else Progress(spec.algorithm, bool(progress) and root)
-        bar.total = max(1, spec.total_rounds)
-        recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
-        recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
-        backend = _backend(problem, spec, latency, transport)
-        result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
-                                settings=settings, terminator=terminator, resume_from=resume_from,
-                                summary_extra=summary_extra, callback=callback)
-        backend.close()
-        return result
+        # Under the API's own communicator an exception on one rank ends the job (agreed
+        # errors pass): the other ranks would otherwise wait for that rank for ever.
+        with collective.guard(own_transport):
+            root = transport is None or transport.rank == 0
+            release = _hold(hold, transport, root, refused)
+            # nodes vs ranks, the Problem contract at x0, the same problem and settings on
+            # every rank: agreed (one allgather); a step-size function checked every round
+            spec = collective.check_start(problem, spec, logging, latency, plan, transport)
+            if files is None:
+                files = RunFiles(out if root else None)
+            if config_record is not None:
+                files.config(config_record)
+            bar = progress if isinstance(progress, Progress) else Progress(spec.algorithm, bool(progress) and root)
+            bar.total = max(1, spec.total_rounds)
+            recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
+            recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
+            backend = _backend(problem, spec, latency, transport)
+            # Overflow to inf/NaN is the run's to report (one line at the next logging
+            # round), not numpy's: no RuntimeWarning ahead of that line.
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
+                                        settings=settings, terminator=terminator,
+                                        resume_from=resume_from, summary_extra=summary_extra,
+                                        callback=callback)
+            backend.close()
+            return result
     finally:
         if release is not None:
             release()
@@ -88,7 +97,7 @@ def _hold(dirs, transport, root: bool, refused: str | None = None):
     if error:
         if release is not None:
             release()
-        raise UsageError(error)
+        raise collective.agreed(UsageError(error)) if transport is not None else UsageError(error)
     return release
 
 
