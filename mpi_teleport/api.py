@@ -4,6 +4,31 @@ Each function runs in this process when ``comm`` is None (the simulator: every n
 here) or with one node per MPI rank when ``comm`` is an mpi4py communicator (the
 package works on a duplicate of it, freed at the end). The same call gives the same
 records, bit for bit, either way.
+
+What a call does when something is wrong (details: ``mpi_teleport/DESIGN.md`` section 9.1,
+``jobs/README.md`` "What happens on failure"):
+
+* **Bad arguments** and a **problem that breaks its contract** at the initial model
+  (``initial()`` of the wrong shape, dtype or with NaN; ``gradient()`` returning None, the
+  wrong shape or dtype, or NaN at x0; a step-size function returning a negative, NaN or
+  non-number for the first or last rounds): :class:`~mpi_teleport.UsageError`, one line
+  naming the method and what it must return, before anything runs. Under MPI every rank
+  raises the same error together (the ranks agree in one collective), also when ranks
+  differ: another ``initial()`` (a model built without a common seed), dim, dtype or
+  settings than rank 0's, naming the ranks.
+* **Under MPI, an exception on one rank once the rounds run** (the user's ``gradient``
+  raising, a contract violation at a rank's first step, a step size turning negative):
+  the failing rank prints ``[rank r] ...`` (one line, or the traceback of a foreign
+  exception) and calls ``MPI_Abort``: the whole job ends, non-zero, whether or not the
+  script catches the exception (the other ranks wait for that rank and could never learn
+  of it). In the simulator the exception is raised as it is.
+* **Errors all ranks meet together** stay catchable on every rank: a non-finite metric
+  (:class:`~mpi_teleport.NonFiniteError`; at round 0 it names the data, not the step
+  size), an ``evaluate()`` returning no dict or lacking the metric, a directory another
+  run holds, a checkpoint refused on any rank.
+* ``comm=`` an intercommunicator, a freed communicator or not a communicator:
+  ``UsageError``. ``comm=None`` inside an MPI job of several processes warns
+  (:class:`~mpi_teleport.collective.MpiJobWarning`).
 """
 from __future__ import annotations
 
@@ -11,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import engine, runner
+from . import collective, engine, runner
 from .algorithms import Nesterov
 from .loop_options import momentum_of, rounds_for, within_phase
 from . import resume as resume_rules
@@ -134,6 +159,15 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
     OutputError
         An output or checkpoint file could not be written (a full disk): one line naming
         the file; the files written before, the previous checkpoint included, stay intact.
+    NonFiniteError
+        The metric became NaN or infinite (every rank together; at round 0 it names the
+        data or the initial model, not the step size).
+
+    The problem's contract (``initial()``, ``gradient()``, ``evaluate()``, a step-size
+    function) is checked at start and raises ``UsageError`` naming the method (every
+    rank together under MPI, as do ranks with another ``initial()``). Under MPI an
+    exception on a single rank during the rounds ends the job with ``MPI_Abort`` after
+    printing that rank's message (module docstring).
 
     Checkpoints written here resume through the command line (``python -m
     mpi_teleport.sim --resume DIR``) when the problem is the package's quadratic built
@@ -299,8 +333,10 @@ def _checked(spec: RunSpec, args: dict) -> tuple[RunSpec, Logging, LatencySettin
     """The run's settings with every value checked by the rules the command line uses,
     or UsageError (one line)."""
     comm = args.get("comm")
-    if comm is not None and not callable(getattr(comm, "Dup", None)):
-        raise UsageError(f"comm: expected an mpi4py communicator or None, got {comm!r}")
+    if comm is not None:  # (before any MPI call could hang on it)
+        collective.check_communicator(comm)
+    else:
+        collective.warn_if_in_mpi_job()  # every process of an mpirun job simulating alone?
     values = check_values({
         "nodes": spec.nodes, "rounds": spec.rounds, "lr": spec.lr, "momentum": spec.momentum,
         "topology": spec.topology, "variant": spec.variant, "seed": spec.seed,

@@ -76,7 +76,7 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
     restore = keeper.restore()
     stopped = False
     start_clock = time.perf_counter() - keeper.wall_offset
-    backend.barrier()
+    keeper.gate()  # (collective) a signal during the set-up stops the run here
     for index, phase in enumerate(spec.phases()):
         resuming = restore is not None and phase.start <= keeper.start <= phase.stop
         first = keeper.start if resuming else phase.start

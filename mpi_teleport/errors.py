@@ -42,9 +42,15 @@ class OutputError(OSError):
 class Terminated(Exception):
     """Raised on every rank at the agreed round after a signal (and the final checkpoint)."""
 
-    def __init__(self, signum: int, r: int, checkpoint=None, resume_from=None):
+    def __init__(self, signum: int, r: int, checkpoint=None, resume_from=None,
+                 before_start: bool = False):
         self.signum, self.round, self.checkpoint = signum, r, checkpoint
         name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
+        if before_start:  # during the set-up: nothing ran, the resumed checkpoint stands
+            where = (f"nothing ran; continue with --resume {resume_from or checkpoint.parent}"
+                     if checkpoint is not None else "nothing ran; start the run again")
+            super().__init__(f"stopped by {name} before round {r} (during the set-up): {where}")
+            return
         where = (f"checkpoint written to {checkpoint}; continue with --resume "
                  f"{resume_from or checkpoint.parent}" if checkpoint is not None else
                  "no checkpoint written (give --out or --checkpoint-dir to have one)")

@@ -14,7 +14,15 @@ import numpy as np
 from . import topology as topo
 
 
+from .contract import check_metrics  # noqa: E402
 from .errors import NonFiniteError  # noqa: E402  (re-exported: metrics.NonFiniteError)
+
+
+def initial_not_finite(problem) -> str:
+    """The message of a non-finite metric at round 0, before any step: not the step size."""
+    return (f"the {problem.metric} is non-finite at round 0, at the initial model (no step "
+            f"taken yet): the evaluation data or the problem's evaluate() gives NaN or inf "
+            f"(check the data for NaN/inf; the step size is not the cause)")
 
 
 def lr_text(lr) -> str:
@@ -99,7 +107,10 @@ class Recorder:
         """Record round r from the token matrix x (its ``metrics`` when already computed);
         returns True when the run should stop."""
         metrics = self.problem.evaluate(x) if metrics is None else metrics
+        check_metrics(self.problem, metrics)
         if not self.problem.finite(metrics):
+            if r == 0:  # nothing has stepped yet: the model (checked finite) or the data
+                raise NonFiniteError(initial_not_finite(self.problem))
             bad = np.nonzero(~np.isfinite(x).all(axis=1))[0]
             token = int(bad[0]) if len(bad) else 0
             raise NonFiniteError(

@@ -106,17 +106,23 @@ class Problem(Protocol):
     dtype: Any
 
     def initial(self) -> np.ndarray:
-        """The initial token ``x0``, shape ``(dim,)``, identical in every process."""
+        """The initial token ``x0``, shape ``(dim,)``, of ``dtype``, finite, identical in
+        every process (all checked at start; under MPI the ranks compare a hash of it)."""
 
     def gradient(self, nodes, x: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """Row r: the stochastic gradient of node ``nodes[r]``'s local loss at ``x[r]`` in
         round ``t`` (``x``: ``(len(nodes), dim)``). Randomness is keyed by (seed, node, t)
         only, so a row is the same bits whether computed alone (an MPI rank) or among k
-        rows (the simulator). Written into ``out`` when given."""
+        rows (the simulator). Written into ``out`` when given, or returned as a new
+        array: the *return value* counts (a new array is checked and copied into
+        ``out``), on every back end alike. Checked: at start, once, at the initial model
+        (finite, shape ``(len(nodes), dim)``, the problem's dtype); every round, a
+        returned array other than ``out`` (:mod:`mpi_teleport.contract`)."""
 
     def evaluate(self, x: np.ndarray) -> dict:
         """Metrics of a token matrix (rows are tokens in token order); must hold
-        ``metric``."""
+        ``metric`` as a number (checked at every logging round: a one-line
+        ``UsageError`` otherwise)."""
 
 
 class ProblemWithDefaults:

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import engine
+import numpy as np
+
+from . import collective, engine
 from .checkpoint import CheckpointPlan
+from .elastic import TooFewSurvivors
 from .errors import UsageError
 from .output import RunFiles
 from .problem import with_defaults
@@ -52,30 +55,40 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
 
         transport = own_transport = Transport.duplicate(comm)
     try:
-        root = transport is None or transport.rank == 0
-        release = _hold(hold, transport, root, refused)
-        if transport is not None and spec.nodes != transport.size:
-            raise UsageError(f"nodes={spec.nodes} but the communicator has {transport.size} "
-                             f"ranks: one rank per node")
-        if files is None:
-            files = RunFiles(out if root or elastic else None, writes=root)
-        elif elastic and not root:
-            files.writes = False
-        if config_record is not None:
-            files.config(config_record)
-        bar = progress if isinstance(progress, Progress) else Progress(spec.algorithm, bool(progress) and root)
-        bar.total = max(1, spec.total_rounds)
-        recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
-        recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
-        backend = _backend(problem, spec, latency, transport, elastic, failures)
-        result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
-                                settings=settings, terminator=terminator, resume_from=resume_from,
-                                summary_extra=summary_extra, callback=callback)
-        backend.close()
-        if own_transport is not None and elastic and own_transport.living != list(range(spec.nodes)):
-            _survivors_meet(own_transport)  # (freeing a communicator with dead ranks may hang)
-            own_transport = None
-        return result
+        # Under the API's own communicator an exception on one rank ends the job (agreed
+        # errors pass): the other ranks would otherwise wait for that rank for ever.
+        with collective.guard(own_transport):
+            root = transport is None or transport.rank == 0
+            release = _hold(hold, transport, root, refused)
+            # nodes vs ranks, the Problem contract at x0, the same problem and settings on
+            # every rank: agreed (one allgather); a step-size function checked every round
+            spec = collective.check_start(problem, spec, logging, latency, plan, transport)
+            if files is None:
+                files = RunFiles(out if root or elastic else None, writes=root)
+            elif elastic and not root:
+                files.writes = False
+            if config_record is not None:
+                files.config(config_record)
+            bar = progress if isinstance(progress, Progress) else Progress(spec.algorithm, bool(progress) and root)
+            bar.total = max(1, spec.total_rounds)
+            recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
+            recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
+            backend = _backend(problem, spec, latency, transport, elastic, failures)
+            # Overflow to inf/NaN is the run's to report (one line at the next logging
+            # round), not numpy's: no RuntimeWarning ahead of that line.
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                try:
+                    result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
+                                            settings=settings, terminator=terminator,
+                                            resume_from=resume_from, summary_extra=summary_extra,
+                                            callback=callback)
+                except TooFewSurvivors as exc:  # (every survivor at the same round)
+                    raise collective.agreed(exc)
+            backend.close()
+            if own_transport is not None and elastic and own_transport.living != list(range(spec.nodes)):
+                _survivors_meet(own_transport)  # (freeing a communicator with dead ranks may hang)
+                own_transport = None
+            return result
     finally:
         if release is not None:
             release()
@@ -131,7 +144,7 @@ def _hold(dirs, transport, root: bool, refused: str | None = None):
     if error:
         if release is not None:
             release()
-        raise UsageError(error)
+        raise collective.agreed(UsageError(error)) if transport is not None else UsageError(error)
     return release
 
 

@@ -52,7 +52,8 @@ import numpy as np
 
 from . import schedule
 from .errors import NonFiniteError, UsageError
-from .metrics import lr_text
+from .contract import check_metrics
+from .metrics import initial_not_finite, lr_text
 
 CRITERIA = ("averaged", "tokens", "time-average")
 
@@ -135,7 +136,10 @@ class SearchRecorder:
         self._excluded += time.perf_counter() - since
 
     def _check(self, m: dict, r: int, k: int) -> None:
+        check_metrics(self.problem, m)
         if not self.problem.finite(m):
+            if r == 0:
+                raise NonFiniteError(initial_not_finite(self.problem))
             raise NonFiniteError(f"the loss became non-finite at round {r} (run k={k}); "
                                  f"lower --lr (now {lr_text(self.spec.lr)})")
 

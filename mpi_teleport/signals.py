@@ -12,7 +12,8 @@ can never run silently wrong or hang.
 **Stopping on a signal.** SIGTERM (the scheduler's time limit, preemption, ``scancel``)
 and SIGUSR1 (``#SBATCH --signal=B:USR1@60`` forwarded by the job scripts, or ``kill
 -USR1``) only set a flag (:class:`Terminator`; idempotent, so the double SIGTERM of
-``srun`` is harmless). The ranks agree on the flag by an Allreduce(MAX) of one integer at
+``srun`` is harmless; once the ranks have agreed to stop, further signals are absorbed
+until the process exits, see :meth:`Terminator.commit`). The ranks agree on the flag by an Allreduce(MAX) of one integer at
 each logging round and each checkpoint round, where a collective happens anyway; then
 every rank stops at the same round, the run writes a final checkpoint (if it has a
 checkpoint directory), rank 0 prints one line, and every rank exits with status 75
@@ -23,7 +24,7 @@ that logging already does.
 
 **Ctrl-C** (SIGINT) is caught the same way: the run stops at the agreed round, writes its
 final checkpoint, prints one line, exit status 75 (130 with nowhere to write). A *second*
-Ctrl-C stops the process at once: one line, then it dies of SIGINT (status 130 in the
+Ctrl-C before that agreed round stops the process at once: one line, then it dies of SIGINT (status 130 in the
 shell), without a final checkpoint and without a traceback. On a terminal the first one
 also says so, since the stop may take up to a logging round.
 """
@@ -71,8 +72,18 @@ class Terminator:
         self.prog = prog or _prog()
         self._interrupts = 0
         self._old: dict = {}
+        self.committed = False
+
+    def commit(self) -> None:
+        """The processes agreed to stop: from now on (the final checkpoint, the one line,
+        the exit with 75) further signals are absorbed, also after :meth:`restore`, so the
+        second SIGTERM srun sends at a time limit, or a second Ctrl-C, cannot turn a
+        completed checkpoint's status 75 into 143 or 130."""
+        self.committed = True
 
     def _handle(self, signum, frame) -> None:  # between bytecodes: set a flag, little else
+        if self.committed:
+            return  # the stop is decided (final checkpoint, exit 75): nothing changes it
         if signum == signal.SIGINT:
             self._interrupts += 1
             if self._interrupts > 1:
@@ -100,7 +111,9 @@ class Terminator:
 
     def restore(self) -> None:
         for s, old in self._old.items():
-            signal.signal(s, old)
+            # after a committed stop the process is on its way out with its status: a
+            # late duplicate signal is absorbed until it exits
+            signal.signal(s, _absorb if self.committed else old)
         self._old.clear()
         if self in _installed:
             _installed.remove(self)
@@ -123,6 +136,10 @@ class Terminator:
 
     def __exit__(self, *exc) -> None:
         self.restore()
+
+
+def _absorb(signum, frame) -> None:
+    """The handler left after a committed stop (see :meth:`Terminator.commit`)."""
 
 
 def _say(line: str) -> None:
@@ -206,17 +223,4 @@ def agree_on_error(transport, error: str | None) -> str | None:
     return _first_error(transport.allgather(error))
 
 
-def _first_error(errors: list) -> str | None:
-    """The first rank's message, naming the ranks that met it unless all did."""
-    failed = [r for r, e in enumerate(errors) if e]
-    if not failed:
-        return None
-    first = errors[failed[0]]
-    if len(failed) == len(errors):
-        return first
-    return f"{first} (on rank{'s' if len(failed) > 1 else ''} {_ranks(failed)} only)"
-
-
-def _ranks(ranks: list[int]) -> str:
-    shown = ", ".join(map(str, ranks[:8]))
-    return shown + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+from .collective import first_error as _first_error, ranks_text as _ranks  # noqa: E402,F401

@@ -181,10 +181,11 @@ def test_pruning_leaves_directories_it_did_not_write(tmp_path):
 
 # ----------------------------------------------------------------------------- no hang
 def test_sigterm_during_a_long_set_up_stops_at_once(tmp_path):
-    # x* of the quadratic problem sums over n = 5 million nodes (within the limit: ~a minute)
-    proc = _start_sim(["--nodes", "5000000", "--k", "2", "--algorithm", "teleportation",
-                       "--rounds", "2"], tmp_path)
-    time.sleep(6)  # started, inside the sum
+    # x* of the quadratic problem sums over n = 5 million nodes at d = 53, near the limit of
+    # n*d draws: ~6 s on an idle 2-core machine, longer under load
+    proc = _start_sim(["--nodes", "5000000", "--dim", "53", "--k", "2", "--algorithm",
+                       "teleportation", "--rounds", "2"], tmp_path)
+    time.sleep(2.5)  # started (interpreter ~0.5 s), inside the sum
     assert proc.poll() is None
     start = time.monotonic()
     status, err = _stop(proc, timeout=30)

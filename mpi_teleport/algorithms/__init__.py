@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..contract import landed
+
 
 # Elements per pass of the element-wise arithmetic. Vectors up to this size are done in
 # one pass; longer ones block by block (2 MiB of float64, 1 MiB of float32), which stay
@@ -52,10 +54,14 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
 
     ``nodes`` are the holders of the rows of x in round t: the gradient is that of the
     *holder's* local loss. ``v`` (the token's momentum) is updated in place; y goes to
-    ``out`` when given, which may not alias x. A problem with an ``after_step(nodes, y)``
+    ``out`` when given, which may not alias x. What ``gradient`` *returns* counts: a
+    problem that returns a new array instead of writing ``out`` has it copied into ``out``
+    (both back ends step on ``out``, so they train alike). A problem with an ``after_step(nodes, y)``
     method sees y before it is gossiped (to write state its forward pass updated).
     """
     g = problem.gradient(nodes, x, t, out=out)
+    if g is not out:  # returned, not written: checked and copied into out (contract.landed)
+        g = landed(problem, g, out, x)
     d = g.shape[-1]
     if d <= BLOCK:  # one block: the same operations on the whole vectors, no views made
         if momentum > 0:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..algorithms import Nesterov
+from ..contract import landed
 
 
 class DeviceTokenState:
@@ -85,7 +86,10 @@ def local_step(problem, node: int, s: DeviceTokenState, t: int, lr: float,
     :func:`mpi_teleport.algorithms.local_step` done by torch on the device. The gradient
     is the problem's (numpy, written into s.y's wire); ``after_step`` sees y as there."""
     x = s.upload(s.x)
-    problem.gradient([node], s.x[None], t, out=s.y[None])
+    out = s.y[None]
+    g = problem.gradient([node], s.x[None], t, out=out)
+    if g is not out:  # returned, not written: checked and copied into s.y
+        landed(problem, g, out, s.x[None])
     g = s.upload(s.y)
     if momentum > 0:
         nesterov = isinstance(momentum, Nesterov)

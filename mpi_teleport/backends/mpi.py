@@ -248,18 +248,21 @@ class MpiBackend:
             self.transport.interrupted = asked
 
     def share(self, fn):
-        """fn() on rank 0, its result (or the NonFiniteError it raised) on every rank."""
-        from ..errors import NonFiniteError
+        """fn() on rank 0, its result (or the NonFiniteError or UsageError it raised: a
+        non-finite metric, an ``evaluate`` that breaks the Problem contract) on every rank."""
+        from ..collective import agreed
+        from ..errors import NonFiniteError, UsageError
 
         verdict = (None, None)
         if self.root:
             try:
                 verdict = (fn(), None)
-            except NonFiniteError as exc:
-                verdict = (None, str(exc))
+            except (NonFiniteError, UsageError) as exc:
+                verdict = (None, (isinstance(exc, UsageError), str(exc)))
         value, error = self.transport.bcast(verdict)
         if error:
-            raise NonFiniteError(error)
+            usage, message = error
+            raise agreed((UsageError if usage else NonFiniteError)(message))
         return value
 
     def agree(self, flag: int) -> int:

@@ -96,6 +96,19 @@ class Keeper:
         self._t0 = time.perf_counter() - self.wall_offset
         return self.plan.source, m
 
+    def gate(self) -> None:
+        """Before the first round (a collective, in place of a barrier): a signal caught
+        during the set-up (a slow problem factory, data loading) stops the run now, on
+        every process together, rather than at the first logging round."""
+        term = self.terminator
+        signum = self.backend.agree(term.signum if term is not None else 0)
+        if signum:
+            if term is not None:
+                term.commit()
+            # (a resumed run's checkpoint still stands: resuming it again is right)
+            raise Terminated(signum, self.start, self.plan.source if self.resumed else None,
+                             self.resume_from, before_start=True)
+
     def after_round(self, r: int, stop: bool, total: int) -> None:
         self._last_round = r
         if stop or r >= total:
@@ -109,6 +122,8 @@ class Keeper:
             return  # neither a logging nor a checkpoint round
         paused = self.rec.pause()
         signum = self.backend.agree(term.signum if term is not None else 0)
+        if signum and term is not None:
+            term.commit()  # the stop is decided: a second signal cannot change it now
         path = None
         if due or (signum and self.plan.dir is not None):
             path = self._save(r, "signal" if signum else "every")

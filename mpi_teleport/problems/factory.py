@@ -113,6 +113,9 @@ def from_factory(name: str, *, nodes: int | None = None, seed: int | None = None
     factory = _function(name)
     try:
         problem = factory(**args)
+    except SystemExit as exc:  # (else the command line would exit with it, having run nothing)
+        raise UsageError(f"--problem {name}: the factory called sys.exit({exc.code!r}) instead "
+                         f"of returning a Problem") from None
     except Exception as exc:  # noqa: BLE001
         raise UsageError(f"--problem {name}: the factory failed ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''})") from None

@@ -22,9 +22,10 @@ from ..evaluation import chunk_slices  # noqa: F401  (re-exported)
 from . import torch_metrics as tm
 from .keyed_random import KeyedGlobals, augment_generator
 from .torch_data import call_model, to_device
+from .torch_checks import check_first_batch, usable_device
 from .torch_metrics import EvalMetric
 from .torch_options import (build, check_token, non_negative, positive_int, regularise,
-                            resolve_device, TorchSettings)
+                            TorchSettings)
 from .torch_sets import TRAIN_EVAL_SAMPLES, node_data
 from .torch_state import ModelState, load_into
 
@@ -179,7 +180,7 @@ class TorchProblem:
                                   eval_batch_size=self.eval_batch_size)
             self.loss = loss if loss is not None else tm.default_loss(self.data.task)
             self.eval_loss = eval_loss if eval_loss is not None else loss
-            self.device = torch.device(resolve_device(device))
+            self.device = torch.device(usable_device(device))  # (torch_checks)
             staged = self.device.type != "cpu" if staged is None else staged
             self.state = ModelState(build(model, self.seed), self.device, staged)
         d = self.data  # (its facts, under the names the engine and the tests read)
@@ -205,6 +206,9 @@ class TorchProblem:
                                                          self.user_metrics)
         self.validation = f"validation {self.metric}"
         self.validation_higher_is_better = self.higher_is_better
+        with self.torch_settings:  # inputs and labels the model cannot take: one line
+            check_first_batch(self.model, self.device, {"train": self._train, **self._sets},
+                              self.task == "classification" and loss is None)
 
     # ---------------------------------------------------------------- sizes
     @property

@@ -13,6 +13,7 @@ from .. import rng
 from ..evaluation import chunk_slices
 from . import partitions
 from .torch_data import samples
+from .torch_checks import refuse_negative_labels
 from .torch_options import check_local_nodes, check_part, infer_task, split_nodes
 
 __all__ = ["NodeData", "node_data", "TRAIN_EVAL_SAMPLES"]
@@ -87,6 +88,7 @@ def node_data(train, *, nodes: int, seed: int, task, partition, alpha, test, val
     task = infer_task(task, targets)
     per_sample = int(targets[0].numel()) if task == "multilabel" else 1
     labels = data.labels() if task == "classification" else None
+    refuse_negative_labels(labels, "train")  # (before the partition counts them)
     parts = split_nodes(partition, nodes, n_train, labels, alpha, seed)
     histogram = None
     if labels is not None:
