@@ -114,6 +114,7 @@ def main(argv=None) -> int:
         release()
         if getattr(exc, "root", rank == 0):
             print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
+        getattr(exc, "meet", lambda: None)()  # (no survivor leaves before the line is out)
         _leave(signals.EXIT_CHECKPOINTED)
     except BaseException:  # any failure on any rank ends the whole job, shown once
         sys.stderr.write(f"[rank {rank}] {traceback.format_exc()}")

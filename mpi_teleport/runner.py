@@ -83,6 +83,7 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
                                             resume_from=resume_from, summary_extra=summary_extra,
                                             callback=callback)
                 except TooFewSurvivors as exc:  # (every survivor at the same round)
+                    exc.meet = lambda: _survivors_meet(own_transport)  # (after the root's line)
                     raise collective.agreed(exc)
             backend.close()
             if own_transport is not None and elastic and own_transport.living != list(range(spec.nodes)):
