@@ -60,7 +60,7 @@ def run_checked(problem, spec: RunSpec, *, nesterov, comm, out, records: Records
     problem = with_defaults(problem)  # (TypeError naming what is missing)
     spec, logging, latency_settings, files = _checked(spec, nesterov, comm, out, records,
                                                       checkpoints, latency)
-    given = getattr(problem.problem, "nodes", None)
+    given = problem.nodes
     if isinstance(given, int) and not isinstance(given, bool) and given != spec.nodes:
         raise UsageError(f"the problem was built for nodes={given} but the run has "
                          f"nodes={spec.nodes}: give both the same number")
