@@ -4,7 +4,9 @@ ICLR 2025) and its Decentralized-SGD baselines, with a single-process simulator.
 Bring your own problem (a :class:`Problem` in numpy, or a PyTorch model wrapped by
 :class:`TorchProblem`) and train it with :func:`teleportation`, :func:`dsgd` or choose k
 with :func:`search_k`, all nodes in this process (``comm=None``) or one node per MPI rank
-(``comm=MPI.COMM_WORLD``), with bit-identical records either way.
+(``comm=MPI.COMM_WORLD``), with bit-identical records either way. Options come as flat keywords (``log_every=5``) or
+grouped in :class:`Records`, :class:`Checkpoints` and :class:`Latency`
+(``records=mt.Records(every=5)``).
 
 >>> import mpi_teleport as mt
 >>> from mpi_teleport.problems.quadratic import Quadratic
@@ -15,13 +17,14 @@ from .api import dsgd, search_k, teleportation
 from .engine import Result
 from .errors import NonFiniteError, OutputError, UsageError
 from .loggers import CsvWriter, TensorBoardWriter
+from .options import Checkpoints, Latency, Records
 from .problem import Problem
 
 __version__ = "0.2.0"
 
 __all__ = ["teleportation", "dsgd", "search_k", "Problem", "TorchProblem", "EvalMetric",
            "Result", "UsageError", "NonFiniteError", "OutputError", "CsvWriter",
-           "TensorBoardWriter"]
+           "TensorBoardWriter", "Records", "Checkpoints", "Latency"]
 
 _TORCH_NAMES = ("TorchProblem", "EvalMetric")
 

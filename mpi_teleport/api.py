@@ -32,23 +32,14 @@ What a call does when something is wrong (details: ``mpi_teleport/DESIGN.md`` se
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import collective, engine, runner
-from .algorithms import Nesterov
-from .loop_options import momentum_of, rounds_for, within_phase
-from . import resume as resume_rules
-from . import topology as topo
-from .checkpoint import CheckpointPlan, any_checkpoint, locate
-from .elastic import parse_failures
-from .errors import UsageError
-from .latency.model import parse_spec
-from .paths import absolute, check_writable
-from .problem import with_defaults
-from .settings import API, check_checkpoints, check_k, check_values, flag
-from .spec import LatencySettings, Logging, RunSpec
+from . import engine
+from .api_checks import run_checked
+from .loop_options import rounds_for, within_phase
+from .options import Checkpoints, Default, Latency, Records, merge, merge_latency
+from .spec import RunSpec
 
 __all__ = ["teleportation", "dsgd", "search_k"]
 
@@ -57,13 +48,21 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                   lr: float | Callable[[int], float], epochs: float | None = None,
                   topology: str | Callable = "ring", momentum: float = 0.0,
                   nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
-                  log_every: int = 10,
-                  target: float | None = None, stop_at_target: bool = False,
-                  out: str | Path | None = None, checkpoint_every: int = 0,
-                  checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
-                  resume: str | Path | None = None, latency: str = "none", clock: str = "real",
-                  compute_time: float | None = None, progress: bool = False,
-                  callback: Callable[[dict], object] | None = None,
+                  out: str | Path | None = None,
+                  records: Records | None = None,
+                  log_every: int = Default(10),
+                  target: float | None = Default(None),
+                  stop_at_target: bool = Default(False),
+                  progress: bool = Default(False),
+                  callback: Callable[[dict], object] | None = Default(None),
+                  checkpoints: Checkpoints | None = None,
+                  checkpoint_every: int = Default(0),
+                  checkpoint_dir: str | Path | None = Default(None),
+                  keep_checkpoints: int = Default(2),
+                  resume: str | Path | None = Default(None),
+                  latency: str | Latency = Default("none"),
+                  clock: str = Default("real"),
+                  compute_time: float | None = Default(None),
                   elastic: bool = False, fail=None) -> engine.Result:
     """Train with Teleportation (Takezawa & Stich, ICLR 2025).
 
@@ -107,21 +106,18 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
     comm : mpi4py communicator or None
         None: the simulator, all n nodes in this process. A communicator: one node per
         rank.
+    out : path or None
+        Directory for config.json, metrics.jsonl and summary.json (root only).
+    records : Records, optional
+        What is recorded and when, grouped: ``Records(every=10, target=None,
+        stop_at_target=False, progress=False, callback=None)``, the same as the flat
+        keywords ``log_every``, ``target``, ``stop_at_target``, ``progress``,
+        ``callback`` (give a setting one way or the other: both is a UsageError).
     log_every : int
         Evaluate and record every this many rounds (and the first and last).
     target, stop_at_target
         ``rounds_to_target`` is the first logged round whose metric reaches ``target``;
         with ``stop_at_target`` the run ends there.
-    out : path or None
-        Directory for config.json, metrics.jsonl and summary.json (root only).
-    checkpoint_every, checkpoint_dir, keep_checkpoints, resume
-        Periodic checkpoints (default directory ``out/checkpoints``) and resuming from a
-        run, checkpoint or round-* directory; a resumed run's records equal an
-        uninterrupted run's.
-    latency, clock, compute_time
-        The latency layer (``none``, ``const:US``, ``mod:TAU``, ``matrix:FILE.csv``,
-        optionally ``,bw:GBPS``), ``real`` or ``virtual`` clock, and the modelled compute
-        time per step in microseconds. Records then carry ``virtual_time_s``.
     progress : bool
         A progress bar on stderr (root).
     callback : callable, optional
@@ -134,6 +130,22 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         job started with ``mpirun --with-ft ulfm``) the run goes on with the survivors
         when ranks die; ``fail`` (the simulator): the failure plan, ``["NODE@ROUND",
         ...]``, giving the numbers an elastic MPI run with those losses computes.
+    checkpoints : Checkpoints, optional
+        Checkpoints grouped: ``Checkpoints(every=0, dir=None, keep=2, resume=None)``, the
+        same as ``checkpoint_every``, ``checkpoint_dir``, ``keep_checkpoints``, ``resume``.
+    checkpoint_every, checkpoint_dir, keep_checkpoints, resume
+        Periodic checkpoints (default directory ``out/checkpoints``) and resuming from a
+        run, checkpoint or round-* directory; a resumed run's records equal an
+        uninterrupted run's.
+    latency, clock, compute_time
+        The latency layer (``none``, ``const:US``, ``mod:TAU``, ``matrix:FILE.csv``,
+        optionally ``,bw:GBPS``), ``real`` or ``virtual`` clock, and the modelled compute
+        time per step in microseconds. Records then carry ``virtual_time_s``. Grouped:
+        ``latency=Latency(model="none", clock="real", compute_time=None)``.
+
+    The option objects (:mod:`mpi_teleport.options`) are checked by the same rules as the
+    flat keywords, with the same messages, which name the flat keyword
+    (``Records(every=0)``: ``log_every must be at least 1, got 0``).
 
     Returns
     -------
@@ -148,7 +160,8 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         as here: ``momentum must be in [0, 1), got 1.0``): a wrong type
         (``momentum='0.9'``, ``seed='abc'``, ``k=2.0``, ``nodes=True``, ``lr=None``), a
         value out of range, a step-size function that fails or gives no number > 0 at
-        round 0, ``keep_checkpoints < 1``, ``out=''``; a ``resume`` checkpoint whose
+        round 0, ``keep_checkpoints < 1``, ``out=''``, a setting given both as a flat
+        keyword and in an option object; a ``resume`` checkpoint whose
         recorded settings differ from these (problem, nodes, k, seed, lr, momentum,
         topology: the message names each difference), that is damaged (every file is
         checked first) or lies beyond ``rounds``; an ``out`` or ``checkpoint_dir`` that
@@ -185,24 +198,43 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
     """
     rounds = rounds_for(problem, rounds, epochs, k)
     spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed)
-    return _api_run(problem, spec, locals())
+    return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
+                       records=merge(Records, records, log_every=log_every, target=target,
+                                     stop_at_target=stop_at_target, progress=progress,
+                                     callback=callback),
+                       checkpoints=merge(Checkpoints, checkpoints,
+                                         checkpoint_every=checkpoint_every,
+                                         checkpoint_dir=checkpoint_dir,
+                                         keep_checkpoints=keep_checkpoints, resume=resume),
+                       latency=merge_latency(latency, clock, compute_time),
+                       elastic=elastic, fail=fail)
 
 
 def dsgd(problem, *, nodes: int, rounds: int | None = None,
          lr: float | Callable[[int], float], epochs: float | None = None,
          topology: str | Callable = "ring", momentum: float = 0.0, nesterov: bool = False,
          seed: int = 0, comm=None,
-         log_every: int = 10, target: float | None = None, stop_at_target: bool = False,
-         out: str | Path | None = None, checkpoint_every: int = 0,
-         checkpoint_dir: str | Path | None = None, keep_checkpoints: int = 2,
-         resume: str | Path | None = None, latency: str = "none", clock: str = "real",
-         compute_time: float | None = None, progress: bool = False,
-         callback: Callable[[dict], object] | None = None,
+         out: str | Path | None = None,
+         records: Records | None = None,
+         log_every: int = Default(10),
+         target: float | None = Default(None),
+         stop_at_target: bool = Default(False),
+         progress: bool = Default(False),
+         callback: Callable[[dict], object] | None = Default(None),
+         checkpoints: Checkpoints | None = None,
+         checkpoint_every: int = Default(0),
+         checkpoint_dir: str | Path | None = Default(None),
+         keep_checkpoints: int = Default(2),
+         resume: str | Path | None = Default(None),
+         latency: str | Latency = Default("none"),
+         clock: str = Default("real"),
+         compute_time: float | None = Default(None),
          elastic: bool = False, fail=None) -> engine.Result:
     """Train with Decentralized SGD: every node active every round, node m always holds
     replica m, gossip over ``topology`` among all n nodes.
 
-    Parameters are those of :func:`teleportation` (without ``k`` and ``variant``), and so
+    Parameters are those of :func:`teleportation` (without ``k`` and ``variant``; the
+    option objects ``records=``, ``checkpoints=``, ``latency=`` too), and so
     are the errors it raises for bad input, a resume that does not match and a full disk.
 
     Examples
@@ -214,18 +246,31 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
     """
     rounds = rounds_for(problem, rounds, epochs, nodes)
     spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed)
-    return _api_run(problem, spec, locals())
+    return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
+                       records=merge(Records, records, log_every=log_every, target=target,
+                                     stop_at_target=stop_at_target, progress=progress,
+                                     callback=callback),
+                       checkpoints=merge(Checkpoints, checkpoints,
+                                         checkpoint_every=checkpoint_every,
+                                         checkpoint_dir=checkpoint_dir,
+                                         keep_checkpoints=keep_checkpoints, resume=resume),
+                       latency=merge_latency(latency, clock, compute_time),
+                       elastic=elastic, fail=fail)
 
 
 def search_k(problem, *, nodes: int, rounds: int | None = None,
              lr: float | Callable[[int], float], epochs: float | None = None,
              topology: str | Callable = "ring", momentum: float = 0.0,
              nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
-             log_every: int = 10,
-             target: float | None = None, out: str | Path | None = None,
-             latency: str = "none", clock: str = "real", compute_time: float | None = None,
-             progress: bool = False, select: str = "averaged",
-             callback: Callable[[dict], object] | None = None) -> engine.Result:
+             out: str | Path | None = None, select: str = "averaged",
+             records: Records | None = None,
+             log_every: int = Default(10),
+             target: float | None = Default(None),
+             progress: bool = Default(False),
+             callback: Callable[[dict], object] | None = Default(None),
+             latency: str | Latency = Default("none"),
+             clock: str = Default("real"),
+             compute_time: float | None = Default(None)) -> engine.Result:
     """Algorithm 2: choose k with 2T rounds instead of n T.
 
     Phase 1 runs Teleportation with k = n for T = ``rounds`` rounds; phase 2 runs every
@@ -238,6 +283,9 @@ def search_k(problem, *, nodes: int, rounds: int | None = None,
 
     Parameters
     ----------
+    records : Records, optional
+        As in :func:`teleportation`, without ``stop_at_target`` (setting it is a
+        UsageError); ``latency`` likewise takes a :class:`Latency`.
     select : {'averaged', 'tokens', 'time-average'}
         Which number decides, since the paper leaves "best" open (the command line's
         ``--k-select``): ``'averaged'`` (default) the averaged model's validation metric at
@@ -271,155 +319,8 @@ def search_k(problem, *, nodes: int, rounds: int | None = None,
     rounds = rounds_for(problem, rounds, epochs, nodes)
     spec = RunSpec("search", nodes, None, rounds, within_phase(lr, rounds), momentum, topology,
                    variant, seed, check_select(select))
-    return _api_run(problem, spec, locals())
-
-
-# ------------------------------------------------------------------------------ shared
-@dataclass(frozen=True)
-class _Files:
-    """Where one API run writes and what it resumes (absolute paths, checked)."""
-
-    out: Path | None
-    checkpoint_dir: Path | None  # given, or out/checkpoints
-    every: int
-    keep: int
-    resume: Path | None
-    progress: bool
-
-    @property
-    def touches_checkpoints(self) -> bool:
-        """The run may write a checkpoint (periodic, or on a signal) or resumes one."""
-        return self.checkpoint_dir is not None or self.resume is not None
-
-    @property
-    def held(self) -> list:
-        """The directories the run locks: out, and the checkpoint directory it writes."""
-        return [(path, what) for path, what in ((self.out, "out"),
-                                                (self.checkpoint_dir, "checkpoint_dir"))
-                if path is not None and (what == "out" or self.every)]
-
-
-def _api_run(problem, spec: RunSpec, args: dict) -> engine.Result:
-    """Check every argument (:mod:`mpi_teleport.settings`, the command line's rules), check
-    the inputs on disk on every process (a resumed checkpoint against these settings and
-    file by file, the checkpoint directory free of another run's), then train; a refusal
-    is one UsageError on every process, before anything is written."""
-    problem = with_defaults(problem)  # (TypeError naming what is missing)
-    spec, logging, latency, files = _checked(spec, args)
-    given = getattr(problem, "nodes", None)
-    if isinstance(given, int) and not isinstance(given, bool) and given != spec.nodes:
-        raise UsageError(f"the problem was built for nodes={given} but the run has "
-                         f"nodes={spec.nodes}: give both the same number")
-    record = resume_rules.plain({**_record(spec, logging, latency, files),
-                                 **resume_rules.describe_problem(problem, spec.seed,
-                                                                 files.touches_checkpoints)})
-    plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep)
-    failures = parse_failures(args.get("fail"), spec.nodes)
-    refused = None
-    try:
-        _check_disk(spec, latency, record, plan, files)
-    except UsageError as exc:
-        refused = str(exc)
-    except OSError as exc:  # an unreadable directory or file
-        refused = f"cannot read the checkpoint or output directory: {exc.strerror or exc}"
-    return runner.train(problem, spec, logging, latency, comm=args.get("comm"), out=files.out,
-                        plan=plan, settings=record, progress=files.progress,
-                        config_record={**record, **problem.describe()}, hold=files.held,
-                        refused=refused, callback=args.get("callback"),
-                        elastic=bool(args.get("elastic")) or bool(failures), failures=failures)
-
-
-def _checked(spec: RunSpec, args: dict) -> tuple[RunSpec, Logging, LatencySettings, _Files]:
-    """The run's settings with every value checked by the rules the command line uses,
-    or UsageError (one line)."""
-    comm = args.get("comm")
-    if comm is not None:  # (before any MPI call could hang on it)
-        collective.check_communicator(comm)
-    else:
-        collective.warn_if_in_mpi_job()  # every process of an mpirun job simulating alone?
-    values = check_values({
-        "nodes": spec.nodes, "rounds": spec.rounds, "lr": spec.lr, "momentum": spec.momentum,
-        "topology": spec.topology, "variant": spec.variant, "seed": spec.seed,
-        "log_every": args.get("log_every", 10), "target": args.get("target"),
-        "stop_at_target": args.get("stop_at_target", False),
-        "latency": args.get("latency", "none"), "clock": args.get("clock", "real"),
-        "compute_time": args.get("compute_time"), "out": args.get("out"),
-        "checkpoint_every": args.get("checkpoint_every", 0),
-        "checkpoint_dir": args.get("checkpoint_dir"),
-        "keep_checkpoints": args.get("keep_checkpoints", 2), "resume": args.get("resume"),
-    }, API)
-    progress = flag(args.get("progress", False), "progress", API)
-    k = spec.k
-    if spec.algorithm == "teleportation":
-        k = check_k(spec.k, values["nodes"], spec.algorithm, API)
-    elif spec.algorithm == "dsgd":
-        k = values["nodes"]
-    check_checkpoints(values, API, search=spec.algorithm == "search")
-    spec = RunSpec(spec.algorithm, values["nodes"], k, values["rounds"], values["lr"],
-                   momentum_of(values["momentum"], args.get("nesterov", False)),
-                   values["topology"], values["variant"], values["seed"], spec.k_select)
-    logging = Logging(values["log_every"], values["target"], values["stop_at_target"])
-    latency = LatencySettings(values["latency"], values["clock"], values["compute_time"])
-
-    def where(name):
-        return None if values[name] is None else Path(absolute(name, values[name], API))
-
-    out, ck_dir = where("out"), where("checkpoint_dir")
-    if ck_dir is None and out is not None:
-        ck_dir = out / "checkpoints"
-    files = _Files(out, ck_dir, values["checkpoint_every"], values["keep_checkpoints"],
-                   where("resume"), progress)
-    return spec, logging, latency, files
-
-
-def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _Files) -> dict:
-    """The settings a checkpoint manifest keeps (named as the command line's Config
-    names them, so ``--resume`` reads them) and a resume compares."""
-    record = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.tokens,
-              "rounds": spec.rounds, "lr": resume_rules.describe_lr(spec.lr),
-              "lr_schedule": "function" if callable(spec.lr) else "constant",
-              "momentum": float(spec.momentum), "topology": topo.describe(spec.topology),
-              "variant": spec.variant, "seed": spec.seed, "log_every": logging.every,
-              "target": logging.target, "stop_at_target": logging.stop_at_target,
-              "latency": latency.spec, "clock": latency.clock,
-              "compute_time": latency.compute_time, "checkpoint_every": files.every,
-              "keep_checkpoints": files.keep,
-              "out": None if files.out is None else str(files.out),
-              "checkpoint_dir": None if files.checkpoint_dir is None else str(files.checkpoint_dir)}
-    if spec.algorithm == "search":
-        record["k_select"] = spec.k_select
-    if isinstance(spec.momentum, Nesterov):  # (only then: other runs' records unchanged)
-        record["nesterov"] = True
-    return record
-
-
-def _check_disk(spec: RunSpec, latency: LatencySettings, record: dict, plan: CheckpointPlan,
-                files: _Files) -> None:
-    """The API's preflight, on every process: outputs writable, a latency matrix file
-    readable, the checkpoint resumed matching this run and intact, the checkpoint
-    directory free of another run's checkpoints. Fills ``plan.source``/``manifest``."""
-    if files.out is not None:
-        check_writable("out", files.out)
-    if files.checkpoint_dir is not None and files.every:
-        check_writable("checkpoint_dir", files.checkpoint_dir)
-    try:
-        parse_spec(latency.spec, spec.nodes)  # reads and checks a matrix file
-    except UsageError as exc:
-        raise API.retell(exc) from None
-    if spec.algorithm == "search":
-        return  # (no checkpoints: Algorithm 2 is short)
-    if files.resume is not None:
-        given = f"resume={str(files.resume)!r}"
-        found = locate(files.resume, spec.algorithm)
-        if found is None:
-            other = any_checkpoint(files.resume)
-            what = f" (it holds a {other[1].get('algorithm')} run)" if other else ""
-            raise UsageError(f"{given}: no complete checkpoint of a {spec.algorithm} run "
-                             f"there{what}")
-        plan.source = resume_rules.check_source(given, found[0], found[1], nodes=spec.nodes,
-                                                k=spec.tokens, rounds=spec.rounds,
-                                                current=record, naming=API)
-        plan.manifest = found[1]
-    if files.checkpoint_dir is not None:
-        hint = f"resume={str(files.out or files.checkpoint_dir)!r}"
-        resume_rules.check_target(files.checkpoint_dir, plan.source, hint, API)
+    return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
+                       records=merge(Records, records, log_every=log_every, target=target,
+                                     progress=progress, callback=callback),
+                       checkpoints=Checkpoints(),
+                       latency=merge_latency(latency, clock, compute_time))

@@ -56,8 +56,9 @@ def chunk_slices(n_samples: int, chunk: int, parts: int) -> list:
 def is_shared(problem, split: str = "test") -> bool:
     """Whether ``problem`` offers chunked evaluation of a non-empty ``split`` (else one
     process evaluates it, as ``evaluate``/``validate`` do)."""
-    if not all(hasattr(problem, m) for m in ("evaluation_sums", "metrics_from_sums",
-                                             "eval_batch_size", "average")):
+    from .problem import with_defaults
+
+    if not with_defaults(problem).shares_evaluation:  # (declared: Problem's optional members)
         return False
     return set_size(problem, split) > 0
 

@@ -17,6 +17,9 @@ __all__ = ["Problem", "ProblemWithDefaults", "with_defaults", "higher_is_better"
            "REQUIRED_MEMBERS"]
 
 REQUIRED_MEMBERS = ("dim", "dtype", "initial", "gradient", "evaluate")
+# Chunked evaluation shared by processes (Problem.evaluation_sums): all of them, or none.
+SHARED_EVALUATION = ("evaluation_sums", "metrics_from_sums", "eval_batch_size", "average",
+                     "n_test", "n_validation")
 
 # Names of metrics where larger is better (a metric named otherwise: lower is better,
 # as for a loss or an error), matched as words of the lower-cased name.
@@ -128,18 +131,15 @@ class Problem(Protocol):
 class ProblemWithDefaults:
     """A problem with every optional member of :class:`Problem` present.
 
-    Required members and any other attribute are the wrapped problem's own (attribute
-    access falls through to it); the optional ones are its own when it has them, else
-    the defaults documented on :class:`Problem`. Build it with :func:`with_defaults`.
+    Required members are the wrapped problem's; the optional ones are its own when it
+    has them, else the defaults documented on :class:`Problem`. Nothing else is
+    forwarded: every member the package reads is declared here, and anything else of
+    the user's problem is reached through :attr:`problem` (e.g. ``p.problem.module(x)``).
+    Build it with :func:`with_defaults`.
     """
 
     def __init__(self, problem):
         self.problem = problem
-
-    def __getattr__(self, name):  # only reached for names not defined on this class
-        if name == "problem":  # not set yet (copy/pickle): no recursion
-            raise AttributeError(name)
-        return getattr(self.problem, name)
 
     # -- required: straight from the problem
     @property
@@ -204,6 +204,51 @@ class ProblemWithDefaults:
     def after_step(self, nodes, y) -> None:
         if self._has("after_step"):
             self.problem.after_step(nodes, y)
+
+    # -- optional facts, None when the problem has none
+    @property
+    def nodes(self) -> int | None:
+        """The number of nodes the problem was built for (the API checks it)."""
+        return getattr(self.problem, "nodes", None)
+
+    @property
+    def batch_size(self) -> int | None:
+        """Samples a node draws per round (turns epochs into rounds)."""
+        return getattr(self.problem, "batch_size", None)
+
+    @property
+    def token_device(self):
+        """Where tokens live as torch tensors (a GPU problem's device), or None: numpy."""
+        return getattr(self.problem, "token_device", None)
+
+    # -- shared evaluation (mpi_teleport.evaluation): all of SHARED_EVALUATION, or none
+    @property
+    def shares_evaluation(self) -> bool:
+        """Whether the problem evaluates in chunks shared by processes."""
+        return all(hasattr(self.problem, m) for m in SHARED_EVALUATION)
+
+    def evaluation_sums(self, vector, lo: int = 0, hi: int | None = None, split: str = "test"):
+        return self.problem.evaluation_sums(vector, lo, hi, split)
+
+    def metrics_from_sums(self, sums, x=None):
+        if x is None:  # (as called without a token matrix: validation)
+            return self.problem.metrics_from_sums(sums)
+        return self.problem.metrics_from_sums(sums, x)
+
+    def average(self, x) -> np.ndarray:
+        return self.problem.average(x)
+
+    @property
+    def eval_batch_size(self) -> int:
+        return self.problem.eval_batch_size
+
+    @property
+    def n_test(self) -> int:
+        return self.problem.n_test
+
+    @property
+    def n_validation(self) -> int:
+        return self.problem.n_validation
 
     @property
     def name(self) -> str:

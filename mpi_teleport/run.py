@@ -16,7 +16,7 @@ import time
 import traceback
 import warnings
 
-from . import cli, paths, report, signals
+from . import cli, paths, report, runner, signals
 from .elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .memory import keep_freed_memory
@@ -81,15 +81,9 @@ def main(argv=None) -> int:
         if refused:
             return cli.fail(PROG, refused, show=rank == 0)
         # Rank 0 holds --out and --checkpoint-dir for the job; every rank learns a refusal
-        # (another job holds them) in the same collective, so none waits for the others.
-        if rank == 0:
-            try:
-                release = paths.hold(cfg)
-            except UsageError as exc:
-                error = str(exc)
-        refused = signals.agree_on_error(transport, error)
-        if refused:
-            return cli.fail(PROG, refused, show=rank == 0)
+        # (another job holds them) in the same collective, so none waits for the others
+        # (the API's path too: a refusal is a UsageError on every rank, reported below).
+        release = runner.hold_agreed(paths.lock_dirs(cfg), transport, rank == 0) or release
         if any(k == "auto" for _, k in report.runs_requested(cfg)):
             terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
         summaries = []

@@ -59,7 +59,7 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
         # errors pass): the other ranks would otherwise wait for that rank for ever.
         with collective.guard(own_transport):
             root = transport is None or transport.rank == 0
-            release = _hold(hold, transport, root, refused)
+            release = hold_agreed(hold, transport, root, refused)
             # nodes vs ranks, the Problem contract at x0, the same problem and settings on
             # every rank: agreed (one allgather); a step-size function checked every round
             spec = collective.check_start(problem, spec, logging, latency, plan, transport)
@@ -127,9 +127,14 @@ def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures) 
             raise UsageError(problem)
 
 
-def _hold(dirs, transport, root: bool, refused: str | None = None):
-    """Lock ``dirs`` on the root unless this process is ``refused``; every process learns
-    a refusal together (UsageError)."""
+def hold_agreed(dirs, transport, root: bool, refused: str | None = None):
+    """The one lock and start-up agreement of every entry point (the API, and the MPI
+    command line after its settings are agreed): lock ``dirs`` ((path, name) pairs) on
+    the root unless this process is ``refused`` (its one-line reason not to run), then
+    every process learns the first refusal in one allgather (a directory another job
+    holds, a damaged checkpoint seen by one rank) and raises it together: UsageError,
+    marked agreed (it passes :func:`collective.guard`). Returns the release function
+    (None when nothing was locked)."""
     if not dirs and transport is None and refused is None:
         return None
     from .paths import hold_dirs
@@ -140,7 +145,7 @@ def _hold(dirs, transport, root: bool, refused: str | None = None):
             release = hold_dirs(dirs)
         except UsageError as exc:
             error = str(exc)
-    if transport is not None:  # (as signals.agree_on_error: one allgather)
+    if transport is not None:  # one allgather: the first process's reason, as it said it
         error = next((e for e in transport.allgather(error) if e), None)
     if error:
         if release is not None:

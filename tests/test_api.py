@@ -19,7 +19,8 @@ from helpers import without_time
 def test_public_surface_is_short_and_documented():
     assert set(mt.__all__) == {"teleportation", "dsgd", "search_k", "Problem", "TorchProblem",
                                "EvalMetric", "Result", "UsageError", "NonFiniteError",
-                               "OutputError", "CsvWriter", "TensorBoardWriter"}
+                               "OutputError", "CsvWriter", "TensorBoardWriter",
+                               "Records", "Checkpoints", "Latency"}
     for name in ("teleportation", "dsgd", "search_k"):
         doc = getattr(mt, name).__doc__
         assert "Parameters" in doc or "Parameters are" in doc

@@ -235,7 +235,7 @@ def test_a_full_disk_through_the_api_is_one_line_oserror(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- agreement
 class _Gather:
-    """allgather among n threads (the one collective runner._hold uses)."""
+    """allgather among n threads (the one collective runner.hold_agreed uses)."""
 
     def __init__(self, n: int):
         import threading
@@ -270,7 +270,7 @@ def test_a_refusal_on_one_process_stops_every_process_with_its_line(tmp_path):
     def rank(r):
         refused = "resume='x': checkpoint x is damaged: token-000001.npz is missing" if r == 1 else None
         try:
-            runner._hold([(tmp_path / "out", "out")], hub.rank(r), r == 0, refused)
+            runner.hold_agreed([(tmp_path / "out", "out")], hub.rank(r), r == 0, refused)
             results[r] = "ran"
         except mt.UsageError as exc:
             results[r] = str(exc)

@@ -8,6 +8,7 @@ the same bits: mpi_teleport/DESIGN.md §5.3. Its parts, one concern each:
 :mod:`.torch_sets` (which samples are held), :mod:`.torch_data` (samples, batches,
 tuple/dict items), :mod:`.torch_state` (token <-> model, ``module(x)``),
 :mod:`.torch_metrics` (loss, accuracy, :class:`~.torch_metrics.EvalMetric`),
+:mod:`.torch_evaluation` (chunked evaluation of the averaged model),
 :mod:`.keyed_random` (random draws keyed by (seed, node, t)), :mod:`.torch_options`
 (option checks, scoped torch settings).
 """
@@ -19,6 +20,7 @@ import numpy as np
 
 from .. import rng
 from ..evaluation import chunk_slices  # noqa: F401  (re-exported)
+from . import torch_evaluation as te
 from . import torch_metrics as tm
 from .keyed_random import KeyedGlobals, augment_generator
 from .torch_data import call_model, to_device
@@ -251,7 +253,7 @@ class TorchProblem:
 
     def held_slice(self, split: str = "test") -> tuple:
         """The ``(lo, hi)`` samples of a set this problem keeps."""
-        self._split(split)
+        te.check_split(self, split)
         return self.data.held[split]
 
     def initial(self) -> np.ndarray:
@@ -341,54 +343,21 @@ class TorchProblem:
     @staticmethod
     def average(x: np.ndarray) -> np.ndarray:
         """Mean of the token rows, summed in token order in float64, rounded once."""
-        return (np.add.reduce(x.astype(np.float64), axis=0) / len(x)).astype(np.float32)
+        return te.average(x)
 
     def evaluation_sums(self, vector: np.ndarray, lo: int = 0, hi: int | None = None,
                         split: str = "test") -> np.ndarray:
         """Per-chunk sums of the model ``vector`` on samples ``[lo, hi)`` of a set
-        ("test" or "validation"); ``lo``/``hi`` multiples of ``eval_batch_size`` (or the
-        set's end; :func:`chunk_slices`). Returns float64 rows ``(loss sum, correct,
-        samples, *metric sums)``, one per chunk, in order: rows of disjoint chunk-aligned
-        slices concatenated in slice order equal the whole set's rows bit for bit."""
-        import torch
-
-        self._split(split)
-        size = self.eval_batch_size
-        data, start, lo, hi = self.data.slice(split, lo, hi, size)
-        width = tm.BASE + sum(m.size for m in self.user_metrics)
-        rows = []
-        with self.torch_settings, torch.no_grad(), self._keyed as keyed:
-            self.state.load(vector)
-            self.model.eval()
-            for s in range(lo, hi, size):
-                keyed.seed_chunk(split, s)
-                xb, yb = data.span(s - start, min(s + size, hi) - start)
-                xb, yb = to_device(xb, self.device), self._target(yb.to(self.device))
-                out = call_model(self.model, xb)
-                rows.append([*tm.task_sums(self.task, self._loss_total(out, yb), out, yb),
-                             *tm.metric_row(self.user_metrics, out, yb)])
-        return np.array(rows, dtype=np.float64).reshape(-1, width)
-
-    def _loss_total(self, out, yb) -> float:
-        from torch.nn import functional as F
-
-        if self.eval_loss is None and self.task == "classification":
-            return float(F.cross_entropy(out, yb, reduction="sum").double())
-        fn = self.eval_loss or self.loss
-        return float(fn(out, yb).double()) * len(yb)
+        ("test" or "validation"), one float64 row per chunk; rows of disjoint
+        chunk-aligned slices concatenated in order equal the whole set's bit for bit
+        (:func:`.torch_evaluation.chunk_sums`)."""
+        return te.chunk_sums(self, vector, lo, hi, split)
 
     def metrics_from_sums(self, sums: np.ndarray, x: np.ndarray | None = None) -> dict:
         """``loss`` (mean), ``accuracy`` (not for regression) and the ``metrics`` from
         all chunk rows of :meth:`evaluation_sums` (added in chunk order); with the token
         matrix ``x``, also ``consensus`` (mean squared distance to the average)."""
-        width = tm.BASE + sum(m.size for m in self.user_metrics)
-        sums = np.asarray(sums, dtype=np.float64).reshape(-1, width)
-        m = tm.finish(self.task, self.user_metrics, sums, self.data.labels_per_sample)
-        if x is not None:
-            mean = self.average(x)
-            centred = x.astype(np.float64) - mean.astype(np.float64)
-            m["consensus"] = math.fsum(np.sum(centred * centred, axis=1).tolist()) / len(x)
-        return m
+        return te.metrics(self, sums, x)
 
     def evaluate(self, x: np.ndarray) -> dict:
         """Metrics of the averaged token model (``eval()`` mode) on the test set (or what
@@ -404,13 +373,6 @@ class TorchProblem:
                              "validation= or validation_fraction > 0")
         sums = self.evaluation_sums(self.average(x), split="validation")
         return self.metrics_from_sums(sums)[self.metric]
-
-    def _split(self, split: str):
-        if split not in ("test", "validation"):
-            raise ValueError(f"split must be 'test' or 'validation', got {split!r}")
-        if split not in self._sets:
-            raise ValueError("this problem has no validation set")
-        return self._sets[split]
 
     # ---------------------------------------------------------------- engine facts
     def reached(self, metrics: dict, target: float) -> bool:

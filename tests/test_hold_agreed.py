@@ -1,0 +1,79 @@
+"""One lock and start-up agreement for every entry point (runner.hold_agreed): the MPI
+command line (run.py) and the API both lock through it, so a directory another job holds
+is the same one line on every rank, none waits, and nothing stays locked. In-process:
+ranks are threads with an allgather between them (no MPI)."""
+from __future__ import annotations
+
+import inspect
+import threading
+
+import pytest
+
+from mpi_teleport import collective, lock, run, runner
+from mpi_teleport.errors import UsageError
+
+
+class _Hub:
+    def __init__(self, n: int):
+        self.n, self.slots, self.barrier = n, [None] * n, threading.Barrier(n, timeout=30)
+
+    def rank(self, r: int):
+        hub = self
+
+        class Transport:
+            rank, size = r, hub.n
+
+            def allgather(self, value):
+                hub.slots[r] = value
+                hub.barrier.wait()
+                out = list(hub.slots)
+                hub.barrier.wait()
+                return out
+
+        return Transport()
+
+
+def _on_ranks(n: int, body):
+    hub, results = _Hub(n), {}
+
+    def rank(r):
+        try:
+            results[r] = body(hub.rank(r), r)
+        except UsageError as exc:
+            results[r] = exc
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == n
+    return results
+
+
+def test_a_held_directory_is_one_agreed_line_on_every_rank(tmp_path):
+    held = lock.acquire(tmp_path / "out", "--out")  # "another job"
+    try:
+        results = _on_ranks(3, lambda tr, r: runner.hold_agreed([(tmp_path / "out", "--out")],
+                                                                tr, r == 0))
+    finally:
+        held.release()
+    messages = {str(e) for e in results.values()}
+    assert len(messages) == 1 and "is in use by pid" in messages.pop()
+    assert all(isinstance(e, UsageError) and collective.is_agreed(e) for e in results.values())
+
+
+def test_the_root_locks_and_releases(tmp_path):
+    results = _on_ranks(2, lambda tr, r: runner.hold_agreed([(tmp_path / "out", "--out")],
+                                                            tr, r == 0))
+    assert results[1] is None and callable(results[0])
+    with pytest.raises(lock.LockError):  # held by the root now
+        lock.acquire(tmp_path / "out", "--out")
+    results[0]()
+    lock.acquire(tmp_path / "out", "--out").release()
+
+
+def test_the_mpi_command_line_locks_through_the_same_function():
+    source = inspect.getsource(run.main)
+    assert "runner.hold_agreed(" in source and "paths.hold(" not in source
+    assert "agree_on_error" not in source  # (start-up: signals.agree_on_start, then the locks)
