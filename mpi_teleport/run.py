@@ -94,7 +94,10 @@ def main(argv=None) -> int:
         if rank == min(set(range(comm.Get_size())) - lost):  # (comparison.json too: while held)
             text = report.finish(cfg, summaries, report.header(cfg, f"MPI, n={cfg.nodes} ranks"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:  # every rank alike
-        return cli.fail(PROG, str(exc), show=rank == 0)
+        status = cli.fail(PROG, str(exc), show=rank == 0)
+        if isinstance(exc, NonFiniteError) and cfg is not None and cfg.elastic:
+            _leave(status)  # (ranks may have died: MPI_Finalize could wait for them)
+        return status
     except OutputError as exc:  # a full disk, seen by the ranks that write: one line, and
         # the job ends (the others may be waiting in a collective)
         cli.fail(PROG, f"rank {rank}: {exc}")
