@@ -120,6 +120,10 @@ class ElasticBackend(MpiBackend):
             raise
         new_phase = elastic.living_phase(spec, self.living.nodes, r, True)
         self._place(r, new_phase, entry, sources, m, x, v, mean)
+        if not tr.settle(True):  # every survivor's restore and placement went through
+            from ..errors import RankLost
+
+            raise RankLost("a rank died during the recovery: it starts again")
 
     def _place(self, r, new_phase, entry, sources, m, x, v, mean) -> None:
         """Every token to its holder at round r over the living set: from its holder at
