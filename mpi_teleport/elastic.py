@@ -33,8 +33,16 @@ _FAIL_RE = re.compile(r"^\s*(\d+)\s*@\s*(\d+)\s*$")
 class TooFewSurvivors(RuntimeError):
     """Fewer living nodes than tokens: the run cannot go on (checkpoint, exit 75)."""
 
-    def __init__(self, r: int, living: int, k: int, checkpoint=None, resume_from=None):
+    def __init__(self, r: int, living: int, k: int, checkpoint=None, resume_from=None,
+                 all_lost: bool = False):
         self.round, self.living, self.k, self.checkpoint = r, living, k, checkpoint
+        self.all_lost = all_lost
+        if all_lost:  # nothing left to restore from: the newest periodic checkpoint is it
+            super().__init__(f"elastic: every token's holder was lost at round {r}, so no "
+                             f"token is left to restore the others from: requeue the job "
+                             f"and continue with --resume from the newest checkpoint "
+                             f"({resume_from or 'the run directory'})")
+            return
         where = (f"checkpoint written to {checkpoint}; requeue the job with enough nodes and "
                  f"continue with --resume {resume_from or checkpoint.parent}"
                  if checkpoint is not None else
@@ -189,7 +197,7 @@ def restore(spec, x: np.ndarray, v: np.ndarray | None, entry: np.ndarray, dead):
     if spec.algorithm == "dsgd":
         return x[keep].copy(), None if v is None else v[keep].copy(), lost
     if not keep:  # every holder died at once: no token left to restore from
-        raise TooFewSurvivors(-1, 0, spec.k)
+        raise TooFewSurvivors(-1, 0, spec.k, all_lost=True)
     x = x.copy()
     x[lost] = mean_of(x[keep])
     if v is not None:

@@ -141,8 +141,9 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
                 continue
             except TooFewSurvivors as exc:
                 recorder.files.take_over(backend.root)
-                path = keeper.emergency(r)
-                error = TooFewSurvivors(r, exc.living, exc.k, path, keeper.resume_from)
+                path = None if exc.all_lost else keeper.emergency(r)
+                error = TooFewSurvivors(r, exc.living, exc.k, path, keeper.resume_from,
+                                        all_lost=exc.all_lost)
                 error.root = backend.root  # (the process that says so)
                 raise error from None
             recorder.files.take_over(backend.root)  # the lowest survivor writes from now on

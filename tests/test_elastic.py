@@ -158,3 +158,13 @@ def test_refusals_are_one_line(argv, message, capsys):
     assert sim_main(["--nodes", "5", "--rounds", "5", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_every_holder_lost_at_once_is_exit_75_without_a_restore(capsys):
+    """Nothing left to restore from (both tokens' holders lost together): exit 75, one line,
+    resume from the newest checkpoint."""
+    h = schedule.holders(0, 4, 2, 5)
+    code = sim_main(["--nodes", "4", "--k", "2", "--algorithm", "teleportation", "--rounds", "10",
+                     "--fail", f"{h[0]}@5", "--fail", f"{h[1]}@5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 75 and len(err) == 1 and "every token's holder was lost at round 5" in err[0]

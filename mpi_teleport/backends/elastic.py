@@ -104,6 +104,8 @@ class ElasticBackend(MpiBackend):
         lost = elastic.lost_tokens(entry, dead)
         keep = [j for j in range(len(entry)) if j not in set(lost)]
         mean = None
+        if lost and not keep and spec.algorithm != "dsgd":  # nothing to restore from
+            raise elastic.TooFewSurvivors(r, len(self.living.nodes), spec.k, all_lost=True)
         if lost and spec.algorithm != "dsgd":  # the mean of the surviving tokens, everywhere
             rows = tr.gather_rows(x if m in keep else None, entry[keep], len(self.state.x),
                                   self.state.x.dtype)

@@ -97,7 +97,11 @@ class LocalBackend:
         entry = elastic.entry_roster(self.phase, r, self.spec.moves)
         x, v = self._kept
         self._living = self._living.without(dead)
-        x, v, _ = elastic.restore(self.spec, x, v, entry, dead)
+        try:
+            x, v, _ = elastic.restore(self.spec, x, v, entry, dead)
+        except elastic.TooFewSurvivors:
+            raise elastic.TooFewSurvivors(r, len(self._living.nodes), self.spec.k,
+                                          all_lost=True) from None
         self._living.losses += elastic.loss_records(self.spec, r, entry, dead)
         self.losses = self._living.losses
         self.xs, self.vs = [x], [v]
