@@ -62,7 +62,8 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                   resume: str | Path | None = Default(None),
                   latency: str | Latency = Default("none"),
                   clock: str = Default("real"),
-                  compute_time: float | None = Default(None)) -> engine.Result:
+                  compute_time: float | None = Default(None),
+                  elastic: bool = False, fail=None) -> engine.Result:
     """Train with Teleportation (Takezawa & Stich, ICLR 2025).
 
     In each round only k of the n nodes are active: they take the models (tokens) of the
@@ -124,6 +125,11 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         written to metrics.jsonl) after each logged round; a true return value stops the
         run there (custom early stopping). Ready ones: :class:`mpi_teleport.CsvWriter`,
         :class:`mpi_teleport.TensorBoardWriter` (:mod:`mpi_teleport.loggers`).
+    elastic, fail
+        Elastic mode (mpi_teleport/DESIGN.md §11): under MPI (``comm`` of an Open MPI
+        job started with ``mpirun --with-ft ulfm``) the run goes on with the survivors
+        when ranks die; ``fail`` (the simulator): the failure plan, ``["NODE@ROUND",
+        ...]``, giving the numbers an elastic MPI run with those losses computes.
     checkpoints : Checkpoints, optional
         Checkpoints grouped: ``Checkpoints(every=0, dir=None, keep=2, resume=None)``, the
         same as ``checkpoint_every``, ``checkpoint_dir``, ``keep_checkpoints``, ``resume``.
@@ -200,7 +206,8 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                                          checkpoint_every=checkpoint_every,
                                          checkpoint_dir=checkpoint_dir,
                                          keep_checkpoints=keep_checkpoints, resume=resume),
-                       latency=merge_latency(latency, clock, compute_time))
+                       latency=merge_latency(latency, clock, compute_time),
+                       elastic=elastic, fail=fail)
 
 
 def dsgd(problem, *, nodes: int, rounds: int | None = None,
@@ -221,7 +228,8 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
          resume: str | Path | None = Default(None),
          latency: str | Latency = Default("none"),
          clock: str = Default("real"),
-         compute_time: float | None = Default(None)) -> engine.Result:
+         compute_time: float | None = Default(None),
+         elastic: bool = False, fail=None) -> engine.Result:
     """Train with Decentralized SGD: every node active every round, node m always holds
     replica m, gossip over ``topology`` among all n nodes.
 
@@ -246,7 +254,8 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
                                          checkpoint_every=checkpoint_every,
                                          checkpoint_dir=checkpoint_dir,
                                          keep_checkpoints=keep_checkpoints, resume=resume),
-                       latency=merge_latency(latency, clock, compute_time))
+                       latency=merge_latency(latency, clock, compute_time),
+                       elastic=elastic, fail=fail)
 
 
 def search_k(problem, *, nodes: int, rounds: int | None = None,

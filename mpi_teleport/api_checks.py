@@ -52,7 +52,8 @@ class _Files:
 
 
 def run_checked(problem, spec: RunSpec, *, nesterov, comm, out, records: Records,
-                checkpoints: Checkpoints, latency: Latency) -> engine.Result:
+                checkpoints: Checkpoints, latency: Latency, elastic: bool = False,
+                fail=None) -> engine.Result:
     """Check every argument (:mod:`mpi_teleport.settings`, the command line's rules), check
     the inputs on disk on every process (a resumed checkpoint against these settings and
     file by file, the checkpoint directory free of another run's), then train; a refusal
@@ -68,6 +69,9 @@ def run_checked(problem, spec: RunSpec, *, nesterov, comm, out, records: Records
                                  **resume_rules.describe_problem(problem, spec.seed,
                                                                  files.touches_checkpoints)})
     plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep)
+    from .elastic import parse_failures
+
+    failures = parse_failures(fail, spec.nodes)  # (elastic mode, mpi_teleport/DESIGN.md §11)
     refused = None
     try:
         _check_disk(spec, latency_settings, record, plan, files)
@@ -78,7 +82,8 @@ def run_checked(problem, spec: RunSpec, *, nesterov, comm, out, records: Records
     return runner.train(problem, spec, logging, latency_settings, comm=comm, out=files.out,
                         plan=plan, settings=record, progress=files.progress,
                         config_record={**record, **problem.describe()}, hold=files.held,
-                        refused=refused, callback=records.callback)
+                        refused=refused, callback=records.callback,
+                        elastic=bool(elastic) or bool(failures), failures=failures)
 
 
 def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: Checkpoints,

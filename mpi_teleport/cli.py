@@ -30,6 +30,9 @@ def build_parser(prog: str, description: str, epilog: str = "") -> argparse.Argu
         kwargs = {"help": opt.help, "dest": opt.name}
         if opt.kind == "bool":
             kwargs["action"] = argparse.BooleanOptionalAction
+        elif opt.kind == "fails":
+            kwargs["action"] = "append"
+            kwargs["metavar"] = opt.metavar
         else:
             kwargs["metavar"] = opt.metavar or (
                 "{" + ",".join(opt.choices) + "}" if opt.choices else opt.name.upper()
@@ -100,8 +103,12 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
     logging = Logging(cfg.log_every, cfg.target, cfg.stop_at_target)
     latency = LatencySettings(cfg.latency, cfg.clock, cfg.compute_time)
     plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None
+    from .elastic import parse_failures
+
+    failures = parse_failures(list(cfg.fail or ()), cfg.nodes)
     result = runner.train(problem, spec, logging, latency, transport=transport, plan=plan,
                           settings=cfg.to_dict(), progress=progress or False,
                           terminator=terminator, resume_from=cfg.out, problem_name=cfg.problem,
-                          files=files, config_record=record, summary_extra=phases)  # (rounds per phase: also summary.json)
+                          files=files, config_record=record, summary_extra=phases,  # (rounds per phase: also summary.json)
+                          elastic=bool(cfg.elastic or failures), failures=failures)
     return result.summary

@@ -81,6 +81,8 @@ class Config:
     checkpoint_dir: str | None = None
     keep_checkpoints: int = 2
     resume: str | None = None
+    elastic: bool = False
+    fail: tuple | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -175,6 +177,12 @@ OPTIONS = (
            "directory, a checkpoint directory or one round-* checkpoint); settings not given "
            "are taken from the checkpoint, and the numbers equal an uninterrupted run's",
            metavar="DIR"),
+    Option("elastic", "bool", "MPI: go on with the surviving nodes when ranks die (needs "
+           "ULFM: Open MPI under mpirun --with-ft ulfm, which python -m mpi_teleport.launch "
+           "adds); Teleportation or DSGD, per-round executor (mpi_teleport/DESIGN.md §11)"),
+    Option("fail", "fails", "simulator: node NODE is lost at the start of round ROUND "
+           "(repeatable), the numbers an elastic MPI run with that loss computes",
+           metavar="NODE@ROUND"),
 )
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -215,6 +223,12 @@ def coerce(opt: Option, value, source: str):
                 return value
             raise UsageError(f"{where}: unknown value {value!r}; choose one of "
                              f"{', '.join(opt.choices)}, or give package.module:function")
+        if opt.kind == "fails":  # NODE@ROUND strings (the flag repeats; TOML: a list)
+            from .elastic import parse_failures
+
+            items = value if isinstance(value, (list, tuple)) else [value]
+            parse_failures([str(v) for v in items])  # (the form; nodes: resolve)
+            return tuple(str(v) for v in items)
         if opt.kind == "choice":
             value = str(value)
             if value not in opt.choices:
@@ -317,8 +331,27 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
     if cfg.epochs is not None and cfg.problem == "quadratic":
         raise UsageError("--epochs applies to the network problems; use --rounds for quadratic")
     check_checkpoints(cfg.to_dict(), CLI, search=cfg.k == "auto")
+    _check_elastic(cfg, world_size)
     return cfg
 
 
 def field_names() -> list[str]:
     return [f.name for f in fields(Config)]
+
+
+def _check_elastic(cfg: Config, world_size: int | None) -> None:
+    """--elastic (MPI) and --fail (the simulator's failure plan): what they cannot do."""
+    if cfg.fail:
+        if world_size is not None:
+            raise UsageError("--fail is the simulator's failure plan; under MPI use --elastic "
+                             "(lost ranks are detected)")
+        from .elastic import parse_failures
+
+        parse_failures(list(cfg.fail), cfg.nodes)
+    if cfg.elastic or cfg.fail:
+        flag = "--elastic" if cfg.elastic else "--fail"
+        if cfg.k == "auto":
+            raise UsageError(f"{flag} runs Teleportation or DSGD, not --k auto; choose k")
+        if cfg.algorithm == "compare":
+            raise UsageError(f"{flag}: choose --algorithm teleportation or dsgd (compare "
+                             "runs two algorithms one after the other)")

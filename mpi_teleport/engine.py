@@ -81,6 +81,10 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
         resuming = restore is not None and phase.start <= keeper.start <= phase.stop
         first = keeper.start if resuming else phase.start
         backend.begin(phase, first, x0, restore if resuming else None)
+        if backend.elastic:  # the survivors of a lost node go on (mpi_teleport/elastic.py)
+            stopped = _elastic_rounds(index, phase, first, resuming, backend, recorder, spec,
+                                      logging, keeper, callback)
+            continue
         if not resuming:  # (a resumed run has logged its first round already)
             stopped = _log(index, first, backend, recorder, spec, callback)
         for t in keeper.rounds(phase.start, phase.stop):
@@ -94,7 +98,8 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
     wall = time.perf_counter() - start_clock
     summary = None
     if backend.root:
-        summary = recorder.summary(wall, {"backend": backend.name, **(summary_extra or {})})
+        lost = {"lost": list(backend.losses)} if backend.elastic else {}
+        summary = recorder.summary(wall, {"backend": backend.name, **(summary_extra or {}), **lost})
     keeper.finish(summary)
     final = recorder.final_tokens() if backend.root else None
     # every process gets the whole result (one broadcast, once)
@@ -104,7 +109,52 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
     return Result(summary, records, x, summary["k"] if summary else None, candidates)
 
 
-def _log(phase: int, r: int, backend, recorder, spec, callback=None) -> bool:
+def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logging,
+                    keeper, callback=None) -> bool:
+    """The rounds of an elastic run (mpi_teleport/elastic.py): boundary r (round r's
+    record and checkpoint), then round r, then the agreement that nothing failed. When
+    something did, the survivors go back to round r's start without the lost nodes
+    (``backend.recover``) and redo boundary r and round r. Returns whether it stopped."""
+    from .elastic import TooFewSurvivors
+    from .errors import RankLost
+
+    rounds = keeper.rounds(phase.start, phase.stop)
+    last = rounds.stop if len(rounds) else first
+    r, stopped = first, False
+    while True:
+        backend.keep(r)
+        ok = True
+        try:
+            if (r == first and not resuming) or (
+                    r > first and logging.is_log_round(r, phase.start, phase.stop)):
+                stopped = _log(index, r, backend, recorder, spec, callback, follow=True)
+            if r > first:
+                keeper.after_round(r, stopped, spec.total_rounds)
+            if r < last and not stopped:
+                backend.step(r)
+        except RankLost:
+            ok = False
+        if not backend.settle(r, ok):
+            try:
+                backend.recover(r)
+            except RankLost:  # another loss during the recovery: the next agreement sees it
+                continue
+            except TooFewSurvivors as exc:
+                recorder.files.take_over(backend.root)
+                path = None if exc.all_lost else keeper.emergency(r)
+                error = TooFewSurvivors(r, exc.living, exc.k, path, keeper.resume_from,
+                                        all_lost=exc.all_lost)
+                error.root = backend.root  # (the process that says so)
+                raise error from None
+            recorder.files.take_over(backend.root)  # the lowest survivor writes from now on
+            continue
+        if r >= last or stopped:
+            return stopped
+        r += 1
+
+
+def _log(phase: int, r: int, backend, recorder, spec, callback=None,
+         follow: bool = False) -> bool:
     """Round r's record (collective): returns whether the run stops here. The time spent
     logging (the callback's too) is excluded from ``time_s``."""
     paused = recorder.pause()
@@ -113,6 +163,8 @@ def _log(phase: int, r: int, backend, recorder, spec, callback=None) -> bool:
         mats = [backend.tokens(q) for q in range(len(spec.run_ks(phase)))]
         vt = backend.virtual_time_s(r)  # collective; on the root when the layer is on
         extra = {} if vt is None else {"virtual_time_s": vt}
+        if backend.losses:
+            extra["lost"] = [[x["node"], x["round"]] for x in backend.losses]
         evaluated = _evaluate(backend, recorder, phase, r, mats)
 
         def on_root() -> bool:
@@ -123,7 +175,19 @@ def _log(phase: int, r: int, backend, recorder, spec, callback=None) -> bool:
                     stop = bool(callback(dict(record))) or stop
             return stop
 
-        return bool(backend.share(on_root))
+        if not follow:
+            return bool(backend.share(on_root))
+
+        def record():  # (a record of round r made before a loss at r is replaced)
+            recorder.forget(r)
+            stop = on_root()
+            return stop, recorder.files.records[-1], recorder.rounds_to_target
+
+        # Elastic: every process keeps the records, so that any survivor can take over
+        stop, last, reached = backend.share(record)
+        if not backend.root:
+            recorder.follow(r, last, reached)
+        return bool(stop)
     finally:
         recorder.resume(paused)
 

@@ -55,3 +55,8 @@ class Terminated(Exception):
                  f"{resume_from or checkpoint.parent}" if checkpoint is not None else
                  "no checkpoint written (give --out or --checkpoint-dir to have one)")
         super().__init__(f"stopped by {name} at round {r}: {where}")
+
+
+class RankLost(RuntimeError):
+    """Elastic mode: a collective failed because a rank died (the communicator is revoked;
+    the survivors agree on the loss and go on, mpi_teleport/elastic.py)."""

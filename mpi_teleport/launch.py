@@ -40,7 +40,7 @@ def mpi_env(base: dict | None = None, flavor: Flavor | None = None) -> dict:
 
 # What ranks on other hosts need from the launcher's environment (Open MPI hands on only
 # what -x names; Hydra hands on everything).
-FORWARDED_ENV = ("PYTHONPATH", "OMP_NUM_THREADS", "MPI_TELEPORT_TEST_TAG")
+FORWARDED_ENV = ("PYTHONPATH", "OMP_NUM_THREADS", "MPI_TELEPORT_TEST_TAG", "MPI_TELEPORT_TEST_DIE")
 
 
 def ranks_per_host(n: int, hosts: str | None) -> int:
@@ -64,6 +64,7 @@ def mpirun_command(n: int, argv: list[str], mpirun: str | None = None,
         env = os.environ if env is None else env
         cmd += flavor.host_flags(hosts, rsh_agent)
         cmd += flavor.export_env_flags([name for name in FORWARDED_ENV if name in env])
+    cmd += flavor.fault_tolerance_flags(argv)  # (--elastic: ULFM)
     return cmd + flavor.oversubscribe_flags(ranks_per_host(n, hosts), os.cpu_count() or 1) + argv
 
 

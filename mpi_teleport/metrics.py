@@ -73,6 +73,21 @@ class Recorder:
         self._excluded = 0.0
         self.files.restore(state["records"])
 
+    def forget(self, r: int) -> None:
+        """Elastic: round r is recorded again (after a loss at r): drop what was recorded
+        from round r on."""
+        self.files.forget(r)
+        if self.rounds_to_target is not None and self.rounds_to_target >= r:
+            self.rounds_to_target = None
+        self.last = self.files.records[-1] if self.files.records else {}
+
+    def follow(self, r: int, record: dict, rounds_to_target) -> None:
+        """Elastic, on the other processes: keep the root's record of round r (any
+        survivor can take over the files)."""
+        self.files.forget(r)
+        self.files.metric(record)
+        self.last, self.rounds_run, self.rounds_to_target = record, r, rounds_to_target
+
     def validates(self, phase: int, r: int) -> bool:
         """No validation metric is logged (Algorithm 2's recorder logs one)."""
         return False

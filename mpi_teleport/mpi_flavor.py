@@ -49,6 +49,11 @@ class Flavor:
         """Flags for `ranks` ranks on `cores` cores: Open MPI must be told, Hydra need not."""
         return list(OPENMPI_OVERSUBSCRIBE) if self.name == OPENMPI and ranks > cores else []
 
+    def fault_tolerance_flags(self, argv: list[str]) -> list[str]:
+        """``--with-ft ulfm`` for Open MPI when the run asks for elastic mode (ULFM is
+        active only so; other implementations have none: the run refuses --elastic)."""
+        return ["--with-ft", "ulfm"] if self.name == OPENMPI and "--elastic" in argv else []
+
     def root_env(self) -> dict[str, str]:
         """What this launcher needs to run as root (only Open MPI asks)."""
         if self.name in (OPENMPI, UNKNOWN):  # unknown: harmless for the others

@@ -81,8 +81,11 @@ def read_jsonl(path: Path) -> list[dict]:
 class RunFiles:
     """The three files of one run in ``out``; ``out=None`` writes nothing."""
 
-    def __init__(self, out: Path | None, flush_seconds: float = 2.0):
+    def __init__(self, out: Path | None, flush_seconds: float = 2.0, writes: bool = True):
         self.out = Path(out) if out is not None else None
+        # An elastic run's other processes know ``out`` without writing there, so that
+        # the lowest survivor can take over when the writer dies (:meth:`take_over`).
+        self.writes = writes
         self.records: list[dict] = []
         self._lines: list[str] = []
         self._flush_seconds = flush_seconds
@@ -100,7 +103,7 @@ class RunFiles:
             self._config = cfg
 
     def _write_config(self) -> None:
-        if self._config is not None:
+        if self._config is not None and self.writes:
             write_json(self.out / "config.json", self._config)
             self._config = None
 
@@ -108,7 +111,8 @@ class RunFiles:
         self._write_config()
         self.records.append(record)
         self._lines.append(dumps(record))
-        if self.out is not None and time.monotonic() - self._last_flush > self._flush_seconds:
+        if (self.out is not None and self.writes
+                and time.monotonic() - self._last_flush > self._flush_seconds):
             self.flush()
 
     def restore(self, records: list[dict]) -> None:
@@ -118,8 +122,21 @@ class RunFiles:
         self._lines = [dumps(r) for r in self.records]
         self.flush()
 
+    def take_over(self, writer: bool) -> None:
+        """Elastic: this process writes from now on when ``writer`` (the files are
+        rewritten whole from the records it kept)."""
+        if writer and not self.writes:
+            self.writes = True
+            self.flush()
+
+    def forget(self, r: int) -> None:
+        """Drop the records of rounds >= r (elastic: round r is recorded again)."""
+        while self.records and self.records[-1].get("round", -1) >= r:
+            self.records.pop()
+            self._lines.pop()
+
     def flush(self) -> None:
-        if self.out is not None:
+        if self.out is not None and self.writes:
             self._write_config()
             write_atomic(self.out / "metrics.jsonl", "".join(line + "\n" for line in self._lines))
             self._last_flush = time.monotonic()
@@ -127,5 +144,5 @@ class RunFiles:
     def summary(self, summary: dict) -> None:
         self._write_config()
         self.flush()
-        if self.out is not None:
+        if self.out is not None and self.writes:
             write_json(self.out / "summary.json", summary)

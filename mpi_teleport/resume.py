@@ -36,6 +36,7 @@ RESUMABLE_CHANGES = frozenset({
     "compute_time", "checkpoint_every", "checkpoint_dir", "keep_checkpoints", "resume",
     "eval_every", "data_dir", "download", "device",
     "algorithm", "k",  # (compared apart: compare's legs; k in the manifest itself)
+    "elastic",  # (the manifest's losses, not the flag, decide who is left out)
 })
 # Settings never taken from the checkpoint (they describe this invocation only). Where a
 # resumed run writes is taken from where its checkpoint lies on disk, never from the
@@ -113,7 +114,12 @@ def mismatch(saved: dict, current: dict) -> list[str]:
     """The settings both know whose values differ and that a resume may not change."""
     saved, current = seeded(saved), seeded(current)
     return [name for name in current if name in saved and name not in RESUMABLE_CHANGES
-            and saved[name] != current[name]]
+            and saved[name] != _as_saved(current[name])]
+
+
+def _as_saved(value):
+    """A setting as it reads back from a manifest (a tuple, e.g. --fail's, as a list)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _short(value) -> str:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 import time
 import traceback
 import warnings
 
 from . import cli, paths, report, runner, signals
+from .elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles
@@ -40,7 +42,9 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
     refused = signals.agree_on_error(transport, error)
     if refused:
         raise UsageError(refused)
-    files = RunFiles(report.out_dir(cfg, algorithm) if transport.rank == 0 else None)
+    root = transport.rank == 0
+    # (elastic: every rank knows the directory, so that the lowest survivor can take over)
+    files = RunFiles(report.out_dir(cfg, algorithm) if root or cfg.elastic else None, writes=root)
     return cli.run_config(cfg, algorithm, k, transport=transport, files=files,
                           progress=progress, terminator=terminator, problem=problem)
 
@@ -86,10 +90,14 @@ def main(argv=None) -> int:
         for algorithm, k in report.runs_requested(cfg):
             progress = Progress.for_run(cfg, algorithm, rank0=rank == 0)
             summaries.append(run_on_ranks(cfg, algorithm, k, transport, progress, terminator))
-        if rank == 0:  # (comparison.json too is written while the directory is held)
+        lost = {x["node"] for summary in summaries if summary for x in summary.get("lost") or ()}
+        if rank == min(set(range(comm.Get_size())) - lost):  # (comparison.json too: while held)
             text = report.finish(cfg, summaries, report.header(cfg, f"MPI, n={cfg.nodes} ranks"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:  # every rank alike
-        return cli.fail(PROG, str(exc), show=rank == 0)
+        status = cli.fail(PROG, str(exc), show=rank == 0)
+        if isinstance(exc, NonFiniteError) and cfg is not None and cfg.elastic:
+            _leave(status)  # (ranks may have died: MPI_Finalize could wait for them)
+        return status
     except OutputError as exc:  # a full disk, seen by the ranks that write: one line, and
         # the job ends (the others may be waiting in a collective)
         cli.fail(PROG, f"rank {rank}: {exc}")
@@ -99,6 +107,12 @@ def main(argv=None) -> int:
         if rank == 0:
             print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         return signals.exit_status(exc)
+    except TooFewSurvivors as exc:  # elastic: every survivor, at the same round
+        release()
+        if getattr(exc, "root", rank == 0):
+            print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
+        getattr(exc, "meet", lambda: None)()  # (no survivor leaves before the line is out)
+        _leave(signals.EXIT_CHECKPOINTED)
     except BaseException:  # any failure on any rank ends the whole job, shown once
         sys.stderr.write(f"[rank {rank}] {traceback.format_exc()}")
         sys.stderr.flush()
@@ -106,9 +120,20 @@ def main(argv=None) -> int:
         return 1
     finally:
         release()
-    if rank == 0:
+    lost = {x["node"] for summary in summaries if summary for x in summary.get("lost") or ()}
+    if rank == min(set(range(comm.Get_size())) - lost):  # (elastic: the lowest survivor)
         print(text, flush=True)
+    if lost:
+        _leave(0)
     return 0
+
+
+def _leave(status: int) -> None:
+    """End this process now: after ranks died, MPI_Finalize may wait for them (elastic
+    mode; the survivors met in a barrier first)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":

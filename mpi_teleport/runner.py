@@ -14,6 +14,7 @@ import numpy as np
 
 from . import collective, engine
 from .checkpoint import CheckpointPlan
+from .elastic import TooFewSurvivors
 from .errors import UsageError
 from .output import RunFiles
 from .problem import with_defaults
@@ -26,7 +27,8 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
           settings: dict | None = None, progress: bool | Progress = False, terminator=None,
           resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
           config_record: dict | None = None, hold=(), summary_extra: dict | None = None,
-          refused: str | None = None, callback=None) -> engine.Result:
+          refused: str | None = None, callback=None, elastic: bool = False,
+          failures=()) -> engine.Result:
     """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
     the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
     communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
@@ -41,7 +43,14 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
 
     problem = with_defaults(problem)
     own_transport, release = None, None
-    if transport is None and comm is not None:
+    if elastic:
+        check_elastic(spec, latency, transport is not None or comm is not None, failures)
+    if elastic and (transport is not None or comm is not None):
+        from .transport import ElasticTransport
+
+        # (a communicator of its own that survives lost ranks; the caller's is left alone)
+        transport = own_transport = ElasticTransport(transport.comm if transport is not None else comm)
+    elif transport is None and comm is not None:
         from .transport import Transport
 
         transport = own_transport = Transport.duplicate(comm)
@@ -55,28 +64,67 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
             # every rank: agreed (one allgather); a step-size function checked every round
             spec = collective.check_start(problem, spec, logging, latency, plan, transport)
             if files is None:
-                files = RunFiles(out if root else None)
+                files = RunFiles(out if root or elastic else None, writes=root)
+            elif elastic and not root:
+                files.writes = False
             if config_record is not None:
                 files.config(config_record)
             bar = progress if isinstance(progress, Progress) else Progress(spec.algorithm, bool(progress) and root)
             bar.total = max(1, spec.total_rounds)
             recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
             recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
-            backend = _backend(problem, spec, latency, transport)
+            backend = _backend(problem, spec, latency, transport, elastic, failures)
             # Overflow to inf/NaN is the run's to report (one line at the next logging
             # round), not numpy's: no RuntimeWarning ahead of that line.
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
-                                        settings=settings, terminator=terminator,
-                                        resume_from=resume_from, summary_extra=summary_extra,
-                                        callback=callback)
+                try:
+                    result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
+                                            settings=settings, terminator=terminator,
+                                            resume_from=resume_from, summary_extra=summary_extra,
+                                            callback=callback)
+                except TooFewSurvivors as exc:  # (every survivor at the same round)
+                    exc.meet = lambda: _survivors_meet(own_transport)  # (after the root's line)
+                    raise collective.agreed(exc)
             backend.close()
+            if own_transport is not None and elastic and own_transport.living != list(range(spec.nodes)):
+                _survivors_meet(own_transport)  # (freeing a communicator with dead ranks may hang)
+                own_transport = None
             return result
     finally:
         if release is not None:
             release()
-        if own_transport is not None:
-            own_transport.free()
+        if own_transport is not None and not (elastic and own_transport.living != list(range(spec.nodes))):
+            own_transport.free()  # (after a loss and an error: left alone, the job aborts)
+
+
+def _survivors_meet(transport) -> None:
+    """Elastic, after a loss: every survivor is done before any leaves (the command line
+    then ends with os._exit: MPI_Finalize may wait on the dead)."""
+    from .errors import RankLost
+
+    try:
+        transport.barrier()
+    except RankLost:
+        pass
+
+
+def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures) -> None:
+    """What elastic mode cannot do, refused with what to do (UsageError)."""
+    if spec.algorithm == "search":
+        raise UsageError("elastic mode (--elastic, --fail) runs Teleportation or DSGD, not "
+                         "--k auto; choose k")
+    if latency.active:
+        raise UsageError("elastic mode (--elastic, --fail) does not run under the latency "
+                         "layer; drop --latency/--clock/--compute-time")
+    if mpi and failures:
+        raise UsageError("--fail is the simulator's failure plan; under MPI, --elastic "
+                         "detects lost ranks itself")
+    if mpi:
+        from .transport import ulfm_problem
+
+        problem = ulfm_problem()
+        if problem:
+            raise UsageError(problem)
 
 
 def hold_agreed(dirs, transport, root: bool, refused: str | None = None):
@@ -106,7 +154,8 @@ def hold_agreed(dirs, transport, root: bool, refused: str | None = None):
     return release
 
 
-def _backend(problem, spec: RunSpec, latency: LatencySettings, transport):
+def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elastic=False,
+             failures=()):
     if transport is None:
         from .backends.local import LocalBackend
 
@@ -115,7 +164,11 @@ def _backend(problem, spec: RunSpec, latency: LatencySettings, transport):
             from .virtual_clock import for_run
 
             oracle = for_run(spec, latency, problem.dim, problem.dtype.itemsize)
-        return LocalBackend(problem, spec, oracle)
+        return LocalBackend(problem, spec, oracle, failures, elastic=elastic)
+    if elastic:
+        from .backends.elastic import ElasticBackend
+
+        return ElasticBackend(problem, spec, transport)
     from .backends.mpi import MpiBackend
 
     if latency.active:

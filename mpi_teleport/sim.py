@@ -13,6 +13,7 @@ import sys
 import warnings
 
 from . import cli, paths, report, signals
+from .elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .memory import keep_freed_memory
 from .output import RunFiles
@@ -64,6 +65,9 @@ def main(argv=None) -> int:
     except signals.Terminated as exc:
         print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         return signals.exit_status(exc)
+    except TooFewSurvivors as exc:  # --fail left fewer nodes than tokens
+        print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
+        return signals.EXIT_CHECKPOINTED
     finally:
         if release is not None:
             release()

@@ -246,3 +246,189 @@ class Transport:
 
     def abort(self, code: int = 1) -> None:
         self.comm.Abort(code)
+
+
+# ----------------------------------------------------------------------- elastic (ULFM)
+def ulfm_problem() -> str | None:
+    """Why this MPI cannot run --elastic (None when it can): elastic mode needs ULFM
+    (Open MPI 5 started with ``mpirun --with-ft ulfm``)."""
+    import os
+
+    from mpi4py import MPI
+
+    version = MPI.Get_library_version()
+    if "Open MPI" not in version:
+        name = version.split(",")[0].split("\n")[0].strip() or "this MPI"
+        return (f"--elastic needs an MPI with ULFM (Open MPI 5 under mpirun --with-ft ulfm); "
+                f"{name} has none: run without --elastic and requeue with --resume "
+                f"(jobs/README.md)")
+    if not hasattr(MPI.Comm, "Agree") or os.environ.get("OMPI_MCA_mpi_ft_enable") not in ("1", "true"):
+        return ("--elastic needs ULFM switched on: launch with mpirun --with-ft ulfm (python -m "
+                "mpi_teleport.launch adds it), not srun or plain mpirun")
+    return None
+
+
+class ElasticTransport(Transport):
+    """A transport that survives the death of ranks (ULFM; mpi_teleport/elastic.py).
+
+    Ranks keep their node ids (``rank``); ``living`` lists the nodes still in the run in
+    communicator order, ``index`` is this node's place among them (the root is index 0:
+    the lowest surviving node). Per-round messages never raise: every request is waited
+    for alone and a failure is remembered, to be agreed on at the round boundary
+    (:meth:`settle`, MPI_Comm_agree); a collective that fails revokes the communicator
+    (so no survivor waits in another collective) and raises RankLost. :meth:`shrink`
+    acknowledges the failures and continues on a communicator of the survivors. Only the
+    per-round path: no persistent channels (a channel is bound to one communicator).
+    """
+
+    has_channels = False
+
+    def __init__(self, comm):
+        import mpi4py
+
+        mpi4py.rc.fast_reduce = False  # (the pickled reductions deadlock after a revoke otherwise)
+        comm = comm.Dup()
+        super().__init__(comm, owned=True)
+        comm.Set_errhandler(self._mpi.ERRORS_RETURN)
+        self.living = list(range(self.size))
+        self.index = self.rank
+        self._peer = {node: i for i, node in enumerate(self.living)}
+        self.failed = False  # a request of this round failed (agreed on by settle)
+
+    # -- per-round messages: never raise, remember -----------------------------------------
+    def post_recvs(self, recvs, pending: Pending | None = None) -> Pending:
+        pending = pending or Pending()
+        for source, tag, buf in recvs:
+            if source == self.rank:
+                self._local[tag] = buf
+                continue
+            try:
+                pending.requests.append(self.comm.Irecv(buf, self._peer[source], tag))
+            except self._mpi.Exception:
+                self.failed = True
+        return pending
+
+    def post_sends(self, sends, pending: Pending | None = None) -> Pending:
+        pending = pending or Pending()
+        for dest, tag, buf in sends:
+            if dest == self.rank:
+                continue
+            try:
+                pending.requests.append(self.comm.Isend(buf, self._peer[dest], tag))
+            except self._mpi.Exception:
+                self.failed = True
+        for dest, tag, buf in sends:
+            if dest == self.rank:
+                np.copyto(self._local.pop(tag), buf)
+        return pending
+
+    def wait(self, pending: Pending) -> None:
+        # One Wait per request, not Waitall: every request completes or fails, so every
+        # survivor reaches the round's agreement (issue 23's measured pattern).
+        for request in pending.requests:
+            try:
+                request.Wait()
+            except self._mpi.Exception:
+                self.failed = True
+        pending.requests.clear()
+        self._local.clear()
+
+    # -- the round boundary --------------------------------------------------------------------
+    def settle(self, ok: bool = True) -> bool:
+        """Collective over the survivors: True when every rank finished the round and none
+        saw a failure (MPI_Comm_agree; it also fails when a rank died unseen)."""
+        flag = int(bool(ok) and not self.failed)
+        self.failed = False
+        try:
+            return bool(self.comm.Agree(flag))
+        except self._mpi.Exception:
+            return False
+
+    def shrink(self) -> list[int]:
+        """Acknowledge the failures, continue on a communicator of the survivors; returns
+        the nodes lost (the same on every survivor: read from the shrunk group)."""
+        MPI = self._mpi
+        old = self.comm
+        try:
+            old.Ack_failed()
+        except (MPI.Exception, AttributeError):
+            pass
+        new = old.Shrink()
+        new.Set_errhandler(MPI.ERRORS_RETURN)
+        where = MPI.Group.Translate_ranks(new.Get_group(), list(range(new.Get_size())),
+                                          old.Get_group())
+        alive = [self.living[i] for i in where]
+        dead = sorted(set(self.living) - set(alive))
+        self.comm, self.living = new, alive  # (the old communicator is left alone: freeing it may wait on the dead)
+        self._peer = {node: i for i, node in enumerate(alive)}
+        self.index, self.size = new.Get_rank(), new.Get_size()
+        self._local.clear()
+        self.failed = False
+        return dead
+
+    # -- collectives: revoke on failure --------------------------------------------------------
+    def _guard(self, call, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except self._mpi.Exception:
+            try:
+                self.comm.Revoke()
+            except self._mpi.Exception:
+                pass
+            from .errors import RankLost
+
+            raise RankLost("a rank died during a collective") from None
+
+    def gather_rows(self, row, holders, d, dtype=np.float64):
+        holding = np.zeros(self.size, dtype=bool)
+        at = np.array([self._peer[int(h)] for h in holders], dtype=np.int64)
+        holding[at] = True
+        send = row if row is not None else np.zeros(0, dtype=dtype)
+        if self.index != 0:
+            self._guard(self.comm.Gatherv, send, None, 0)
+            return None
+        from mpi4py.util.dtlib import from_numpy_dtype
+
+        counts = holding.astype(np.int64) * d
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        recv = np.empty(len(holders) * d, dtype=dtype)
+        self._guard(self.comm.Gatherv, send, [recv, counts, displs, from_numpy_dtype(dtype)], 0)
+        position = np.cumsum(holding) - 1
+        return recv.reshape(len(holders), d)[position[at]]
+
+    def gather_rows_in_order(self, rows):
+        rows = np.ascontiguousarray(rows, dtype=np.float64)
+        width = rows.shape[1]
+        counts = np.array(self.gather(rows.size) or [], dtype=np.int64)
+        if self.index != 0:
+            self._guard(self.comm.Gatherv, rows, None, 0)
+            return None
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        out = np.empty(int(counts.sum()), dtype=np.float64)
+        self._guard(self.comm.Gatherv, rows, [out, counts, displs, self._mpi.DOUBLE], 0)
+        return out.reshape(-1, width)
+
+    def bcast_array(self, buf):
+        self._guard(self.comm.Bcast, buf, 0)
+        return buf
+
+    def reduce_max(self, value):
+        return self._guard(self.comm.reduce, value, self._mpi.MAX, 0)
+
+    def bcast(self, obj):
+        return self._guard(self.comm.bcast, obj, 0)
+
+    def gather(self, obj):
+        return self._guard(self.comm.gather, obj, 0)
+
+    def allgather(self, obj):
+        return self._guard(self.comm.allgather, obj)
+
+    def agree_max(self, value: int) -> int:
+        mine = np.array([value], dtype=np.int64)
+        top = np.zeros(1, dtype=np.int64)
+        self._guard(self.comm.Allreduce, mine, top, self._mpi.MAX)
+        return int(top[0])
+
+    def barrier(self) -> None:
+        self._guard(self.comm.Barrier)

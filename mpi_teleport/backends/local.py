@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import topology as topo
+from .. import elastic, topology as topo
 from ..algorithms import local_step, mix
 from ..checkpoint import LAYOUT_MATRIX, load_matrix, save_matrix
 
@@ -25,8 +25,15 @@ class LocalBackend:
     name = "sim"
     layout = LAYOUT_MATRIX
 
-    def __init__(self, problem, spec, oracle=None):
+    def __init__(self, problem, spec, oracle=None, failures=(), elastic=False):
         self.problem, self.spec, self.oracle = problem, spec, oracle
+        # Elastic mode (mpi_teleport/elastic.py): the failure plan the MPI runtime would
+        # detect; ``losses`` what was lost so far (the records say so).
+        self.failures = tuple(failures)
+        self.elastic = bool(self.failures) or elastic
+        self.losses: list = []
+        self._living = None
+        self._kept, self._kept_round = None, None
         self.xs: list[np.ndarray] = []
         self.vs: list[np.ndarray | None] = []
         self._spare: list[np.ndarray] = []
@@ -37,8 +44,13 @@ class LocalBackend:
         """The phase's tokens at round ``start``: x0 for every token, or the checkpoint's
         matrices (``restore`` = (directory, manifest))."""
         self.phase = phase
-        ks = [len(h) for h in phase.roster(start)]
         momentum = self.spec.momentum > 0
+        if self.elastic:
+            self._living = elastic.Living.from_manifest(self.spec.nodes, restore and restore[1])
+            self.losses = self._living.losses
+            if len(self._living.nodes) < self.spec.nodes:
+                phase = self.phase = elastic.living_phase(self.spec, self._living.nodes, start, True)
+        ks = [len(h) for h in phase.roster(start)]
         if restore is not None:
             arrays = load_matrix(*restore)
             self.xs = [arrays["x"].astype(x0.dtype, copy=True).reshape(ks[0], -1)]
@@ -59,6 +71,43 @@ class LocalBackend:
                            out=self._ybuf[q])
             w = topo.mixing(spec.topology, len(holders), t)
             self.xs[q], self._spare[q] = mix(w, y, out=self._spare[q]), self.xs[q]
+
+    # -- elastic mode: the failure plan's losses (mpi_teleport/elastic.py) -----------------
+    def keep(self, r: int) -> None:
+        """The tokens at round r's start (a loss at r restores from them)."""
+        if self._kept is not None and self._kept_round == r:
+            return
+        self._kept_round = r
+        self._kept = (self.xs[0].copy(), None if self.vs[0] is None else self.vs[0].copy())
+
+    def settle(self, r: int, ok: bool = True) -> bool:
+        """Whether every node the plan loses at round r is already lost."""
+        return ok and not self._dying(r)
+
+    def _dying(self, r: int) -> list[int]:
+        living = set(self._living.nodes)
+        done = {(x["node"], x["round"]) for x in self.losses}  # (a resume re-admitted them)
+        return [f.node for f in self.failures
+                if f.round == r and f.node in living and (f.node, f.round) not in done]
+
+    def recover(self, r: int) -> None:
+        """Lose the plan's nodes of round r: back to round r's start, restore their
+        tokens, continue over the survivors (TooFewSurvivors when fewer than k)."""
+        dead = self._dying(r)
+        entry = elastic.entry_roster(self.phase, r, self.spec.moves)
+        x, v = self._kept
+        self._living = self._living.without(dead)
+        try:
+            x, v, _ = elastic.restore(self.spec, x, v, entry, dead)
+        except elastic.TooFewSurvivors:
+            raise elastic.TooFewSurvivors(r, len(self._living.nodes), self.spec.k,
+                                          all_lost=True) from None
+        self._living.losses += elastic.loss_records(self.spec, r, entry, dead)
+        self.losses = self._living.losses
+        self.xs, self.vs = [x], [v]
+        self._spare, self._ybuf = [np.empty_like(x)], [np.empty_like(x)]
+        elastic.check_enough(self.spec, r, self._living.nodes)
+        self.phase = elastic.living_phase(self.spec, self._living.nodes, r, True)
 
     # -- what the engine reads -------------------------------------------------------------
     def tokens(self, run: int) -> np.ndarray:

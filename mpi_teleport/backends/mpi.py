@@ -57,6 +57,8 @@ class MpiBackend:
     name = "mpi"
     layout = LAYOUT_TOKENS
     checks_every_round = False  # signals are agreed on at logging and checkpoint rounds
+    elastic = False  # ElasticBackend (backends/elastic.py) survives lost ranks
+    losses: tuple = ()
 
     def __init__(self, problem, spec, transport: TokenTransport, token_device=None,
                  compiled: bool | None = None):

@@ -89,7 +89,8 @@ class Keeper:
         m = self.plan.manifest
         if m is None:
             return None
-        if self.rec is not None and m.get("recorder") is not None and self.backend.root:
+        if self.rec is not None and m.get("recorder") is not None and (
+                self.backend.root or self.backend.elastic):  # (elastic: any survivor may write)
             self.rec.restore(m["recorder"])
         self.backend.restore_clock(m.get("clocks_us"))
         self._t0 = time.perf_counter() - self.wall_offset
@@ -136,6 +137,13 @@ class Keeper:
             return None  # (nothing ran: resumed from the end, its checkpoint stands)
         return self._save(self._last_round, "final", summary)
 
+    def emergency(self, r: int) -> Path | None:
+        """Elastic, too few survivors: the checkpoint of round r's start (with the lost
+        tokens restored) where a checkpoint directory is known."""
+        if self.plan.dir is None:
+            return None
+        return self._save(r, "too-few-survivors")
+
     def _save(self, r: int, reason: str, summary=None) -> Path:
         backend = self.backend
         directory = round_dir(self.plan.dir, r)
@@ -172,6 +180,8 @@ class Keeper:
                 "clocks_us": clocks,
                 "summary": summary,
             }
+            if backend.elastic:  # a resumed run leaves the lost nodes out (elastic.Living)
+                manifest["lost"] = list(backend.losses)
             if self.rec is not None:
                 self.rec.files.flush()  # metrics.jsonl up to this round, as the checkpoint has it
             write_manifest(directory, manifest)

@@ -20,7 +20,8 @@ DATASET_SIZES = {"fashion-mnist": 60000, "cifar10": 50000}
 
 
 def _classifier(model_name: str, train, test, nodes: int, seed: int, *, alpha: float,
-                batch_size: int, val_fraction: float, device, local_nodes, staged):
+                batch_size: int, val_fraction: float, device, local_nodes, staged,
+                evaluation_part=None):
     from . import models
     from .torch_problem import TorchProblem
 
@@ -28,11 +29,12 @@ def _classifier(model_name: str, train, test, nodes: int, seed: int, *, alpha: f
     return TorchProblem(models.build_model(model_name, seed), train, nodes=nodes, seed=seed,
                         alpha=alpha, batch_size=batch_size, test=test,
                         validation_fraction=val_fraction, n_classes=10, device=device,
-                        local_nodes=local_nodes, staged=staged)
+                        local_nodes=local_nodes, staged=staged, evaluation_part=evaluation_part)
 
 
 def digits(nodes: int, seed: int = 0, *, alpha: float = 0.1, batch_size: int = 32,
-           val_fraction: float = 0.1, device="cpu", local_nodes=None, staged=None):
+           val_fraction: float = 0.1, device="cpu", local_nodes=None, staged=None,
+           evaluation_part=None):
     """DigitsCNN on scikit-learn's 8x8 digits (fixed stratified 80/20 train/test split).
 
     Parameters are those of :class:`~.torch_problem.TorchProblem` (``val_fraction`` is
@@ -43,12 +45,13 @@ def digits(nodes: int, seed: int = 0, *, alpha: float = 0.1, batch_size: int = 3
     return _classifier("digits-cnn", datasets.load_digits_dataset(True, seed=0),
                        datasets.load_digits_dataset(False, seed=0), nodes, seed, alpha=alpha,
                        batch_size=batch_size, val_fraction=val_fraction, device=device,
-                       local_nodes=local_nodes, staged=staged)
+                       local_nodes=local_nodes, staged=staged,
+                       evaluation_part=evaluation_part)
 
 
 def fashion_mnist(nodes: int, seed: int = 0, *, data_dir="data", download: bool = False,
                   alpha: float = 0.1, batch_size: int = 32, val_fraction: float = 0.1,
-                  device="cpu", local_nodes=None, staged=None):
+                  device="cpu", local_nodes=None, staged=None, evaluation_part=None):
     """LeNet-5 on Fashion-MNIST memory-mapped from ``data_dir``
     (:func:`.datasets.open_fashion_mnist`: with ``local_nodes`` only those nodes' images
     and the evaluation slice are read; raises its one-line DatasetMissingError when the
@@ -58,12 +61,13 @@ def fashion_mnist(nodes: int, seed: int = 0, *, data_dir="data", download: bool 
     return _classifier("lenet5", datasets.open_fashion_mnist(data_dir, True, download=download),
                        datasets.open_fashion_mnist(data_dir, False, download=download), nodes,
                        seed, alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
-                       device=device, local_nodes=local_nodes, staged=staged)
+                       device=device, local_nodes=local_nodes, staged=staged,
+                       evaluation_part=evaluation_part)
 
 
 def cifar10(nodes: int, seed: int = 0, *, data_dir="data", download: bool = False,
             alpha: float = 0.1, batch_size: int = 32, val_fraction: float = 0.1,
-            device="cpu", local_nodes=None, staged=None):
+            device="cpu", local_nodes=None, staged=None, evaluation_part=None):
     """VGG-11 (GroupNorm) on CIFAR-10 from ``data_dir``, memory-mapped from a one-time
     ``.npy`` copy of the pickles (:func:`.datasets.open_cifar10`)."""
     from . import datasets
@@ -71,7 +75,8 @@ def cifar10(nodes: int, seed: int = 0, *, data_dir="data", download: bool = Fals
     return _classifier("vgg11", datasets.open_cifar10(data_dir, True, download=download),
                        datasets.open_cifar10(data_dir, False, download=download), nodes, seed,
                        alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
-                       device=device, local_nodes=local_nodes, staged=staged)
+                       device=device, local_nodes=local_nodes, staged=staged,
+                       evaluation_part=evaluation_part)
 
 
 FACTORIES = {"digits": digits, "fashion-mnist": fashion_mnist, "cifar10": cifar10}
@@ -82,6 +87,10 @@ def from_config(cfg, device: str = "cpu", staged: bool | None = None, local_node
     on ``device``. ``staged``, ``local_nodes``: see :class:`~.torch_problem.TorchProblem`."""
     settings = dict(alpha=cfg.alpha, batch_size=cfg.batch_size, val_fraction=cfg.val_fraction,
                     device=device, staged=staged, local_nodes=local_nodes)
+    if getattr(cfg, "elastic", False) and local_nodes is not None:
+        # elastic mode: the survivors split the evaluation among themselves, so every
+        # rank keeps the whole evaluation sets (mpi_teleport/DESIGN.md §11)
+        settings["evaluation_part"] = (0, 1)
     if cfg.problem != "digits":
         settings.update(data_dir=cfg.data_dir, download=cfg.download)
     return FACTORIES[cfg.problem](nodes=cfg.nodes, seed=cfg.seed, **settings)
