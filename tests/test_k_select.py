@@ -80,7 +80,7 @@ def test_each_criterion_chooses_what_the_records_say(tmp_path, select):
 def test_criteria_equal_a_direct_computation_from_token_matrices():
     # Feed the recorder hand-made token matrices: n = 3 (candidates 1, 2 and 3), T = 2.
     problem = adapt(Quadratic(n=3, d=2, zeta2=4.0, seed=1))
-    x_star = problem.x_star()
+    x_star = problem.problem.x_star()  # (the wrapped problem's own method)
     spec = RunSpec("search", 3, None, 2, 0.1, k_select="tokens")
     recorder = SearchRecorder(spec, Logging(every=1), problem, RunFiles(None))
     rng = np.random.default_rng(0)
