@@ -15,6 +15,8 @@ import pytest
 
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
+import subprocess
+
 from test_jobs_slurm import Job, _start_slurm
 from helpers import ROOT, without_time
 
@@ -34,11 +36,34 @@ def started_flags(logs: str) -> dict:
     return found
 
 
+EARLY: dict[str, Job] = {}  # the job, when start_early submitted it
+
+
+def start_early(config, items) -> None:
+    """Submit the quick job as soon as the tests are collected, where SLURM is already up
+    (tests/conftest.py calls this; as test_jobs_slurm.start_early): it runs on the core the
+    serial tests before this module leave idle."""
+    if config.option.collectonly or not (ROOT / "jobs" / "figure4.sbatch").exists():
+        return
+    try:
+        if subprocess.run(["bash", "jobs/local-cluster.sh", "status"], cwd=ROOT,
+                          capture_output=True, timeout=60).returncode != 0:
+            return
+        env = _start_slurm()["env"]  # (already up: returns at once)
+    except (OSError, subprocess.SubprocessError, pytest.skip.Exception):
+        return
+    base = config._tmp_path_factory.mktemp("figure4-early")
+    EARLY["figure4"] = Job("figure4", "figure4.sbatch", ["-n", "4"], {**env, "QUICK": "1"},
+                           base / "job")
+
+
 def test_figure4_job_quick_mode_equals_the_simulator(tmp_path):
     if not (ROOT / "jobs" / "figure4.sbatch").exists():
         pytest.skip("jobs/figure4.sbatch does not exist")
-    env = _start_slurm()["env"]
-    job = Job("figure4", "figure4.sbatch", ["-n", "4"], {**env, "QUICK": "1"}, tmp_path / "job")
+    job = EARLY.pop("figure4", None)
+    if job is None:
+        env = _start_slurm()["env"]
+        job = Job("figure4", "figure4.sbatch", ["-n", "4"], {**env, "QUICK": "1"}, tmp_path / "job")
     try:
         status = job.wait(timeout=1200)
     finally:

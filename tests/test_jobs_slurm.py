@@ -136,15 +136,17 @@ def limit_job(name: str, info: dict, base: Path) -> Job:
                base / re.sub(r"\W", "_", name))
 
 
-EARLY: dict[str, Job] = {}  # the time-limit jobs, when start_early submitted them
+EARLY: dict[str, Job] = {}  # the jobs start_early submitted (time-limit and quick-mode)
 
 
 def start_early(config, items) -> None:
-    """Submit the time-limit jobs as soon as the tests are collected (tests/conftest.py calls
+    """Submit the selected jobs as soon as the tests are collected (tests/conftest.py calls
     this when a test of this module is selected), where SLURM is already up (.ci/run starts
-    it first): they mostly wait for their one-minute limit, which then overlaps the tests
-    that run before this module. Elsewhere the module fixture submits them, as before."""
-    if config.option.collectonly or not any(item.name.startswith("test_time_limit") for item in items):
+    it first): the time-limit jobs mostly wait for their one-minute limit and the quick-mode
+    jobs use the core that the serial tests before this module leave idle, so both overlap
+    those tests. Elsewhere the module fixture submits them, as before."""
+    if config.option.collectonly or not any(item.name.startswith(("test_time_limit", "test_job_script"))
+                                            for item in items):
         return
     try:
         up = subprocess.run(["bash", "jobs/local-cluster.sh", "status"], cwd=ROOT,
@@ -155,9 +157,27 @@ def start_early(config, items) -> None:
     except (OSError, subprocess.SubprocessError, pytest.skip.Exception):
         return
     base = config._tmp_path_factory.mktemp("slurm-early")
+    selected = {item.name.split("[")[0] for item in items}
     for name in LIMIT_JOBS:
-        if python_for(name):
+        if python_for(name) and "test_time_limit_requeue_resumes_and_equals_an_uninterrupted_run" in selected:
             EARLY[name] = limit_job(name, info, base)
+    if "test_job_script_runs_to_completion_in_quick_mode" not in selected:
+        return
+    # the quick-mode jobs too: they run on the core the serial tests before this module
+    # leave idle (pytest runs one test at a time)
+    for name in QUICK:
+        job = quick_job(name, info, base)
+        if job is not None:
+            EARLY[name] = job
+
+
+def quick_job(name: str, info: dict, base: Path) -> "Job | None":
+    """Submit job ``name`` of QUICK (None where its script or Python is missing)."""
+    script, args, extra = QUICK[name]
+    if not (ROOT / "jobs" / script).exists() or not python_for(name):
+        return None
+    return Job(name, script, args, {**info["env"], "PYTHON": python_for(name), "QUICK": "1", **extra},
+               base / re.sub(r"\W", "_", name))
 
 
 @pytest.fixture(scope="module")
@@ -171,11 +191,10 @@ def cluster(tmp_path_factory):
             jobs[name] = EARLY.pop(name)
         elif python_for(name):
             jobs[name] = limit_job(name, info, base)
-    for name, (script, args, extra) in QUICK.items():
-        if not (ROOT / "jobs" / script).exists() or not python_for(name):
-            continue
-        jobs[name] = Job(name, script, args, {**info["env"], "PYTHON": python_for(name), "QUICK": "1", **extra},
-                         base / re.sub(r"\W", "_", name))
+    for name in QUICK:
+        job = EARLY.pop(name, None) or quick_job(name, info, base)
+        if job is not None:
+            jobs[name] = job
     yield jobs
     for job in jobs.values():
         job.cancel()
