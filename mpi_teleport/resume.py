@@ -23,7 +23,7 @@ import json
 import os
 from pathlib import Path
 
-from .checkpoint import (LAYOUT_MATRIX, MANIFEST, any_checkpoint, check_arrays, newest,
+from .checkpoint import (LAYOUT_MATRIX, MANIFEST, stored_tokens, any_checkpoint, check_arrays, newest,
                          token_file)
 from .checkpoint.find import round_entries
 from .errors import UsageError
@@ -170,7 +170,7 @@ def _missing_files(directory: Path, manifest: dict) -> str | None:
     if manifest.get("layout") == LAYOUT_MATRIX:
         names = [f"{name}.npy" for name in manifest.get("arrays", [])]
     else:
-        names = [token_file(m) for m in range(int(manifest.get("k", 0)))]
+        names = [token_file(m) for m in range(stored_tokens(manifest) if "k" in manifest else 0)]
     present = set(os.listdir(directory))  # one directory read, not one stat per token
     missing = [name for name in names if name not in present]
     return f"{len(missing)} file(s) missing, e.g. {missing[0]}" if missing else None

@@ -147,6 +147,19 @@ def test_elastic_resume_equals_uninterrupted(tmp_path):
     assert drop(resumed.records) == drop(whole.records)
 
 
+def test_dsgd_resume_after_a_loss_equals_uninterrupted(tmp_path):
+    """DSGD drops a lost node's replica: the checkpoint holds n - 1 rows (``tokens`` in its
+    manifest) and resumes to the uninterrupted run's records."""
+    args = dict(nodes=5, rounds=20, lr=0.05, log_every=5, fail=["2@5"])
+    whole = mt.dsgd(problem(), **args, out=tmp_path / "a", checkpoint_every=10, keep_checkpoints=5)
+    ck = tmp_path / "a" / "checkpoints" / "round-00000010"
+    assert json.loads((ck / "MANIFEST.json").read_text())["tokens"] == 4
+    resumed = mt.dsgd(problem(), **{k: v for k, v in args.items() if k != "fail"}, elastic=True,
+                      resume=ck)
+    drop = lambda rs: [{k: v for k, v in r.items() if k != "time_s"} for r in rs]  # noqa: E731
+    assert drop(resumed.records) == drop(whole.records)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--fail", "2@3"], "choose --algorithm teleportation or dsgd"),
     (["--algorithm", "teleportation", "--k", "auto", "--fail", "2@3"], "not --k auto"),

@@ -183,11 +183,13 @@ def test_living_phase_names_the_same_holders_as_the_test_expects():
         schedule.holders(0, 4, 2, 7).tolist()
 
 
-def test_resumed_elastic_run_keeps_the_lost_node_out(tmp_path):
+@pytest.mark.parametrize("algorithm", [["--algorithm", "teleportation", "--k", "2"],
+                                       ["--algorithm", "dsgd"]], ids=["teleportation", "dsgd"])
+def test_resumed_elastic_run_keeps_the_lost_node_out(tmp_path, algorithm):
     """A checkpoint after a loss, resumed on all the ranks: the lost node stays out (its
-    rank idles) and the records equal the uninterrupted elastic run's."""
-    args = ["--algorithm", "teleportation", "--k", "2", "--checkpoint-every", "10",
-            "--keep-checkpoints", "5"]
+    rank idles) and the records equal the uninterrupted elastic run's (DSGD: the
+    checkpoint holds only the survivors' replicas)."""
+    args = [*algorithm, "--checkpoint-every", "10", "--keep-checkpoints", "5"]
     res, out = elastic_run(tmp_path, 4, args, "2@4")
     assert res.returncode == 0, res.stderr[-3000:]
     whole = records(out / "metrics.jsonl")

@@ -52,4 +52,4 @@ from .keeper import Keeper, CheckpointPlan  # noqa: F401
 from .store import (FORMAT, LAYOUT_MATRIX, LAYOUT_TOKENS, MANIFEST, RUN_MARKER,  # noqa: F401
                     DamagedCheckpointError, EarlierScheduleError, check_arrays, check_manifest, load_matrix,
                     load_token, read_manifest, restore_token, round_dir, save_matrix,
-                    save_token, token_arrays, token_file, write_manifest)
+                    save_token, stored_tokens, token_arrays, token_file, write_manifest)

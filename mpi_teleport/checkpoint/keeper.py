@@ -182,6 +182,8 @@ class Keeper:
             }
             if backend.elastic:  # a resumed run leaves the lost nodes out (elastic.Living)
                 manifest["lost"] = list(backend.losses)
+                if spec.algorithm == "dsgd":  # (the lost nodes' replicas were dropped)
+                    manifest["tokens"] = spec.tokens - len(backend.losses)
             if self.rec is not None:
                 self.rec.files.flush()  # metrics.jsonl up to this round, as the checkpoint has it
             write_manifest(directory, manifest)

@@ -271,7 +271,7 @@ def check_arrays(directory: Path, manifest: dict) -> None:
     import zipfile
 
     directory = Path(directory)
-    k, dim = manifest["k"], manifest.get("dim")
+    k, dim = stored_tokens(manifest), manifest.get("dim")
     sized = ("x", "v")  # arrays of the model's length; buffers may be shaped otherwise
     if manifest.get("layout") == LAYOUT_MATRIX:
         for name in manifest.get("arrays", []):
@@ -337,13 +337,19 @@ def load_token(directory: Path, manifest: dict, m: int) -> dict[str, np.ndarray]
     return out
 
 
+def stored_tokens(manifest: dict) -> int:
+    """How many token rows a checkpoint holds: k, or fewer for an elastic DSGD run that
+    dropped the replicas of lost nodes (``tokens``, mpi_teleport/DESIGN.md §11)."""
+    return int(manifest.get("tokens", manifest["k"]))
+
+
 def load_matrix(directory: Path, manifest: dict) -> dict[str, np.ndarray]:
     """All tokens' arrays as (k, d) matrices, from either layout."""
     directory = Path(directory)
     if manifest.get("layout") == LAYOUT_MATRIX:
         return {name: _load_npy(directory / f"{name}.npy", f"{name}.npy", directory)
                 for name in manifest["arrays"]}
-    rows = [load_token(directory, manifest, m) for m in range(int(manifest["k"]))]
+    rows = [load_token(directory, manifest, m) for m in range(stored_tokens(manifest))]
     try:
         return {name: np.stack([row[name] for row in rows]) for name in manifest["arrays"]}
     except (KeyError, ValueError) as exc:
