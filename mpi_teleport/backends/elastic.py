@@ -23,7 +23,7 @@ import signal
 
 import numpy as np
 
-from .. import elastic, evaluation
+from .. import elastic
 from ..checkpoint import save_token
 from ..interfaces import KIND_SPARE
 from .mpi import MpiBackend
@@ -180,18 +180,9 @@ class ElasticBackend(MpiBackend):
         self._orphans = {j: mean for j, src in enumerate(sources) if src is None} if self.root else {}
 
     # -- what the engine reads -------------------------------------------------------------
-    def evaluate(self, problem, x, split: str = "test"):
-        """As MpiBackend.evaluate, over the survivors (slices by place among them)."""
-        if not evaluation.is_shared(problem, split):
-            if not self.root:
-                return None
-            return problem.evaluate(x) if split == "test" else problem.validate(x)
-        tr = self.transport
-        vector = problem.average(x) if self.root else np.empty(problem.dim, problem.dtype)
-        tr.bcast_array(vector)
-        lo, hi = evaluation.part(problem, split, tr.index, tr.size)
-        rows = tr.gather_rows_in_order(problem.evaluation_sums(vector, lo, hi, split))
-        return evaluation.result(problem, rows, x, split) if self.root else None
+    def _evaluation_place(self) -> int:
+        """Shared evaluation is split by place among the survivors, not by rank."""
+        return self.transport.index
 
     def save(self, directory):
         _test_hook(self.rank, self._round_of(directory), "save")

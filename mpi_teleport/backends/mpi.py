@@ -223,9 +223,14 @@ class MpiBackend:
         tr = self.transport
         vector = problem.average(x) if self.root else np.empty(problem.dim, problem.dtype)
         tr.bcast_array(vector)
-        lo, hi = evaluation.part(problem, split, self.rank, tr.size)
+        lo, hi = evaluation.part(problem, split, self._evaluation_place(), tr.size)
         rows = tr.gather_rows_in_order(problem.evaluation_sums(vector, lo, hi, split))
         return evaluation.result(problem, rows, x, split) if self.root else None
+
+    def _evaluation_place(self) -> int:
+        """This process's place among the ranks that share an evaluation: its rank (the
+        elastic back end: its place among the survivors)."""
+        return self.rank
 
     def virtual_time_s(self, r: int) -> float | None:
         """The largest logical clock over the ranks (on rank 0) under the latency layer."""
