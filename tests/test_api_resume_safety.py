@@ -22,6 +22,7 @@ from mpi_teleport.examples.logistic import LogisticRegression
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main as sim_main
+from helpers import ThreadAllgather
 
 BASE = dict(nodes=4, k=2, lr=0.1, log_every=2)
 
@@ -234,30 +235,6 @@ def test_a_full_disk_through_the_api_is_one_line_oserror(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- agreement
-class _Gather:
-    """allgather among n threads (the one collective runner.hold_agreed uses)."""
-
-    def __init__(self, n: int):
-        import threading
-
-        self.n, self.slots, self.barrier = n, [None] * n, threading.Barrier(n, timeout=30)
-
-    def rank(self, r: int):
-        hub = self
-
-        class Transport:
-            rank, size = r, hub.n
-
-            def allgather(self, value):
-                hub.slots[r] = value
-                hub.barrier.wait()
-                out = list(hub.slots)
-                hub.barrier.wait()
-                return out
-
-        return Transport()
-
-
 def test_a_refusal_on_one_process_stops_every_process_with_its_line(tmp_path):
     """What every rank checked on disk (runner.train(refused=)) is agreed in the collective
     that takes the locks: one rank's damaged view stops all, none waits, the lock is freed."""
@@ -265,7 +242,7 @@ def test_a_refusal_on_one_process_stops_every_process_with_its_line(tmp_path):
 
     from mpi_teleport import runner
 
-    hub, results = _Gather(3), {}
+    hub, results = ThreadAllgather(3), {}
 
     def rank(r):
         refused = "resume='x': checkpoint x is damaged: token-000001.npz is missing" if r == 1 else None

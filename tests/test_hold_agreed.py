@@ -11,30 +11,11 @@ import pytest
 
 from mpi_teleport import collective, lock, run, runner
 from mpi_teleport.errors import UsageError
-
-
-class _Hub:
-    def __init__(self, n: int):
-        self.n, self.slots, self.barrier = n, [None] * n, threading.Barrier(n, timeout=30)
-
-    def rank(self, r: int):
-        hub = self
-
-        class Transport:
-            rank, size = r, hub.n
-
-            def allgather(self, value):
-                hub.slots[r] = value
-                hub.barrier.wait()
-                out = list(hub.slots)
-                hub.barrier.wait()
-                return out
-
-        return Transport()
+from helpers import ThreadAllgather
 
 
 def _on_ranks(n: int, body):
-    hub, results = _Hub(n), {}
+    hub, results = ThreadAllgather(n), {}
 
     def rank(r):
         try:
