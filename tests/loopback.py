@@ -107,3 +107,23 @@ class Loopback:
 
     def close(self) -> None:
         pass
+
+
+def serialised(phase):
+    """The phase with its schedule evaluated under a lock: under MPI every rank is a
+    process with its own; the thread-ranks share one, and the schedule need not be
+    thread-safe."""
+    from mpi_teleport.schedule import Phase
+
+    lock = threading.Lock()
+
+    def locked(fn):
+        if fn is None:
+            return None
+
+        def call(*args):
+            with lock:
+                return fn(*args)
+        return call
+
+    return Phase(locked(phase.roster), phase.start, phase.stop, phase.fresh, locked(phase.block))

@@ -20,26 +20,8 @@ from mpi_teleport.backends.local import LocalBackend
 from mpi_teleport.backends.mpi import MpiBackend
 from mpi_teleport.problems.quadratic import quadratic
 from mpi_teleport.spec import RunSpec
-from mpi_teleport.schedule import Phase
 
-from loopback import WAIT_S, Hub, Loopback  # the thread-ranks' transport (tests/loopback.py)
-
-
-def _one_at_a_time(phase: Phase) -> Phase:
-    """The phase with its schedule evaluated under a lock: under MPI every rank is a
-    process; here the thread-ranks share one, and the schedule need not be thread-safe."""
-    lock = threading.Lock()
-
-    def locked(fn):
-        if fn is None:
-            return None
-
-        def call(*args):
-            with lock:
-                return fn(*args)
-        return call
-
-    return Phase(locked(phase.roster), phase.start, phase.stop, phase.fresh, locked(phase.block))
+from loopback import WAIT_S, Hub, Loopback, serialised  # the thread-ranks' transport (tests/loopback.py)
 
 
 def run_threads(spec: RunSpec, dim: int) -> list[dict]:
@@ -51,7 +33,7 @@ def run_threads(spec: RunSpec, dim: int) -> list[dict]:
     backends = [MpiBackend(problems[r], spec, Loopback(hub, r)) for r in range(n)]
     assert all(b.compiled for b in backends)
     x0 = problems[0].initial()
-    phases = [_one_at_a_time(phase) for phase in spec.phases()]
+    phases = [serialised(phase) for phase in spec.phases()]
     results: list[list] = [[None] * len(phases) for _ in range(n)]
     errors: list = []
 

@@ -12,13 +12,12 @@ import threading
 import numpy as np
 import pytest
 
-from loopback import WAIT_S, Hub, Loopback
+from loopback import WAIT_S, Hub, Loopback, serialised
 from mpi_teleport import topology as topo
 from mpi_teleport.backends import mpi as mpi_backend
 from mpi_teleport.backends.local import LocalBackend
 from mpi_teleport.backends.mpi import MpiBackend
 from mpi_teleport.problems.quadratic import quadratic
-from mpi_teleport.schedule import Phase
 from mpi_teleport.spec import RunSpec
 
 DIM = 5
@@ -26,23 +25,6 @@ DIM = 5
 
 def problem(n: int):
     return quadratic(n, seed=3, dim=DIM, sigma2=1.0, zeta2=1.0)
-
-
-def serialised(phase: Phase) -> Phase:
-    """The phase with its schedule evaluated under a lock (the thread-ranks share one
-    process; under MPI each rank has its own)."""
-    lock = threading.Lock()
-
-    def locked(fn):
-        if fn is None:
-            return None
-
-        def call(*args):
-            with lock:
-                return fn(*args)
-        return call
-
-    return Phase(locked(phase.roster), phase.start, phase.stop, phase.fresh, locked(phase.block))
 
 
 def trace_ranks(spec: RunSpec, compiled: bool) -> dict:

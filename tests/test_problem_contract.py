@@ -116,7 +116,7 @@ def test_the_mpi_back_end_steps_on_a_returned_gradient():
     import threading
 
     from loopback import WAIT_S, Hub, Loopback
-    from test_backend_threads import _one_at_a_time
+    from loopback import serialised
 
     from mpi_teleport.backends.local import LocalBackend
     from mpi_teleport.backends.mpi import MpiBackend
@@ -133,7 +133,7 @@ def test_the_mpi_back_end_steps_on_a_returned_gradient():
         sim.step(t)
     hub = Hub(4)
     backends = [MpiBackend(problem, spec, Loopback(hub, r)) for r in range(4)]
-    locked = _one_at_a_time(phase)
+    locked = serialised(phase)
 
     def rank_main(b):
         b.begin(locked, 0, x0)
