@@ -147,9 +147,9 @@ def _fashion_mnist_files(data_dir, train: bool, download: bool, layout: bool = F
     plain = all(not path.endswith(".gz") for path in sources.values())
     if not plain or (layout and folder != raw):
         folder, _ = fashion_files.decompressed_folder(folder, sources)
-    paths = {f: os.path.join(folder, f) for f in FMNIST_FILES}
-    for prefix in ("train", "t10k"):
-        _check_idx_pair(paths[f"{prefix}-images-idx3-ubyte"], paths[f"{prefix}-labels-idx1-ubyte"])
+    prefix = "train" if train else "t10k"  # (the part asked for; the other may be damaged)
+    paths = {f: os.path.join(folder, f) for f in FMNIST_FILES if f.startswith(prefix)}
+    _check_idx_pair(paths[f"{prefix}-images-idx3-ubyte"], paths[f"{prefix}-labels-idx1-ubyte"])
     fashion_files.check_official(paths)
     return folder, False
 
@@ -159,6 +159,7 @@ def fashion_mnist_paths(data_dir=None) -> dict:
     ``data_dir`` (None: the search order of :func:`.fashion_files.default_data_dir`),
     after its checks: e.g. for ``fashion_files.data_md5`` in results."""
     folder, _ = _fashion_mnist_files(data_dir, True, False)
+    _fashion_mnist_files(data_dir, False, False)  # (the test part's checks too)
     return {f: os.path.join(folder, f) for f in FMNIST_FILES}
 
 

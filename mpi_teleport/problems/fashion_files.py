@@ -121,7 +121,7 @@ def decompressed_folder(folder: str, sources: dict) -> tuple[str, list]:
     done, current = [], None
     try:
         os.makedirs(target, exist_ok=True)
-        with _unpack_lock(target):
+        with _unpack_lock(os.path.dirname(os.path.dirname(target))):  # (beside, not among, the files)
             for name in todo():  # again: what another process did meanwhile is skipped
                 current = sources[name]
                 dst = os.path.join(target, name)
