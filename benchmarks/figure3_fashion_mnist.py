@@ -149,7 +149,7 @@ def load_curve(d: Path, per_epoch: float) -> dict:
     return {"epoch": epochs, "accuracy": acc}
 
 
-def report(args, chosen: dict, table: dict, data_md5: dict, wall: float) -> dict:
+def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: str = STEM) -> dict:
     import csv
 
     runs = []
@@ -178,16 +178,17 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float) -> dict
         "lr_selection": {f"alpha={a:g} | {m}": {"chosen": chosen[(a, m)],
                                                  "final_accuracy_by_lr": {f"{lr:g}": acc for lr, acc in sorted(by_lr.items())}}
                          for (a, m), by_lr in table.items()},
-        "data_md5": data_md5, "wall_time_s": wall, "runs": runs,
+        "data_md5": data_md5, "wall_time_s": wall,
+        "runs_dir": os.path.relpath(args.runs, out), "runs": runs,
     }
-    (out / f"{STEM}.json").write_text(json.dumps(result, indent=1) + "\n")
-    with open(out / f"{STEM}.csv", "w", newline="") as f:
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    with open(out / f"{stem}.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["alpha", "method", "seed", "lr", "k", "epoch", "accuracy"])
         for r in runs:
             for e, a in zip(r["curve"]["epoch"], r["curve"]["accuracy"]):
                 w.writerow([f"{r['alpha']:g}", r["method"], r["seed"], f"{r['lr']:g}", r["k"], e, f"{a:.6f}"])
-    plot(result, out / f"{STEM}.png")
+    plot(result, out / f"{stem}.png")
     return result
 
 
@@ -234,7 +235,7 @@ def plot(result: dict, path: Path) -> None:
         ax.legend(loc="lower right", fontsize=8)
     seeds = len(result["seeds"])
     fig.suptitle(f"Fashion-MNIST, LeNet-5, n = {result['n']} nodes, batch {result['batch_size']}, "
-                 f"momentum {result['momentum']:g}, {result['epochs']:g} epochs; mean over {seeds} "
+                 f"momentum {result['momentum']:g}, {result['epochs']:g} epochs\nmean over {seeds} "
                  f"seed{'s' if seeds > 1 else ''}, shaded min..max", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -246,7 +247,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 0.2-epoch selection and 0.4-epoch final runs, one seed, "
-                   "alpha 0.1, written under --out with the stem's _quick runs folder")
+                   "alpha 0.1, written under --out as figure3_fashion_mnist_quick.*")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--runs", default=None, help="runs folder (default OUT/figure3_fashion_mnist_runs)")
     p.add_argument("--data-dir", default=None, help="Fashion-MNIST folder (default: the "
@@ -293,9 +294,8 @@ def main(argv=None) -> int:
                     jobs.append((run_flags(args, method, alpha, lr, seed, args.epochs), d,
                                  f"final alpha={alpha:g} {method} lr={lr:g} seed={seed}"))
         run_all(args, jobs)
-    if args.quick:
-        return 0
-    result = report(args, chosen, table, data_md5, time.perf_counter() - t0)
+    result = report(args, chosen, table, data_md5, time.perf_counter() - t0,
+                    STEM + ("_quick" if args.quick else ""))
     print("\n".join(summary_table(result)))
     return 0
 
