@@ -24,7 +24,9 @@ one process per run, ``--workers`` at a time, trained with ``--latency mod:5 --c
 --compute-time 20`` (latency changes time, never numbers: the same runs give Figure 4 through
 ``benchmarks/bench_figure4.py --problem fashion-mnist``). Resumable: a finished run has its
 summary.json and is skipped; an interrupted one resumes from its newest checkpoint
-(``--checkpoint-every``: every 10 epochs); its checkpoints are deleted once it is done.
+(``--checkpoint-every``: every 10 eval intervals; SIGTERM or Ctrl-C to this script makes
+every run in progress write one first and the script exit with status 75); a run's
+checkpoints are deleted once it is done.
 
 Writes ``benchmarks/results/figure3_fashion_mnist_runs/<phase>/alpha<A>/<method>/lr<LR>/seed<S>/``
 (config.json, metrics.jsonl, summary.json) and ``figure3_fashion_mnist.{json,csv,png}``.
@@ -36,6 +38,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -99,7 +102,14 @@ def execute(args, flags: list[str], d: Path, label: str) -> dict:
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with open(d.parent / f"{d.name}.log", "a") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        RUNNING.add(proc)
+        try:
+            proc.wait()
+        finally:
+            RUNNING.discard(proc)
+    if STOPPING:
+        raise SystemExit(75)
     if proc.returncode != 0:
         raise RuntimeError(f"{label}: mpi_teleport.sim exited {proc.returncode} (log: "
                            f"{d.parent / (d.name + '.log')})")
@@ -109,6 +119,19 @@ def execute(args, flags: list[str], d: Path, label: str) -> dict:
     print(f"{label}: final accuracy {100 * s['final_accuracy']:.2f}% "
           f"({time.perf_counter() - t0:.0f} s{', resumed' if resume else ''})", flush=True)
     return s
+
+
+RUNNING: set = set()  # the runs in progress
+STOPPING: list = []
+
+
+def _stop(signum, frame) -> None:
+    """SIGTERM/SIGINT: every run in progress writes its checkpoint (the simulator's own
+    handling of SIGTERM, exit 75); the next start resumes them."""
+    STOPPING.append(signum)
+    for proc in list(RUNNING):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
 
 
 def run_all(args, jobs: list) -> list:
@@ -277,6 +300,8 @@ def main(argv=None) -> int:
 
     from mpi_teleport.problems import datasets, fashion_files
 
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     data_md5 = fashion_files.data_md5(datasets.fashion_mnist_paths(args.data_dir))
     t0 = time.perf_counter()
     chosen, table = choose_lrs(args) if not args.report_only else _chosen_from_disk(args)
