@@ -115,7 +115,8 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     spec = RunSpec(spec.algorithm, values["nodes"], k, values["rounds"], values["lr"],
                    momentum_of(values["momentum"], nesterov),
                    values["topology"], values["variant"], values["seed"], spec.k_select)
-    logging = Logging(values["log_every"], values["target"], values["stop_at_target"])
+    logging = Logging(values["log_every"], values["target"], values["stop_at_target"],
+                      naming=API)
     latency = LatencySettings(values["latency"], values["clock"], values["compute_time"])
 
     def where(name):

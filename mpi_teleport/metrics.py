@@ -25,6 +25,17 @@ def initial_not_finite(problem) -> str:
             f"(check the data for NaN/inf; the step size is not the cause)")
 
 
+def non_finite(problem, metrics: dict, r: int, where: str, lr, naming) -> str:
+    """The message of a metric turning non-finite after round r's steps: names the
+    values that did (the loss, not the headline accuracy computed from it) and the step
+    size as this entry point spells it (``--lr`` or ``lr``)."""
+    bad = [name for name, value in metrics.items()
+           if isinstance(value, (int, float, np.floating)) and not np.isfinite(value)]
+    what = " and ".join(bad) if bad else problem.metric
+    return (f"the {what} became non-finite at round {r} ({where}); lower "
+            f"{naming.name('lr')} (now {lr_text(lr)})")
+
+
 def lr_text(lr) -> str:
     """The step size for messages: the number, or a schedule's base value."""
     return f"{lr}" if not callable(lr) else f"{getattr(lr, 'base', 'a schedule')}"
@@ -113,10 +124,8 @@ class Recorder:
                 raise NonFiniteError(initial_not_finite(self.problem))
             bad = np.nonzero(~np.isfinite(x).all(axis=1))[0]
             token = int(bad[0]) if len(bad) else 0
-            raise NonFiniteError(
-                f"the {self.problem.metric} became non-finite at round {r} (token {token}); "
-                f"lower --lr (now {lr_text(self.spec.lr)})"
-            )
+            raise NonFiniteError(non_finite(self.problem, metrics, r, f"token {token}",
+                                            self.spec.lr, self.logging.naming))
         record = {"round": r, "time_s": time_s, **metrics, **(extra or {})}
         self.files.metric(record)
         self.last, self.last_x = record, x

@@ -20,6 +20,7 @@ import numpy as np
 from . import schedule
 from .latency.model import needs_layer
 from .schedule import Phase
+from .settings import CLI, Naming
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Logging:
     every: int = 10
     target: float | None = None
     stop_at_target: bool = False
+    naming: Naming = CLI  # how messages spell settings: --lr (command line) or lr (API)
 
     def is_log_round(self, r: int, start: int, stop: int) -> bool:
         """Round r of a phase [start, stop): its first and last, and every ``every``."""

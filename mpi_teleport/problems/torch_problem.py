@@ -69,11 +69,15 @@ class TorchProblem:
     eval_loss : callable, optional
         The loss reported by evaluation (default: ``loss``); e.g. plain cross-entropy
         when training with label smoothing.
-    partition : "dirichlet", "iid" or list of index arrays
-        Default "dirichlet": Dirichlet(``alpha``) over the class labels; "iid": equal
-        shuffled shares; or ``partition[i]``, node i's training-sample indices.
-    alpha : float
-        Concentration of the Dirichlet partition (small: few classes per node).
+    partition : "iid", "dirichlet" or list of index arrays
+        Default "iid": equal shuffled shares, as a plain script's one data loader sees
+        the data; "dirichlet": Dirichlet(``alpha``)
+        over the class labels, the paper's non-IID split (the default when ``alpha`` is
+        given); or ``partition[i]``, node i's training-sample indices.
+    alpha : float, optional
+        Concentration of the Dirichlet partition (small: few classes per node; 0.1, the
+        paper's, when ``partition="dirichlet"`` is given without it). Refused with
+        ``partition="iid"``.
     batch_size : int
         Samples per node and round.
     weight_decay : float
@@ -119,10 +123,17 @@ class TorchProblem:
     x0 : array, optional
         Warm start: the initial token (e.g. an earlier run's ``Result.x``) instead of
         the model's state as built; its length must be :attr:`dim`.
-    threads : int or None
-        torch intra-op threads while the problem computes (1: bit-reproducible CPU
-        kernels), with deterministic algorithms (warn-only); both are put back when each
-        call returns. None leaves torch's settings alone.
+    threads : int, "auto" or None
+        torch intra-op threads while the problem computes, with deterministic algorithms
+        (warn-only); both are put back when each call returns. 1 (default): every back
+        end computes the same bits (the simulator equals ``mpirun`` bit for bit, whatever
+        the machine). ``"auto"``: this process's share of its host's cores, cores / ranks
+        on the host (the ranks counted by a shared-memory split of the run's
+        communicator; all cores in the simulator): faster, deterministic for a given
+        number of threads, but CPU kernels split their sums by thread, so results then
+        depend on the threads each process gets (a LeNet gradient differs in the last
+        bits between 1 and 2 threads) and the simulator no longer equals MPI bit for
+        bit. An integer fixes the count; None leaves torch's settings alone.
 
     Examples
     --------
@@ -151,13 +162,13 @@ class TorchProblem:
     dtype = np.float32
 
     def __init__(self, model, train, *, nodes: int, seed: int = 0, task: str | None = None,
-                 loss=None, eval_loss=None, partition=None, alpha: float = 0.1,
+                 loss=None, eval_loss=None, partition=None, alpha: float | None = None,
                  batch_size: int = 32, weight_decay: float = 0.0, clip_norm: float | None = None,
                  augment=None, collate_fn=None, metrics=None, metric: str | None = None,
                  test=None, validation=None, validation_fraction: float = 0.0,
                  n_classes: int | None = None, device="cpu", local_nodes=None,
                  eval_batch_size: int = EVAL_BATCH_SIZE, staged: bool | None = None,
-                 threads: int | None = 1, evaluation_part=None,
+                 threads: int | str | None = 1, evaluation_part=None,
                  device_tokens: bool | None = None, x0=None):
         import torch
 
@@ -260,9 +271,16 @@ class TorchProblem:
         """The initial token (a copy): the model's state as built."""
         return self.state.initial.copy()
 
-    def module(self, x: np.ndarray):
-        """A trained ``nn.Module`` (CPU, a new object) from a token, e.g. ``Result.x``."""
-        return self.state.module(x)
+    def module(self, x: np.ndarray, *, train: bool = False):
+        """A trained ``nn.Module`` (CPU, a new object) from a token, e.g. ``Result.x``.
+
+        In ``eval()`` mode by default, ready for inference as the run's evaluation used it
+        (dropout off, normalisation on its running statistics); ``train=True`` gives it in
+        ``train()`` mode, as a freshly built module is, to train it further in a plain
+        loop. Either way the mode is this argument's, never the problem's last use."""
+        if not isinstance(train, bool):
+            raise TypeError(f"train must be True or False, got {train!r}")
+        return self.state.module(x).train(train)
 
     @staticmethod
     def load_into(model, x: np.ndarray):
