@@ -37,7 +37,7 @@ from typing import Callable
 
 from . import engine
 from .api_checks import run_checked
-from .loop_options import rounds_for, within_phase
+from .loop_options import eval_rounds, rounds_for, within_phase
 from .options import Checkpoints, Default, Latency, Records, merge, merge_latency
 from .spec import RunSpec
 
@@ -55,6 +55,8 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                   stop_at_target: bool = Default(False),
                   progress: bool = Default(False),
                   callback: Callable[[dict], object] | None = Default(None),
+                  eval_every: int | None = Default(None),
+                  eval_every_epochs: float | None = None,
                   checkpoints: Checkpoints | None = None,
                   checkpoint_every: int = Default(0),
                   checkpoint_dir: str | Path | None = Default(None),
@@ -114,7 +116,17 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         keywords ``log_every``, ``target``, ``stop_at_target``, ``progress``,
         ``callback`` (give a setting one way or the other: both is a UsageError).
     log_every : int
-        Evaluate and record every this many rounds (and the first and last).
+        Record every this many rounds (and the first and last). Every record after
+        round 0 carries ``train_loss`` (and ``train_accuracy`` for classification): the
+        mean over the previous round's active nodes of their mini-batch values, from the
+        forward passes the gradients made (a problem with ``training_metrics``, e.g. a
+        TorchProblem; no extra pass).
+    eval_every : int, optional
+        Evaluate the model (test metrics, target, non-finite check) only every this many
+        rounds, and at the first and last; the records between carry the training
+        values alone. Default: every record evaluates.
+    eval_every_epochs : float, optional
+        ``eval_every`` in passes over the training data (converted as ``epochs`` is).
     target, stop_at_target
         ``rounds_to_target`` is the first logged round whose metric reaches ``target``;
         with ``stop_at_target`` the run ends there.
@@ -198,10 +210,11 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
     """
     rounds = rounds_for(problem, rounds, epochs, k)
     spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed)
+    eval_every = eval_rounds(problem, eval_every, eval_every_epochs, k)
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
                        records=merge(Records, records, log_every=log_every, target=target,
                                      stop_at_target=stop_at_target, progress=progress,
-                                     callback=callback),
+                                     callback=callback, eval_every=eval_every),
                        checkpoints=merge(Checkpoints, checkpoints,
                                          checkpoint_every=checkpoint_every,
                                          checkpoint_dir=checkpoint_dir,
@@ -221,6 +234,8 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
          stop_at_target: bool = Default(False),
          progress: bool = Default(False),
          callback: Callable[[dict], object] | None = Default(None),
+         eval_every: int | None = Default(None),
+         eval_every_epochs: float | None = None,
          checkpoints: Checkpoints | None = None,
          checkpoint_every: int = Default(0),
          checkpoint_dir: str | Path | None = Default(None),
@@ -246,10 +261,11 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
     """
     rounds = rounds_for(problem, rounds, epochs, nodes)
     spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed)
+    eval_every = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
                        records=merge(Records, records, log_every=log_every, target=target,
                                      stop_at_target=stop_at_target, progress=progress,
-                                     callback=callback),
+                                     callback=callback, eval_every=eval_every),
                        checkpoints=merge(Checkpoints, checkpoints,
                                          checkpoint_every=checkpoint_every,
                                          checkpoint_dir=checkpoint_dir,

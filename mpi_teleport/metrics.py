@@ -134,9 +134,20 @@ class Recorder:
         if self.rounds_to_target is None and self.problem.reached(metrics, target):
             self.rounds_to_target = r
         if self.progress is not None:
-            self.progress.update(r, f"{self.problem.metric} {metrics[self.problem.metric]:.2e}",
+            self.progress.headline = f"{self.problem.metric} {metrics[self.problem.metric]:.4g}"
+            loss = record.get("train_loss")
+            self.progress.update(r, "" if loss is None else f"train loss {loss:.3g}",
                                  force=r == self.spec.rounds)
         return self.logging.stop_at_target and self.rounds_to_target is not None
+
+    def record_training(self, r: int, x: np.ndarray, time_s: float, extra: dict) -> bool:
+        """Round r's record without evaluation (``eval_every``): the training values in
+        ``extra`` and the time; the tokens are kept for the final model. Never stops."""
+        record = {"round": r, "time_s": time_s, **extra}
+        self.files.metric(record)
+        self.last_x = x
+        self.rounds_run = r
+        return False
 
     def final_tokens(self):
         return self.last_x

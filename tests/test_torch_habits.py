@@ -54,8 +54,8 @@ def test_partition_defaults_to_iid_and_alpha_means_dirichlet():
     assert all(np.array_equal(a, b) for a, b in zip(skewed.parts, want))
     explicit = small(partition="dirichlet")  # the paper's 0.1 when alpha is not given
     assert all(np.array_equal(a, b) for a, b in zip(explicit.parts, want))
-    with pytest.raises(ValueError, match="alpha=0.5 is the Dirichlet partition's"):
-        small(partition="iid", alpha=0.5)
+    # an explicit partition wins over alpha (as code written for the old default says)
+    assert all(np.array_equal(a, b) for a, b in zip(iid.parts, small(partition="iid", alpha=0.5).parts))
 
 
 def test_the_command_lines_network_problems_keep_the_papers_dirichlet(monkeypatch):

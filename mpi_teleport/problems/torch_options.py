@@ -84,13 +84,10 @@ DIRICHLET_ALPHA = 0.1
 def chosen_partition(partition, alpha):
     """The partition a TorchProblem uses: as given; else ``"dirichlet"`` when ``alpha`` is
     given (it means nothing else), else ``"iid"``: a port that names neither trains on
-    equal shuffled shares, as a plain script's one data loader does. ``alpha`` with
-    ``"iid"`` contradicts itself (refused); with index lists it is unused."""
+    equal shuffled shares, as a plain script's one data loader does. With an explicit
+    ``"iid"`` or index lists, ``alpha`` is unused."""
     if partition is None:
         return "iid" if alpha is None else "dirichlet"
-    if alpha is not None and isinstance(partition, str) and partition == "iid":
-        raise ValueError(f"alpha={alpha!r} is the Dirichlet partition's concentration; give "
-                         "partition='dirichlet' (or leave partition out) to use it, or drop alpha")
     return partition
 
 
