@@ -39,6 +39,7 @@ from . import engine
 from .api_checks import run_checked
 from .loop_options import eval_rounds, rounds_for, within_phase
 from .options import Checkpoints, Default, Latency, Records, merge, merge_latency
+from .schedulers import step_size
 from .spec import RunSpec
 
 __all__ = ["teleportation", "dsgd", "search_k"]
@@ -46,6 +47,7 @@ __all__ = ["teleportation", "dsgd", "search_k"]
 
 def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                   lr: float | Callable[[int], float], epochs: float | None = None,
+                  lr_step: str = "epoch",
                   topology: str | Callable = "ring", momentum: float = 0.0,
                   nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
                   out: str | Path | None = None,
@@ -90,9 +92,20 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         ``n_train`` and ``batch_size`` (a TorchProblem): ``rounds = ceil(epochs *
         n_train / (batch_size * active))``, active = k (n for DSGD and for each phase
         of :func:`search_k`).
-    lr : float or callable
-        Step size, or a function of the round t (in :func:`search_k`, of the round
-        within its phase: both phases start at t = 0).
+    lr : float, callable or torch scheduler
+        Step size, a function of the round t (in :func:`search_k`, of the round within
+        its phase: both phases start at t = 0), or a ``torch.optim.lr_scheduler``
+        scheduler as a plain script builds it on its optimizer (``StepLR``,
+        ``CosineAnnealingLR``, ``OneCycleLR``, ``SequentialLR`` of a ``LinearLR`` warm-up
+        and a cosine, ...), before any ``step()``: the step size of round t is its
+        learning rate after as many ``step()`` calls as ``lr_step`` counts (a private
+        copy is replayed: a pure function of the round, the same on every rank and
+        after a resume; :mod:`mpi_teleport.schedulers`).
+    lr_step : {'epoch', 'round'}
+        With a scheduler: ``'epoch'`` (default) steps it once per pass over the training
+        data (epoch e = floor(t * batch_size * active / n_train), active = k, or n for
+        DSGD; :func:`mpi_teleport.rounds_per_epoch`), as a plain script steps it after
+        each epoch; ``'round'`` once per round, as a script stepping per batch.
     topology : str or callable
         ``ring``, ``torus``, ``exp``, ``onepeer-exp``, ``base2``, ``complete``, or a
         function ``(k, t) -> W`` returning a k x k doubly stochastic matrix.
@@ -209,6 +222,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
     (4, 5)
     """
     rounds = rounds_for(problem, rounds, epochs, k)
+    lr = step_size(lr, lr_step, problem, k)
     spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed)
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, k)
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
@@ -225,6 +239,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
 
 def dsgd(problem, *, nodes: int, rounds: int | None = None,
          lr: float | Callable[[int], float], epochs: float | None = None,
+         lr_step: str = "epoch",
          topology: str | Callable = "ring", momentum: float = 0.0, nesterov: bool = False,
          seed: int = 0, comm=None,
          out: str | Path | None = None,
@@ -260,6 +275,7 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
     8
     """
     rounds = rounds_for(problem, rounds, epochs, nodes)
+    lr = step_size(lr, lr_step, problem, nodes)
     spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed)
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
@@ -276,6 +292,7 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
 
 def search_k(problem, *, nodes: int, rounds: int | None = None,
              lr: float | Callable[[int], float], epochs: float | None = None,
+             lr_step: str = "epoch",
              topology: str | Callable = "ring", momentum: float = 0.0,
              nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
              out: str | Path | None = None, select: str = "averaged",
@@ -333,6 +350,7 @@ def search_k(problem, *, nodes: int, rounds: int | None = None,
     from .search import check_select
 
     rounds = rounds_for(problem, rounds, epochs, nodes)
+    lr = step_size(lr, lr_step, problem, nodes)
     spec = RunSpec("search", nodes, None, rounds, within_phase(lr, rounds), momentum, topology,
                    variant, seed, check_select(select))
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
