@@ -17,6 +17,7 @@ from .. import evaluation, plan
 from ..algorithms import local_step, teleport, weighted_sum
 from ..checkpoint import LAYOUT_TOKENS, load_token, restore_token, save_token, token_arrays
 from ..interfaces import TokenTransport
+from ..training import round_means
 from .compiled import CompiledRounds
 from .tokens import new_state
 
@@ -231,6 +232,15 @@ class MpiBackend:
         """This process's place among the ranks that share an evaluation: its rank (the
         elastic back end: its place among the survivors)."""
         return self.rank
+
+    def training_metrics(self, problem, t: int) -> dict:
+        """Collective: every rank's report of round t's batches (its own node's, when it
+        was active) gathered on the root and averaged over the round's holders (an exact
+        sum: the simulator's numbers whatever the order)."""
+        reports = self.transport.gather(problem.training_metrics(t))
+        if not self.root:
+            return {}
+        return round_means(reports, np.concatenate(self.phase.roster(t)))
 
     def virtual_time_s(self, r: int) -> float | None:
         """The largest logical clock over the ranks (on rank 0) under the latency layer."""
