@@ -196,3 +196,15 @@ def test_two_sigterms_30_to_120ms_apart_keep_75_simulator(tmp_path, gap):
     finally:
         proc.kill()
     _assert_checkpointed(status, err, out)
+
+
+def test_a_module_exiting_at_import_is_one_line_exit_2_through_mpirun(mpirun, monkeypatch):
+    """Issue 31, class 3, end to end: before, the job ended with status 3 (or 1) and no
+    line of ours; the in-rank rows are in test_failures.py's table."""
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])  # the module
+    proc = mpirun(3, ["-m", "mpi_teleport.run", "--problem", "import_exits:problem",
+                      "--rounds", "5"], timeout=120)
+    ours = [line for line in proc.stderr.splitlines() if "mpi_teleport.run" in line]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(ours) == 1 and "importing 'import_exits' called sys.exit(3)" in ours[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not proc.stdout
