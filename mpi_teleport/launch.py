@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mpi_teleport.parsers import OneLineParser
 from mpi_teleport.mpi_flavor import OPENMPI_OVERSUBSCRIBE, Flavor, find_mpirun, flavor_of_launcher  # noqa: F401
 
 OVERSUBSCRIBE = list(OPENMPI_OVERSUBSCRIBE)  # (Open MPI's; kept for callers of old)
@@ -69,7 +70,7 @@ def mpirun_command(n: int, argv: list[str], mpirun: str | None = None,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m mpi_teleport.launch",
         description="Run `python -m mpi_teleport.run` under the mpirun beside this Python "
                     "(Open MPI or MPICH/Hydra, with the flags that one needs). Flags after -- "
