@@ -111,6 +111,8 @@ SETUPS = {
     "latin1_toml": lambda b: _write(b / "latin1.toml", "lr = 0.1 # caf\xe9\n".encode("latin-1")),
     "deep_toml": lambda b: _write(b / "deep.toml", "x = " + "[" * 100000 + "]" * 100000 + "\n"),
     "dir_toml": lambda b: (b / "dir.toml").mkdir(exist_ok=True),
+    "link_to_both2": lambda b: ((b / "both2").mkdir(exist_ok=True),
+                                (b / "link_to_both2").symlink_to(b / "both2")),
     # damaged simulator checkpoints (copies of the good run)
     "ck_truncated": lambda b: _truncate(_round(_copy_good(b, "ck_truncated")) / "x.npy"),
     "ck_empty": lambda b: _write(_round(_copy_good(b, "ck_empty")) / "x.npy", b""),
@@ -259,8 +261,15 @@ CASES = [
     Case("lock-out-held", [*SMALL, "--out", "held"], says="is in use by pid",
          setup="hold:held", untouched=["held"], process=True),
     Case("lock-checkpoint-dir-held", [*SMALL, "--checkpoint-dir", "held_ck",
-                                      "--checkpoint-every", "1"], says="is in use by pid",
+                                      "--checkpoint-every", "1"],
+         says="is already held by this process",  # (held by the test's own process)
          setup="hold:held_ck", untouched=["held_ck"]),
+    # one directory for both (issue 31, class 6): one lock, not a refusal naming our own pid
+    Case("out-is-checkpoint-dir", [*SMALL, "--out", "both", "--checkpoint-dir", "both",
+                                   "--checkpoint-every", "1"], status=0, says=None),
+    Case("checkpoint-dir-is-out-through-a-link", [*SMALL, "--out", "both2", "--checkpoint-dir",
+                                                  "link_to_both2", "--checkpoint-every", "1"],
+         status=0, says=None, setup="link_to_both2"),
     Case("lock-other-host", [*SMALL, "--out", "foreign"], says="another-host.example",
          setup="foreign_lock", untouched=["foreign"]),
     # where a resume writes

@@ -107,13 +107,55 @@ def test_api_refuses_a_held_directory(tmp_path):
     from mpi_teleport.problems.quadratic import Quadratic
 
     with lock.acquire(tmp_path / "held", "out"):
-        with pytest.raises(UsageError, match=f"is in use by pid {os.getpid()}"):
+        with pytest.raises(UsageError, match=rf"is already held by this process \(pid {os.getpid()}\)"):
             mt.teleportation(Quadratic(n=4, d=3), nodes=4, k=2, rounds=3, lr=0.05,
                              out=tmp_path / "held")
     assert not (tmp_path / "held" / "config.json").exists()
     result = mt.teleportation(Quadratic(n=4, d=3), nodes=4, k=2, rounds=3, lr=0.05,
                               out=tmp_path / "held")
     assert result.k == 2 and not (tmp_path / "held" / lock.RUN_LOCK).exists()
+
+
+@pytest.mark.parametrize("same", ["the same path", "a link to it"])
+def test_one_directory_serves_as_out_and_checkpoint_dir_through_the_api(tmp_path, same):
+    """Issue 31, class 6: before, the run refused it, naming its own pid as the holder."""
+    import mpi_teleport as mt
+    from mpi_teleport.problems.quadratic import Quadratic
+
+    both = tmp_path / "both"
+    both.mkdir()
+    ck = both if same == "the same path" else tmp_path / "link"
+    if ck != both:
+        ck.symlink_to(both)
+    args = dict(nodes=4, k=2, lr=0.05, checkpoint_every=5)
+    mt.teleportation(Quadratic(n=4, d=3), rounds=10, out=both, checkpoint_dir=ck, **args)
+    assert checkpoint.newest(both)[1]["round"] == 10
+    result = mt.teleportation(Quadratic(n=4, d=3), rounds=15, out=both, checkpoint_dir=ck,
+                              resume=both, **args)
+    assert result.summary["rounds_run"] == 15 and checkpoint.newest(both)[1]["round"] == 15
+    assert read_jsonl(both / "metrics.jsonl")[-1]["round"] == 15
+    assert not (both / lock.RUN_LOCK).exists()
+
+
+def test_a_second_run_in_the_same_process_is_not_called_another_job(tmp_path):
+    """A run started from inside another (here: its callback) on the directory the first
+    holds: one line that says so, not 'in use by pid <this process>'."""
+    import mpi_teleport as mt
+    from mpi_teleport.problems.quadratic import Quadratic
+
+    refused = []
+
+    def nested(record):
+        try:
+            mt.dsgd(Quadratic(n=4, d=3), nodes=4, rounds=2, lr=0.05, out=tmp_path / "run")
+        except UsageError as exc:
+            refused.append(str(exc))
+        return True
+
+    mt.teleportation(Quadratic(n=4, d=3), nodes=4, k=2, rounds=3, lr=0.05, log_every=1,
+                     out=tmp_path / "run", callback=nested)
+    assert len(refused) == 1 and "\n" not in refused[0]
+    assert f"is already held by this process (pid {os.getpid()}) for another run" in refused[0]
 
 
 # ----------------------------------------------------------------------------- resume
