@@ -69,6 +69,16 @@ def initial_model(problem) -> np.ndarray:
     return x0
 
 
+def can_validate(problem) -> None:
+    """Algorithm 2 selects k on ``validate``: a problem that says it cannot validate
+    (``validation_unavailable``) is refused before the first round, in one line saying
+    what to pass, rather than at the first logging round from inside the engine."""
+    why = getattr(problem, "validation_unavailable", None)
+    if why:
+        raise UsageError(f"Algorithm 2 (k auto, search_k) chooses k by a validation metric, "
+                         f"but {why}")
+
+
 def probe(problem, nodes, x0: np.ndarray, t: int = 0) -> None:
     """Call ``gradient(nodes, x0 rows, t)`` once and check what comes back (UsageError).
 
