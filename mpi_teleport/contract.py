@@ -29,7 +29,8 @@ import numpy as np
 
 from .errors import UsageError
 
-__all__ = ["initial_model", "probe", "landed", "check_metrics", "checked_lr", "check_lr"]
+__all__ = ["initial_model", "probe", "landed", "check_metrics", "checked_lr", "check_lr",
+           "first_rounds_lr", "first_rounds_topology", "can_validate"]
 
 INF = math.inf
 
@@ -169,6 +170,22 @@ def checked_lr(lr):
         lr_of_round.base = lr.base
     lr_of_round.__wrapped__ = lr
     return lr_of_round
+
+
+def first_rounds_topology(spec) -> None:
+    """Call a topology function for the first rounds and the last of every phase, for
+    every run's k (Algorithm 2: each candidate's), at start (UsageError naming the function,
+    k and t), so one that fails or returns no mixing matrix is refused before anything
+    runs; later rounds are checked as they are planned (every process alike)."""
+    if not callable(spec.topology):
+        return
+    from . import topology as topo
+
+    for phase in spec.phases():
+        for t in sorted({phase.start, phase.start + 1, phase.start + 2, phase.stop - 1}):
+            if phase.start <= t < phase.stop:
+                for holders in phase.roster(t):
+                    topo.mixing(spec.topology, len(holders), t)
 
 
 def first_rounds_lr(lr, rounds: int) -> None:
