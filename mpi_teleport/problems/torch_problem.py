@@ -444,6 +444,16 @@ class TorchProblem:
         metric, pass ``metrics=`` (do not override this: MPI does not call it)."""
         return self.metrics_from_sums(self.evaluation_sums(self.average(x)), x)
 
+    @property
+    def validation_unavailable(self) -> str | None:
+        """Why :meth:`validate` cannot work (no validation set), or None: Algorithm 2
+        refuses the problem at its start with this hint (the Problem contract)."""
+        if "validation" in self._sets:
+            return None
+        return ("the TorchProblem has no validation set: build it with validation=(X, y) or "
+                "validation_fraction=0.1 (Algorithm 2 selects k on held-out data, never on the "
+                "test set)")
+
     def validate(self, x: np.ndarray) -> float:
         """The headline ``metric`` of the averaged model on the validation set:
         Algorithm 2's selection, never on the test set."""
