@@ -17,7 +17,9 @@ Teleportation (k = 8, ring over the tokens), DSGD on the latency-optimal ring 0-
 
 Writes ``benchmarks/results/figure4_fashion_mnist.{json,csv,png}``: per alpha, tau and method
 the mean curve over seeds (accuracy against virtual time), the time at which the mean curve
-first reaches each ``--levels`` accuracy, the time the run ends, and who is first.
+first reaches each ``--levels`` accuracy, the time the run ends, and who is first, at the
+measured compute time and at a sweep of others (``--sweep-us``: GPU-like steps, where the
+delays weigh more).
 """
 from __future__ import annotations
 
@@ -91,6 +93,9 @@ def main(argv=None) -> int:
     p.add_argument("--stem", default=STEM, help=f"output name (default {STEM})")
     p.add_argument("--compute-us", type=float, default=None, help="compute time per local "
                    "step, us (default: measured here)")
+    p.add_argument("--sweep-us", type=float, nargs="*", default=[20.0, 200.0, 1000.0],
+                   help="further compute times per step for the first-to-level table "
+                   "(GPU-like steps; default 20 200 1000)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--levels", type=float, nargs="+", default=[0.70, 0.80, 0.85])
     args = p.parse_args(argv)
@@ -101,6 +106,7 @@ def main(argv=None) -> int:
     compute_us = args.compute_us if args.compute_us is not None else measure_compute_us(args.data_dir)
     print(f"compute time per local step: {compute_us:g} us", flush=True)
 
+    computes = [compute_us] + [c for c in args.sweep_us if c != compute_us]
     curves, rows, worst = {}, [], 0.0
     for run in fig3["runs"]:
         d = runs_dir / "final" / f"alpha{run['alpha']:g}" / run["method"] / f"lr{run['lr']:g}" / f"seed{run['seed']}"
@@ -109,32 +115,41 @@ def main(argv=None) -> int:
                                                    REFERENCE["compute_us"]))
         worst = max(worst, float(np.max(np.abs(ref - r["recorded"]))))
         for tau in TAUS:
-            times = np.array(bench_figure4.virtual_times(r["cfg"], r["rounds"], tau, compute_us))
-            curves.setdefault((run["alpha"], tau, run["method"]), []).append((times, r["accuracy"], run["lr"]))
-    summary = {}
-    for (alpha, tau, method), seeds in sorted(curves.items()):
+            for c in computes:
+                times = np.array(bench_figure4.virtual_times(r["cfg"], r["rounds"], tau, c))
+                curves.setdefault((run["alpha"], tau, c, run["method"]), []).append(
+                    (times, r["accuracy"], run["lr"]))
+    summary, sweep = {}, []
+    for (alpha, tau, c, method), seeds in sorted(curves.items()):
         n = min(len(a) for _, a, _ in seeds)
         times = np.mean([t[:n] for t, _, _ in seeds], axis=0)
         acc = np.mean([a[:n] for _, a, _ in seeds], axis=0)
+        time_to = {f"{lv:g}": first_time(times, acc, lv) for lv in args.levels}
+        sweep.append({"alpha": alpha, "tau_us": tau, "compute_us": c, "method": method,
+                      "end_time_s": float(times[-1]), "time_to": time_to})
+        if c != compute_us:
+            continue
         entry = {"alpha": alpha, "tau_us": tau, "method": method, "lr": seeds[0][2],
                  "seeds": len(seeds), "end_time_s": float(times[-1]),
-                 "final_accuracy": float(acc[-1]),
-                 "time_to": {f"{lv:g}": first_time(times, acc, lv) for lv in args.levels},
+                 "final_accuracy": float(acc[-1]), "time_to": time_to,
                  "curve": {"time_s": times.round(6).tolist(), "accuracy": acc.round(6).tolist()}}
         summary.setdefault(f"alpha={alpha:g} tau={tau:g}", []).append(entry)
         for t, a in zip(times, acc):
             rows.append([f"{alpha:g}", f"{tau:g}", method, f"{seeds[0][2]:g}", f"{t:.6f}", f"{a:.6f}"])
     first = {}
-    for panel, entries in summary.items():
+    for e in sweep:
         for lv in args.levels:
-            hits = [(e["time_to"][f"{lv:g}"], e["method"]) for e in entries if e["time_to"][f"{lv:g}"] is not None]
-            first[f"{panel} level={lv:g}"] = min(hits)[1] if hits else None
+            key = f"alpha={e['alpha']:g} tau={e['tau_us']:g} compute_us={e['compute_us']:g} level={lv:g}"
+            t = e["time_to"][f"{lv:g}"]
+            if t is not None and (key not in first or t < first[key][0]):
+                first[key] = (t, e["method"])
+    first = {key: method for key, (_, method) in sorted(first.items())}
     out = {"figure": "Figure 4 (paper Sec. 5.3) on the real Fashion-MNIST, from the Figure 3 runs",
            "n": fig3["n"], "epochs": fig3["epochs"], "data_md5": fig3["data_md5"],
            "compute_us_per_step": compute_us, "taus_us": list(TAUS), "levels": args.levels,
            "replay_check": {"reference": REFERENCE, "max_abs_difference_s": worst,
                             "ok": worst <= 1e-9},
-           "first_to_level": first, "panels": summary}
+           "first_to_level": first, "compute_sweep": sweep, "panels": summary}
     (results / f"{args.stem}.json").write_text(json.dumps(out, indent=1) + "\n")
     with open(results / f"{args.stem}.csv", "w", newline="") as f:
         w = csv.writer(f)
