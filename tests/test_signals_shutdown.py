@@ -208,3 +208,71 @@ def test_a_module_exiting_at_import_is_one_line_exit_2_through_mpirun(mpirun, mo
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert len(ours) == 1 and "importing 'import_exits' called sys.exit(3)" in ours[0], proc.stderr
     assert "Traceback" not in proc.stderr and not proc.stdout
+
+
+# Issue 31, class 2: a signal while a --problem factory runs stopped the process only when
+# the factory returned (27 s later for a 30 s factory). The factory here takes 60 s; the
+# process must be gone well before (nothing ran, nothing to save): one line, 128 + signal,
+# or 75 when resuming (its checkpoint stands).
+VERY_SLOW = ["--problem", "factories:very_slow", "--k", "2", "--algorithm", "teleportation",
+             "--rounds", "100", "--progress", "off"]
+
+
+def _stopped_before_round_0(status, err, sig, want=None):
+    lines = [line for line in err.strip().splitlines() if "mpi_teleport" in line]
+    assert status == (want or 128 + sig), err[-2000:]
+    assert len(lines) == 1 and f"stopped by {signal.Signals(sig).name} before round" in lines[0] \
+        and "(during the set-up): nothing ran" in lines[0], err[-2000:]
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT],
+                         ids=["SIGTERM", "SIGUSR1", "SIGINT"])
+def test_a_signal_stops_a_slow_factory_at_once_simulator(tmp_path, sig):
+    proc = _start_sim(["--nodes", "4", *VERY_SLOW], tmp_path)
+    try:
+        time.sleep(3)  # inside the factory's 60 s
+        start = time.monotonic()
+        proc.send_signal(sig)
+        status, err = _wait(proc, timeout=40)
+        assert time.monotonic() - start < 30, "waited for the factory"
+    finally:
+        proc.kill()
+    _stopped_before_round_0(status, err, sig)
+
+
+def test_a_signal_stops_a_slow_factory_of_a_resumed_run_with_75(tmp_path):
+    out = tmp_path / "run"
+    first = subprocess.run([sys.executable, "-m", "mpi_teleport.sim", "--nodes", "4",
+                            *VERY_SLOW, "--rounds", "10", "--checkpoint-every", "5", "--out",
+                            str(out)], cwd=tmp_path, env=dict(_env(), FACTORY_SLEEP="0"),
+                           capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    before = checkpoint.locate(out)
+    proc = _start_sim(["--resume", str(out), "--rounds", "20"], tmp_path)
+    try:
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        status, err = _wait(proc, timeout=40)
+    finally:
+        proc.kill()
+    _stopped_before_round_0(status, err, signal.SIGTERM, want=75)
+    assert f"continue with --resume {out}" in err and checkpoint.locate(out) == before
+
+
+@pytest.mark.parametrize("to", ["every rank", "the launcher (SIGUSR1)"])
+def test_a_signal_stops_a_slow_factory_at_once_mpi(tmp_path, monkeypatch, to):
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])  # the factory's module
+    proc = start_mpi(3, ["-m", "mpi_teleport.run", *VERY_SLOW], tmp_path, this_venv_impl())
+    sig = signal.SIGUSR1 if "launcher" in to else signal.SIGTERM
+    try:
+        pids = rank_pids(proc, 3)
+        time.sleep(3)
+        start = time.monotonic()
+        for pid in ([proc.pid] if "launcher" in to else pids):  # (mpirun forwards SIGUSR1)
+            os.kill(pid, sig)
+        status, err = finish(proc, tmp_path, timeout=45)
+        assert time.monotonic() - start < 30, "waited for the factory"
+    finally:
+        kill_job(proc)
+    _stopped_before_round_0(status, err, sig)
