@@ -13,7 +13,8 @@ can never run silently wrong or hang.
 and SIGUSR1 (``#SBATCH --signal=B:USR1@60`` forwarded by the job scripts, or ``kill
 -USR1``) only set a flag (:class:`Terminator`; idempotent, so the double SIGTERM of
 ``srun`` is harmless; once the ranks have agreed to stop, further signals are absorbed
-until the process exits, see :meth:`Terminator.commit`). The ranks agree on the flag by an Allreduce(MAX) of one integer at
+until the process exits, see :meth:`Terminator.commit`; during the set-up, building the
+problem is cut short at once, see :func:`interruptible`). The ranks agree on the flag by an Allreduce(MAX) of one integer at
 each logging round and each checkpoint round, where a collective happens anyway; then
 every rank stops at the same round, the run writes a final checkpoint (if it has a
 checkpoint directory), rank 0 prints one line, and every rank exits with status 75
