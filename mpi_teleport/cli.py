@@ -61,6 +61,23 @@ def fail(prog: str, message: str, show: bool = True) -> int:
     return EXIT_USAGE
 
 
+def stopped_in_setup(cfg, algorithm: str, k, signum: int, terminator=None):
+    """The :class:`Terminated` of a run whose set-up a signal interrupted (every process
+    alike): nothing ran, so nothing is written; a resumed run's checkpoint still stands
+    (status 75, resume it again), else status 128 + the signal. The stop is final."""
+    from pathlib import Path
+
+    from . import preflight
+    from .signals import Terminated
+
+    if terminator is not None:
+        terminator.commit()
+    plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None
+    resumed = plan is not None and plan.manifest is not None
+    return Terminated(signum, plan.start if resumed else 0, plan.source if resumed else None,
+                      cfg.out if cfg.out is None else Path(cfg.out), before_start=True)
+
+
 # ----------------------------------------------------------------------------- config -> run
 def run_spec(cfg, algorithm: str, k):
     """The RunSpec of one run a Config asks for (``k`` 'auto': Algorithm 2)."""

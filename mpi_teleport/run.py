@@ -33,15 +33,20 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
     """One run over the communicator; rank 0 writes the files and returns the summary.
     A problem that cannot be built on some rank (node-local data missing, no GPU) stops
     every rank with one line: the ranks agree on it before anything else."""
-    problem, error = None, None
+    problem, error, stopped = None, None, 0
     local = transport.local_rank() if needs_local_rank(cfg) else 0  # collective: before failing
     try:
-        problem = make_problem(cfg, local, local_nodes=[transport.rank])  # its data only
+        with signals.interruptible():  # (a slow factory: a signal need not wait for it)
+            problem = make_problem(cfg, local, local_nodes=[transport.rank])  # its data only
     except (UsageError, DatasetMissingError) as exc:
         error = str(exc)
-    refused = signals.agree_on_error(transport, error)
+    except signals.SetupInterrupted as stop:
+        stopped = stop.signum
+    refused, stopped = signals.agree_on_error(transport, error, stopped)
     if refused:
         raise UsageError(refused)
+    if stopped:  # (every rank: a rank not signalled stops with the others)
+        raise cli.stopped_in_setup(cfg, algorithm, k, stopped, terminator)
     root = transport.rank == 0
     # (elastic: every rank knows the directory, so that the lowest survivor can take over)
     files = RunFiles(report.out_dir(cfg, algorithm) if root or cfg.elastic else None, writes=root)

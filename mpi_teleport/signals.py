@@ -13,7 +13,8 @@ can never run silently wrong or hang.
 and SIGUSR1 (``#SBATCH --signal=B:USR1@60`` forwarded by the job scripts, or ``kill
 -USR1``) only set a flag (:class:`Terminator`; idempotent, so the double SIGTERM of
 ``srun`` is harmless; once the ranks have agreed to stop, further signals are absorbed
-until the process exits, see :meth:`Terminator.commit`). The ranks agree on the flag by an Allreduce(MAX) of one integer at
+until the process exits, see :meth:`Terminator.commit`; during the set-up, building the
+problem is cut short at once, see :func:`interruptible`). The ranks agree on the flag by an Allreduce(MAX) of one integer at
 each logging round and each checkpoint round, where a collective happens anyway; then
 every rank stops at the same round, the run writes a final checkpoint (if it has a
 checkpoint directory), rank 0 prints one line, and every rank exits with status 75
@@ -30,6 +31,7 @@ also says so, since the stop may take up to a logging round.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -56,6 +58,36 @@ def pending() -> int:
     return _installed[-1].signum if _installed else 0
 
 
+class SetupInterrupted(BaseException):
+    """Raised by the signal handler inside :func:`interruptible` set-up work (a user's
+    problem factory, data loading): nothing has run, so nothing needs saving, and the
+    process need not wait for that work to return. A BaseException, so that the user's
+    ``except Exception`` cannot swallow it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def interruptible():
+    """Around set-up work that has nothing to checkpoint and may take long in code that
+    cannot poll :func:`pending` (a ``--problem module:function`` factory, loading a data
+    set): a signal (or one already caught) raises :class:`SetupInterrupted` at once
+    instead of only setting the flag. Nothing when no :class:`Terminator` is installed."""
+    term = _installed[-1] if _installed else None
+    if term is None:
+        yield
+        return
+    if term.signum:
+        raise SetupInterrupted(term.signum)
+    term._interruptible = True
+    try:
+        yield
+    finally:
+        term._interruptible = False
+
+
 def exit_status(exc: Terminated) -> int:
     """75 when a checkpoint was written (requeue and resume), else 128 + the signal."""
     return EXIT_CHECKPOINTED if exc.checkpoint is not None else 128 + exc.signum
@@ -73,6 +105,7 @@ class Terminator:
         self._interrupts = 0
         self._old: dict = {}
         self.committed = False
+        self._interruptible = False  # inside interruptible() set-up work
 
     def commit(self) -> None:
         """The processes agreed to stop: from now on (the final checkpoint, the one line,
@@ -97,11 +130,14 @@ class Terminator:
             self._interrupts += 1
             if self._interrupts > 1:
                 self._stop_now()
-            if os.isatty(2):  # someone at a terminal: say why nothing happens yet
+            if os.isatty(2) and not self._interruptible:  # at a terminal: why nothing happens yet
                 _say(f"{self.prog}: Ctrl-C: stopping at the next logging or checkpoint round "
                      "(Ctrl-C again: stop at once, without a final checkpoint)")
         if not self.signum:
             self.signum = signum
+        if self._interruptible:  # set-up work with nothing to save: stop it now
+            self._interruptible = False
+            raise SetupInterrupted(self.signum)
 
     def _stop_now(self, *_) -> None:
         """One line, then die of SIGINT as an uncaught Ctrl-C would (the shell sees 130,
@@ -222,10 +258,12 @@ def agree_on_start(transport, cfg, error: str | None) -> str | None:
     return None
 
 
-def agree_on_error(transport, error: str | None) -> str | None:
-    """One allgather: the message every rank must stop with when any rank met an error
-    (data or device missing on one node only, say), else None. A collective."""
-    return _first_error(transport.allgather(error))
+def agree_on_error(transport, error: str | None, signum: int = 0) -> tuple[str | None, int]:
+    """One allgather: (the message every rank must stop with when any rank met an error
+    (data or device missing on one node only, say), else None; the first signal any rank
+    stopped its set-up for, else 0). A collective."""
+    everyone = transport.allgather((error, signum))
+    return _first_error([e for e, _ in everyone]), max(s for _, s in everyone)
 
 
 from .collective import first_error as _first_error, ranks_text as _ranks  # noqa: E402,F401

@@ -30,7 +30,11 @@ def simulate(cfg, algorithm: str, k, files: RunFiles, progress: Progress | None 
     keep_freed_memory()
     if k == "auto" and terminator is not None:
         terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
-    problem = make_problem(cfg)
+    try:
+        with signals.interruptible():  # (a slow factory: a signal need not wait for it)
+            problem = make_problem(cfg)
+    except signals.SetupInterrupted as stop:
+        raise cli.stopped_in_setup(cfg, algorithm, k, stop.signum, terminator) from None
     return cli.run_config(cfg, algorithm, k, files=files, progress=progress,
                           terminator=terminator, problem=problem)
 

@@ -80,6 +80,15 @@ def pytest_collection_finish(session):
         module.start_early(session.config, items)
 
 
+def pytest_sessionfinish(session):
+    """A test module with a ``session_finish(session)`` function stops there what it
+    started for the session (tests/test_jobs_slurm.py: the local SLURM daemons, when the
+    session started them), so the suite leaves nothing running behind it."""
+    for module in {getattr(item, "module", None) for item in getattr(session, "items", ())}:
+        if module is not None and hasattr(module, "session_finish"):
+            module.session_finish(session)
+
+
 def implementations_for(node) -> list[str]:
     """The MPI implementations a test runs under: every one for the MPI tier (or with
     MPI_TELEPORT_TEST_MPICH=all), else this venv's only."""

@@ -28,3 +28,15 @@ def test_api_refusals_under_mpirun_end_every_rank_alike(tmp_path, mpirun):
         messages = {line.split(": ", 1)[1] for line in lines}
         assert len(messages) == 1, messages
         assert says in messages.pop()
+
+
+def test_one_directory_for_both_and_checkpoints_kept_apart_under_mpirun(tmp_path, mpirun):
+    """Issue 31: out == checkpoint_dir was refused naming the run's own pid (class 6); a
+    resume of checkpoints kept apart wrote its new ones into out/checkpoints (class 7)."""
+    from mpi_teleport import checkpoint
+
+    proc = mpirun(3, [SCRIPT, "places", str(tmp_path)], timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert checkpoint.newest(tmp_path / "both")[1]["round"] == 8
+    assert checkpoint.newest(tmp_path / "ck")[1]["round"] == 8
+    assert not (tmp_path / "files" / "checkpoints").exists()

@@ -300,3 +300,33 @@ def test_design_pointers_name_existing_sections():
             assert m.group(2) in sections, f"{where}: DESIGN.md has no section {m.group(2)}"
             pointers += 1
     assert pointers >= 8
+
+
+@pytest.mark.parametrize("found_running", [False, True], ids=["started here", "found running"])
+def test_the_suite_stops_the_slurm_it_started(monkeypatch, found_running):
+    """Issue 31, class 10: the README's command (not only .ci/run) stops the local SLURM
+    daemons a test session started (tests/test_jobs_slurm.py, conftest's
+    pytest_sessionfinish), and leaves running a SLURM it found running."""
+    import subprocess
+
+    import test_jobs_slurm as slurm
+
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(cmd[-1])
+        code = 0 if cmd[-1] != "status" or found_running else 1
+        return subprocess.CompletedProcess(cmd, code, "SLURM_CONF=/etc/slurm/x.conf\n", "")
+
+    monkeypatch.setattr(slurm.subprocess, "run", run)
+    monkeypatch.setattr(slurm, "STARTED_BY_THIS_SESSION", [])
+    assert slurm._start_slurm()["env"]["SLURM_CONF"] == "/etc/slurm/x.conf"
+    import types
+
+    import conftest
+    import test_jobs_figure4
+
+    session = types.SimpleNamespace(items=[types.SimpleNamespace(module=m) for m in (
+        slurm, test_jobs_figure4, slurm)])
+    conftest.pytest_sessionfinish(session)  # (two modules use it: stopped once)
+    assert calls == ["status", "start"] + ([] if found_running else ["stop"])

@@ -17,7 +17,7 @@ from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 import subprocess
 
-from test_jobs_slurm import Job, _start_slurm
+from test_jobs_slurm import Job, _start_slurm, session_finish  # noqa: F401  (stops the SLURM this session started)
 from helpers import ROOT, without_time
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1500)]

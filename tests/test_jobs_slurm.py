@@ -36,9 +36,27 @@ LIMIT_ARGS = (f"--algorithm teleportation --k 2 --rounds {LIMIT_ROUNDS} --log-ev
               "--momentum 0.5 --seed 11")
 
 
+# Whether this test session started the local SLURM (munged, slurmctld, slurmd): then the
+# session stops it at its end (session_finish, called by tests/conftest.py), so that the
+# README's test command leaves no daemons behind; SLURM found running (.ci/run starts it
+# first, or another session uses it) is left running.
+STARTED_BY_THIS_SESSION: list = []
+
+
+def _slurm_up() -> bool:
+    try:
+        return subprocess.run(["bash", "jobs/local-cluster.sh", "status"], cwd=ROOT,
+                              capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 def _start_slurm() -> dict:
     if os.name != "posix":
         pytest.skip("SLURM tests need Linux")
+    was_up = _slurm_up()
+    if not was_up:  # (noted first: a start that fails half-way leaves daemons too)
+        STARTED_BY_THIS_SESSION.append(True)
     try:
         proc = subprocess.run(["bash", "jobs/local-cluster.sh", "start"], cwd=ROOT,
                               capture_output=True, text=True, timeout=600)
@@ -149,9 +167,7 @@ def start_early(config, items) -> None:
                                             for item in items):
         return
     try:
-        up = subprocess.run(["bash", "jobs/local-cluster.sh", "status"], cwd=ROOT,
-                            capture_output=True, timeout=60).returncode == 0
-        if not up:
+        if not _slurm_up():
             return
         info = _start_slurm()  # (already up: returns at once with its SLURM_CONF)
     except (OSError, subprocess.SubprocessError, pytest.skip.Exception):
@@ -169,6 +185,19 @@ def start_early(config, items) -> None:
         job = quick_job(name, info, base)
         if job is not None:
             EARLY[name] = job
+
+
+def session_finish(session) -> None:
+    """At the end of the test session (tests/conftest.py): stop the local SLURM if this
+    session started it. What the suite starts, the suite stops."""
+    if not STARTED_BY_THIS_SESSION:
+        return
+    STARTED_BY_THIS_SESSION.clear()
+    try:
+        subprocess.run(["bash", "jobs/local-cluster.sh", "stop"], cwd=ROOT, capture_output=True,
+                       timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        pass
 
 
 def quick_job(name: str, info: dict, base: Path) -> "Job | None":
@@ -198,7 +227,8 @@ def cluster(tmp_path_factory):
     yield jobs
     for job in jobs.values():
         job.cancel()
-    # SLURM stays up (other sessions may be using it); .ci/run stops what it started.
+    # (SLURM stays up for the session's other SLURM tests; session_finish stops it at the
+    # session's end if this session started it; .ci/run stops what it started itself)
 
 
 def numbers(path):

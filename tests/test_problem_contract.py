@@ -263,6 +263,12 @@ def test_a_non_communicator_is_one_line(comm, words):
 
 
 # ----------------------------------------------------------------------------- TorchProblem
+def _per_sample_loss(out, target):
+    import torch
+
+    return torch.nn.functional.cross_entropy(out, target, reduction="none")
+
+
 def _torch_case(**kw):
     torch = pytest.importorskip("torch")
     from mpi_teleport.problems.torch_problem import TorchProblem
@@ -287,6 +293,20 @@ def _torch_case(**kw):
     ({"test": lambda X, y: (X[:40, :3], y[:40])}, ["test set", "model cannot take", "(3,)"]),
     ({"train": lambda X, y: (X[:, :3], y)}, ["train set", "model cannot take"]),
     ({"device": "nonsense"}, ["device='nonsense'", "not a torch device"]),
+    # the losses' contract (issue 31, class 4; before: a traceback inside the first round,
+    # "grad can be implicitly created only for scalar outputs", or at the first evaluation)
+    ({"loss": lambda X, y: _per_sample_loss}, ["loss(output, target) returned a tensor of "
+                                              "shape (2,)", "scalar tensor"]),
+    ({"loss": lambda X, y: lambda out, target: None}, ["loss(output, target) returned None"]),
+    ({"loss": lambda X, y: lambda out, target: 0.5}, ["loss(output, target) returned float"]),
+    ({"loss": lambda X, y: lambda out, target: out.nosuch},
+     ["loss(output, target) raised AttributeError", "make it take the model's output"]),
+    ({"eval_loss": lambda X, y: _per_sample_loss}, ["eval_loss(output, target) returned a "
+                                                   "tensor of shape (2,)"]),
+    ({"train": lambda X, y: (X, y.astype(np.float32)),
+      "partition": lambda X, y: [list(range(i, 120, 4)) for i in range(4)], "test": None},
+     ["the default loss of task 'regression' (mean squared error) raised ValueError",
+      "target of shape (2,) and dtype float32", "give integer class labels for classification"]),
 ])
 def test_torch_problem_bad_inputs_are_one_line(kw, words):
     with pytest.raises(UsageError) as info:

@@ -75,3 +75,63 @@ def check_first_batch(model, device, sets: dict, classes_from_outputs: bool) -> 
                                      f"model's {classes} outputs; found label {top}")
     finally:
         model.train(training)
+
+
+def check_losses(model, device, train, task: str, losses: dict, target_of) -> None:
+    """Call each loss of ``losses`` (name -> ``fn(output, target)``, None: the default
+    of ``task``) on the model's output for the first two training samples (eval mode, no
+    gradient: nothing changes) and refuse, in one line naming the loss, one that raises
+    or returns anything but one number (a scalar tensor): torch would say so only inside
+    a round (``grad can be implicitly created only for scalar outputs``) or at the first
+    evaluation. ``target_of``: the labels as the loss receives them."""
+    import torch
+
+    if train is None or len(train) == 0:
+        return
+    training = model.training
+    model.eval()
+    try:
+        xb, yb = train.take(np.arange(min(2, len(train))))
+        with torch.no_grad():
+            out = call_model(model, to_device(xb, device))
+            target = target_of(yb.to(out.device) if hasattr(yb, "to") else yb)
+            for name, fn in losses.items():
+                _check_loss(name, fn, out, target, task)
+    finally:
+        model.train(training)
+
+
+def _check_loss(name: str, fn, out, target, task: str) -> None:
+    import torch
+
+    own = fn is not None
+    if fn is None:
+        from .torch_metrics import default_loss
+
+        fn = default_loss(task)
+    default_names = {"cross_entropy": "cross-entropy", "_mse": "mean squared error",
+                     "binary_cross_entropy_with_logits": "binary cross-entropy on logits"}
+    called = (f"{name}(output, target)" if own else f"the default loss of task {task!r} "
+              f"({default_names.get(getattr(fn, '__name__', ''), 'loss')})")
+    shapes = (f"output of shape {tuple(getattr(out, 'shape', ()))}, target of shape "
+              f"{tuple(getattr(target, 'shape', ()))} and dtype "
+              f"{str(getattr(target, 'dtype', '?')).replace('torch.', '')}")
+    try:
+        value = fn(out, target)
+    except Exception as exc:  # noqa: BLE001  (torch's message, in one line)
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        hint = (f"give the model one output per class and integer class labels, or pass "
+                f"loss= for these targets" if not own else
+                f"make it take the model's output and the targets")
+        if task == "regression" and not own:
+            hint = ("the targets are not integer class labels, so the task is regression "
+                    "(mean squared error against the model's output): give integer class "
+                    "labels for classification, or task= and loss= for these targets")
+        raise UsageError(f"{called} raised {type(exc).__name__}: {text} on the first "
+                         f"training samples ({shapes}); {hint}") from None
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        got = (f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor)
+               else type(value).__name__ if value is not None else "None")
+        raise UsageError(f"{called} returned {got} on the first training samples; it must "
+                         f"return the batch's loss as one number, a scalar tensor (e.g. "
+                         f"reduction='mean')")

@@ -153,10 +153,16 @@ def default_loss(task: str):
 
 
 def _mse(output, target):
-    """Mean squared error; a (B, 1) output against (B,) targets is compared row by row."""
+    """Mean squared error; a (B, 1) output against (B,) targets is compared row by row.
+    Outputs and targets of different sizes are refused: torch would broadcast them (a
+    (B, C) output against (B,) float labels, classification labels given as floats) and
+    train on a loss no one meant."""
     from torch.nn import functional as F
 
-    if output.shape != target.shape and output.numel() == target.numel():
+    if output.shape != target.shape:
+        if output.numel() != target.numel():
+            raise ValueError(f"the model's output of shape {tuple(output.shape)} does not match "
+                             f"the targets of shape {tuple(target.shape)}")
         output = output.reshape(target.shape)
     return F.mse_loss(output, target)
 

@@ -24,7 +24,7 @@ from . import torch_evaluation as te
 from . import torch_metrics as tm
 from .keyed_random import KeyedGlobals, augment_generator
 from .torch_data import call_model, to_device
-from .torch_checks import check_first_batch, usable_device
+from .torch_checks import check_first_batch, check_losses, usable_device
 from .torch_metrics import EvalMetric
 from .torch_options import (build, check_token, non_negative, positive_int, regularise,
                             TorchSettings)
@@ -239,6 +239,10 @@ class TorchProblem:
         with self.torch_settings:  # inputs and labels the model cannot take: one line
             check_first_batch(self.model, self.device, {"train": self._train, **self._sets},
                               self.task == "classification" and loss is None)
+            # (eval_loss: only the user's; the default evaluation loss is the training one)
+            check_losses(self.model, self.device, self._train, self.task,
+                         {"loss": loss, **({"eval_loss": eval_loss} if eval_loss else {})},
+                         self._target)
 
     # ---------------------------------------------------------------- sizes
     @property

@@ -3,11 +3,11 @@ state, then makes a second call on the same communicator (tests/test_api_collect
 
     mpirun -n N python tests/scripts/api_refusals.py FAULT
 
-FAULT: topology-late (a topology function invalid in rounds 5-7),
-topology-start (one that returns strings), lr-late (a step-size function that turns
-negative at rounds 5-7), search-topology-late (the topology in Algorithm 2's phase 2,
-rounds 17-19). Every
-rank prints ``rank R refused: <message>`` and then ``rank R second call: k=K``; with
+FAULT (or ``all``: each in turn, in one job): topology-late (a topology function invalid
+in rounds 5-7), topology-start (one that returns strings), lr-late (a step-size function
+that turns negative in rounds 5-7), search-topology-late (the topology in Algorithm 2's
+phase 2, rounds 17-19). Every rank prints ``rank R FAULT refused: <message>``, then makes
+a valid call on the same communicator and prints ``rank R FAULT second call: k=K``. With
 ``sim=N`` the simulator of N nodes runs (comm=None) instead, for comparison (issue 31,
 classes 4 and 5)."""
 import sys
@@ -48,17 +48,17 @@ def words(k, t):
 
 
 args = dict(nodes=nodes, rounds=12, lr=0.1, log_every=4, comm=run_comm)
-try:
-    if fault == "topology-late":
-        mt.teleportation(Mean(), k=2, topology=late_ring, **args)
-    elif fault == "topology-start":
-        mt.teleportation(Mean(), k=2, topology=words, **args)
-    elif fault == "lr-late":
-        mt.teleportation(Mean(), k=2, **{**args, "lr": lambda t: -0.1 if 5 <= t < 8 else 0.1})
-    elif fault == "search-topology-late":
-        mt.search_k(Mean(), topology=lambda k, t: late_ring(k, t - 12), **args)
-    print(f"rank {rank} ran", flush=True)
-except mt.UsageError as exc:
-    print(f"rank {rank} refused: {exc}", flush=True)
-result = mt.teleportation(Mean(), k=2, **args)
-print(f"rank {rank} second call: k={result.k}", flush=True)
+CALLS = {
+    "topology-late": lambda: mt.teleportation(Mean(), k=2, topology=late_ring, **args),
+    "topology-start": lambda: mt.teleportation(Mean(), k=2, topology=words, **args),
+    "lr-late": lambda: mt.teleportation(Mean(), k=2, **{**args, "lr": lambda t: -0.1 if 5 <= t < 8 else 0.1}),
+    "search-topology-late": lambda: mt.search_k(Mean(), topology=lambda k, t: late_ring(k, t - 12), **args),
+}
+for name in (CALLS if fault == "all" else [fault]):
+    try:
+        CALLS[name]()
+        print(f"rank {rank} {name} ran", flush=True)
+    except mt.UsageError as exc:
+        print(f"rank {rank} {name} refused: {exc}", flush=True)
+    result = mt.teleportation(Mean(), k=2, **args)
+    print(f"rank {rank} {name} second call: k={result.k}", flush=True)

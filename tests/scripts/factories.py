@@ -1,6 +1,8 @@
 """``--problem factories:NAME`` problem factories for tests (tests/scripts on PYTHONPATH):
-``slow`` takes 4 s to build the quadratic problem, ``exits`` calls sys.exit(0),
+``slow`` takes 4 s to build the quadratic problem, ``very_slow`` 60 s, ``exits`` calls
+sys.exit(0),
 ``torch_without_validation`` is a TorchProblem without a validation set."""
+import os
 import sys
 import time
 
@@ -9,6 +11,13 @@ from mpi_teleport.problems.quadratic import quadratic
 
 def slow(nodes, seed):
     time.sleep(4.0)
+    return quadratic(nodes, seed=seed)
+
+
+def very_slow(nodes, seed):
+    """60 s (or $FACTORY_SLEEP) in Python code that cannot poll for signals (a large data
+    set loading)."""
+    time.sleep(float(os.environ.get("FACTORY_SLEEP", "60")))
     return quadratic(nodes, seed=seed)
 
 
