@@ -95,5 +95,7 @@ def test_errors_is_a_leaf_and_config_is_pure():
 def test_torch_only_on_the_network_paths():
     torch_users = {name for name, (_, outside) in graph().items() if "torch" in outside}
     assert all(name.startswith(("mpi_teleport.problems", "mpi_teleport.examples"))
-               or name in ("mpi_teleport.backends.device", "mpi_teleport.loggers")
-               for name in torch_users), torch_users  # (loggers: TensorBoardWriter only)
+               or name in ("mpi_teleport.backends.device", "mpi_teleport.loggers",
+                           "mpi_teleport.optimizers")
+               for name in torch_users), torch_users  # (loggers: TensorBoardWriter only;
+    # optimizers: reads a torch optimizer's hyperparameters when optimizer= is given)

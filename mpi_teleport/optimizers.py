@@ -1,0 +1,152 @@
+"""Optimizers beyond SGD, given as PyTorch users give them, whose state travels with the
+token (mpi_teleport/DESIGN.md §2.6).
+
+``optimizer=`` takes ``torch.optim.Adam``, ``torch.optim.AdamW`` or ``torch.optim.SGD`` as
+the class, a factory with its keywords (``functools.partial(torch.optim.AdamW, lr=1e-3,
+weight_decay=0.05)``, a lambda over the parameters) or an instance a plain script built
+(``torch.optim.AdamW(model.parameters(), lr=1e-3)``). Its hyperparameters are read once
+(:func:`from_torch`); the package never steps a torch optimizer. SGD becomes the
+momentum (heavy-ball or Nesterov) the algorithms already carry; Adam and AdamW become
+:class:`Adam`, a step rule whose per-token state (first and second moments, 2 d values)
+travels with the token exactly as momentum does: from holder to holder along the
+token's self-edge, never averaged by gossip, kept in place for DSGD's replicas, and
+checkpointed with x. The step count is a pure function of the round (every token takes
+one step per round: step t + 1 at round t), so a resumed run needs nothing more.
+
+:func:`adam_step` is element-wise in the token's dtype (scalars rounded to it once), so a
+rank stepping its one row and the simulator stepping k rows compute the same bits.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import UsageError
+
+__all__ = ["Adam", "from_torch", "adam_step"]
+
+
+@dataclass(frozen=True)
+class Adam:
+    """Adam (``decoupled=False``: L2 weight decay added to the gradient) or AdamW
+    (``decoupled=True``: the parameters shrink by ``lr * weight_decay`` each step), as
+    ``torch.optim.Adam``/``AdamW`` compute them. ``trainable``: decay applies to the
+    first ``trainable`` entries of a token (a TorchProblem's parameters, not its
+    normalisation buffers); None: to all."""
+
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    decoupled: bool = False
+    trainable: int | None = None
+
+    slots = 2  # state vectors per token: first and second moments
+
+    @property
+    def name(self) -> str:
+        return "AdamW" if self.decoupled else "Adam"
+
+    def describe(self) -> str:
+        """For manifests and the start-up agreement (trainable slots are the problem's)."""
+        return (f"{self.name}(betas=({float(self.betas[0])!r}, {float(self.betas[1])!r}), "
+                f"eps={float(self.eps)!r}, weight_decay={float(self.weight_decay)!r})")
+
+
+def adam_step(rule: Adam, g: np.ndarray, x: np.ndarray, v: np.ndarray, lr: float,
+              step: int) -> None:
+    """y = x - Adam's update, written over ``g`` (the gradient rows, ``out`` of the local
+    step); ``v`` (rows of 2 d: first moments, then second moments) updated in place.
+    ``step``: the token's step count, 1 at its first step. torch's formulas::
+
+        g += wd x                          (Adam; AdamW instead shrinks x by 1 - lr wd)
+        m += (1 - b1) (g - m)              (torch's lerp)
+        s = b2 s + (1 - b2) g g
+        y = x - (lr / (1 - b1^step)) m / (sqrt(s) / sqrt(1 - b2^step) + eps)
+    """
+    dt = g.dtype.type
+    d = g.shape[-1]
+    m, s = v[..., :d], v[..., d:]
+    b1, b2 = float(rule.betas[0]), float(rule.betas[1])
+    n = d if rule.trainable is None else min(int(rule.trainable), d)
+    wd = float(rule.weight_decay)
+    if wd and not rule.decoupled:
+        g[..., :n] += dt(wd) * x[..., :n]
+    m += (g - m) * dt(1.0 - b1)
+    s *= dt(b2)
+    s += (g * g) * dt(1.0 - b2)
+    step_size = lr / (1.0 - b1 ** step)
+    denom = np.sqrt(s)
+    denom /= dt(math.sqrt(1.0 - b2 ** step))
+    denom += dt(rule.eps)
+    update = m / denom
+    update *= dt(step_size)
+    if wd and rule.decoupled:
+        np.multiply(x[..., :n], dt(1.0 - lr * wd), out=g[..., :n])
+        g[..., :n] -= update[..., :n]
+        np.subtract(x[..., n:], update[..., n:], out=g[..., n:])
+    else:
+        np.subtract(x, update, out=g)
+
+
+def from_torch(optimizer, trainable: int | None = None) -> dict:
+    """What ``optimizer=`` (a torch optimizer class, factory or instance) asks for:
+    ``{"lr": its lr, "momentum": float, "nesterov": bool, "rule": Adam or None}``, or a
+    one-line UsageError for what the package does not run."""
+    torch = _torch()
+    opt = _instance(optimizer, torch)
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    if any(g != groups[0] for g in groups[1:]):
+        raise UsageError(f"optimizer={type(opt).__name__}: its parameter groups differ; a token "
+                         "is stepped with one setting (use one group)")
+    h = groups[0]
+    name = type(opt).__name__
+    if h.get("maximize"):
+        raise UsageError(f"optimizer={name}(maximize=True) is not supported: minimise the "
+                         "negated loss")
+    if isinstance(opt, torch.optim.Adam) or isinstance(opt, torch.optim.AdamW):
+        if h.get("amsgrad"):
+            raise UsageError(f"optimizer={name}(amsgrad=True) is not supported; use "
+                             "amsgrad=False")
+        decoupled = isinstance(opt, torch.optim.AdamW) or bool(h.get("decoupled_weight_decay"))
+        rule = Adam(tuple(float(b) for b in h["betas"]), float(h["eps"]),
+                    float(h["weight_decay"]), decoupled, trainable)
+        return {"lr": float(h["lr"]), "momentum": 0.0, "nesterov": False, "rule": rule}
+    if type(opt) is torch.optim.SGD:
+        if h.get("dampening"):
+            raise UsageError("optimizer=SGD(dampening=...) is not supported; use dampening=0")
+        if h.get("weight_decay"):
+            raise UsageError("optimizer=SGD(weight_decay=...): give the L2 term to the problem "
+                             "instead (TorchProblem(weight_decay=...), the same term)")
+        return {"lr": float(h["lr"]), "momentum": float(h["momentum"]),
+                "nesterov": bool(h["nesterov"]), "rule": None}
+    raise UsageError(f"optimizer={name} is not supported: use torch.optim.SGD, Adam or AdamW "
+                     "(class, factory or instance)")
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # pragma: no cover (the nn extra)
+        raise UsageError("optimizer= needs torch (pip install the package's nn extra)") from None
+    return torch
+
+
+def _instance(optimizer, torch):
+    """The optimizer itself, or the one a class or factory builds over a stand-in parameter
+    (only its hyperparameters are read)."""
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return optimizer
+    if not callable(optimizer):
+        raise UsageError(f"optimizer: expected a torch.optim optimizer (class, factory or "
+                         f"instance), got {optimizer!r}")
+    try:
+        built = optimizer([torch.zeros(1, requires_grad=True)])
+    except Exception as exc:  # noqa: BLE001  (the user's factory: say what it did)
+        raise UsageError(f"optimizer: calling it with the parameters raised "
+                         f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(built, torch.optim.Optimizer):
+        raise UsageError(f"optimizer: the factory returned {type(built).__name__}, not a "
+                         "torch.optim optimizer")
+    return built
