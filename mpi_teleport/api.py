@@ -117,7 +117,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         hyperparameters are read once; ``lr`` defaults to its ``lr``. Adam's and AdamW's
         per-parameter state (both moments) travels with the token exactly as momentum
         does, stays with its replica in DSGD and is checkpointed; SGD's ``momentum`` and
-        ``nesterov`` become those keywords (:mod:`mpi_teleport.optimizers`,
+        ``nesterov`` become those keywords (its ``weight_decay`` torch's L2 term) (:mod:`mpi_teleport.optimizers`,
         mpi_teleport/DESIGN.md §2.6). Not with the latency layer or elastic mode.
     momentum : float
         Heavy-ball momentum in [0, 1); it travels with its token.

@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import UsageError
 
-__all__ = ["Adam", "from_torch", "adam_step"]
+__all__ = ["Adam", "SgdDecay", "from_torch", "adam_step", "decay_gradient"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,34 @@ class Adam:
                 f"eps={float(self.eps)!r}, weight_decay={float(self.weight_decay)!r})")
 
 
+@dataclass(frozen=True)
+class SgdDecay:
+    """``torch.optim.SGD(weight_decay=...)``: ``weight_decay * x`` added to the gradient
+    of the first ``trainable`` entries (after any clipping, as torch steps after
+    ``clip_grad_norm_``), then SGD with the run's (heavy-ball or Nesterov) momentum."""
+
+    weight_decay: float
+    momentum: float = 0.0
+    nesterov: bool = False
+    trainable: int | None = None
+
+    name = "SGD"
+
+    @property
+    def slots(self) -> int:
+        return 1 if self.momentum > 0 else 0
+
+    def describe(self) -> str:
+        return (f"SGD(momentum={float(self.momentum)!r}, nesterov={self.nesterov}, "
+                f"weight_decay={float(self.weight_decay)!r})")
+
+
+def decay_gradient(g: np.ndarray, x: np.ndarray, weight_decay: float, trainable) -> None:
+    """g += weight_decay * x on the trainable entries (torch's L2 term), in g's dtype."""
+    n = g.shape[-1] if trainable is None else min(int(trainable), g.shape[-1])
+    g[..., :n] += g.dtype.type(weight_decay) * x[..., :n]
+
+
 def adam_step(rule: Adam, g: np.ndarray, x: np.ndarray, v: np.ndarray, lr: float,
               step: int) -> None:
     """y = x - Adam's update, written over ``g`` (the gradient rows, ``out`` of the local
@@ -72,7 +100,7 @@ def adam_step(rule: Adam, g: np.ndarray, x: np.ndarray, v: np.ndarray, lr: float
     n = d if rule.trainable is None else min(int(rule.trainable), d)
     wd = float(rule.weight_decay)
     if wd and not rule.decoupled:
-        g[..., :n] += dt(wd) * x[..., :n]
+        decay_gradient(g, x, wd, n)
     m += (g - m) * dt(1.0 - b1)
     s *= dt(b2)
     s += (g * g) * dt(1.0 - b2)
@@ -116,11 +144,10 @@ def from_torch(optimizer, trainable: int | None = None) -> dict:
     if type(opt) is torch.optim.SGD:
         if h.get("dampening"):
             raise UsageError("optimizer=SGD(dampening=...) is not supported; use dampening=0")
-        if h.get("weight_decay"):
-            raise UsageError("optimizer=SGD(weight_decay=...): give the L2 term to the problem "
-                             "instead (TorchProblem(weight_decay=...), the same term)")
-        return {"lr": float(h["lr"]), "momentum": float(h["momentum"]),
-                "nesterov": bool(h["nesterov"]), "rule": None}
+        momentum, nesterov = float(h["momentum"]), bool(h["nesterov"])
+        rule = (SgdDecay(float(h["weight_decay"]), momentum, nesterov, trainable)
+                if h.get("weight_decay") else None)
+        return {"lr": float(h["lr"]), "momentum": momentum, "nesterov": nesterov, "rule": rule}
     raise UsageError(f"optimizer={name} is not supported: use torch.optim.SGD, Adam or AdamW "
                      "(class, factory or instance)")
 

@@ -43,7 +43,7 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
 
     problem = with_defaults(problem)
     own_transport, release = None, None
-    if spec.optimizer is not None and latency.active:  # (the oracle sizes state as momentum)
+    if spec.state_slots > 1 and latency.active:  # (the oracle sizes state as momentum)
         raise UsageError(f"optimizer={spec.optimizer.name} does not run under the latency layer "
                          "yet; drop latency=/clock=/compute_time= or use SGD (momentum=)")
     if elastic:
@@ -128,7 +128,7 @@ def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures) 
     if spec.algorithm == "search":
         raise UsageError("elastic mode (--elastic, --fail) runs Teleportation or DSGD, not "
                          "--k auto; choose k")
-    if spec.optimizer is not None:
+    if spec.state_slots > 1:
         raise UsageError(f"elastic mode (elastic=, fail=) runs SGD (with momentum), not "
                          f"optimizer={spec.optimizer.name}")
     if latency.active:

@@ -97,13 +97,21 @@ def test_given_as_class_factory_or_instance():
 @pytest.mark.parametrize("optimizer,words", [
     (torch.optim.Adadelta, "optimizer=Adadelta is not supported: use torch.optim.SGD, Adam or AdamW"),
     (functools.partial(torch.optim.Adam, amsgrad=True), "Adam(amsgrad=True) is not supported"),
-    (functools.partial(torch.optim.SGD, lr=0.1, weight_decay=0.1), "TorchProblem(weight_decay=...)"),
     ("adam", "expected a torch.optim optimizer"),
 ])
 def test_what_is_not_run_is_one_line(optimizer, words):
     with pytest.raises(UsageError) as info:
         mt.dsgd(problem(), nodes=4, rounds=2, optimizer=optimizer)
     assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_sgd_weight_decay_is_torchs_l2_term_on_the_parameters():
+    sgd = functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
+    a = mt.teleportation(problem(bn_net), nodes=4, k=2, rounds=8, log_every=4, optimizer=sgd)
+    b = mt.teleportation(mt.TorchProblem(bn_net, blobs(), nodes=4, seed=1, test=blobs(24, 1),
+                                         batch_size=4, weight_decay=0.01),
+                         nodes=4, k=2, rounds=8, log_every=4, lr=0.1, momentum=0.9, nesterov=True)
+    assert without_time(a.records) == without_time(b.records)
 
 
 def test_other_refusals():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..contract import landed
-from ..optimizers import Adam, adam_step
+from ..optimizers import Adam, SgdDecay, adam_step, decay_gradient
 
 
 # Elements per pass of the element-wise arithmetic. Vectors up to this size are done in
@@ -66,6 +66,9 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
     if g is not out:  # returned, not written: checked and copied into out (contract.landed)
         g = landed(problem, g, out, x)
     d = g.shape[-1]
+    if isinstance(momentum, SgdDecay):  # torch's SGD weight decay, then its momentum
+        decay_gradient(g, x, momentum.weight_decay, momentum.trainable)
+        momentum = Nesterov(momentum.momentum) if momentum.nesterov else momentum.momentum
     if isinstance(momentum, Adam):  # (its state v: 2 d values per row; step t + 1)
         adam_step(momentum, g, x, v, lr, t + 1)
     elif d <= BLOCK:  # one block: the same operations on the whole vectors, no views made
