@@ -6,7 +6,8 @@ the class, a factory with its keywords (``functools.partial(torch.optim.AdamW, l
 weight_decay=0.05)``, a lambda over the parameters) or an instance a plain script built
 (``torch.optim.AdamW(model.parameters(), lr=1e-3)``). Its hyperparameters are read once
 (:func:`from_torch`); the package never steps a torch optimizer. SGD becomes the
-momentum (heavy-ball or Nesterov) the algorithms already carry; Adam and AdamW become
+momentum (heavy-ball or Nesterov) the algorithms already carry (its weight decay:
+:class:`SgdDecay`); Adam and AdamW become
 :class:`Adam`, a step rule whose per-token state (first and second moments, 2 d values)
 travels with the token exactly as momentum does: from holder to holder along the
 token's self-edge, never averaged by gossip, kept in place for DSGD's replicas, and
