@@ -86,6 +86,15 @@ def test_non_finite_through_the_api_says_lr_and_names_the_loss():
                          log_every=5)
 
 
+def test_elastic_refusals_through_the_api_name_keywords():
+    with pytest.raises(UsageError) as info:
+        mt.teleportation(Quadratic(n=4, d=3), nodes=4, k=2, rounds=5, lr=0.1, elastic=True,
+                         latency="const:5", clock="virtual")
+    text = str(info.value)
+    assert "elastic mode (elastic, fail)" in text and "drop latency/clock/compute_time" in text
+    assert "--" not in text
+
+
 def test_non_finite_on_the_command_line_says_dash_dash_lr(capfd):
     code = sim_main(["--nodes", "4", "--k", "2", "--rounds", "50", "--lr", "1e6",
                      "--log-every", "5"])
