@@ -45,7 +45,8 @@ class TorchProblem:
     """A torch model trained over ``nodes`` nodes, each holding its share of the data.
 
     Implements :class:`mpi_teleport.problem.Problem` (with ``validate``, ``after_step``,
-    ``n_train``, ``reached``, ``finite`` and ``describe``); see the module docstring.
+    ``training_metrics``, ``n_train``, ``reached``, ``finite`` and ``describe``); see the
+    module docstring.
 
     Parameters
     ----------
