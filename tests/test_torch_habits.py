@@ -124,6 +124,20 @@ def test_device_is_what_torch_accelerator_knows(monkeypatch):
         device_mod.pick_device("xpu", 0)
 
 
+def test_dropout_on_an_accelerator_draws_from_its_keyed_generator():
+    from types import SimpleNamespace
+
+    from mpi_teleport.problems.torch_problem import device_generators
+
+    fake = SimpleNamespace(xpu=SimpleNamespace(default_generators=["xpu0", "xpu1"],
+                                               current_device=lambda: 1),
+                           mps=SimpleNamespace(_get_default_mps_generator=lambda: "mps"))
+    assert device_generators(fake, torch.device("xpu")) == ["xpu1"]
+    assert device_generators(fake, torch.device("xpu:0")) == ["xpu0"]
+    assert device_generators(fake, torch.device("mps")) == ["mps"]
+    assert device_generators(torch, torch.device("cpu")) == []
+
+
 # ------------------------------------------------------------------ threads
 def test_threads_auto_is_the_hosts_cores_over_the_ranks_there(monkeypatch):
     from mpi_teleport.runner import share_cores
