@@ -123,12 +123,27 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     def where(name):
         return None if values[name] is None else Path(absolute(name, values[name], API))
 
-    out, ck_dir = where("out"), where("checkpoint_dir")
+    out, ck_dir, resume = where("out"), where("checkpoint_dir"), where("resume")
+    if ck_dir is None and resume is not None and spec.algorithm != "search":
+        ck_dir = _continued_dir(resume, spec.algorithm)
     if ck_dir is None and out is not None:
         ck_dir = out / "checkpoints"
     files = _Files(out, ck_dir, values["checkpoint_every"], values["keep_checkpoints"],
-                   where("resume"), progress)
+                   resume, progress)
     return spec, logging, latency, files
+
+
+def _continued_dir(resume: Path, algorithm: str) -> Path | None:
+    """A resume without ``checkpoint_dir`` of a run that kept its checkpoints apart from its
+    files writes the new ones beside those it resumes (:func:`resume.kept_apart`), so the
+    next ``resume=`` from there finds the newest; None otherwise (a checkpoint that cannot
+    be read is reported by the disk check, in its one line)."""
+    try:
+        found = locate(resume, algorithm)
+    except (UsageError, OSError):
+        return None
+    apart = None if found is None else resume_rules.kept_apart(found[0])
+    return None if apart is None else Path(apart)
 
 
 def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _Files) -> dict:

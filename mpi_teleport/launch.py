@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mpi_teleport.parsers import OneLineParser
 from mpi_teleport.mpi_flavor import OPENMPI_OVERSUBSCRIBE, Flavor, find_mpirun, flavor_of_launcher  # noqa: F401
 
 OVERSUBSCRIBE = list(OPENMPI_OVERSUBSCRIBE)  # (Open MPI's; kept for callers of old)
@@ -97,7 +98,7 @@ OWN_VALUED = ("-n", "--ranks", "--mpirun", "--hosts", "--rsh")
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, program = split_program(argv)
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m mpi_teleport.launch",
         description="Run `python -m mpi_teleport.run` under the mpirun beside this Python "
                     "(Open MPI or MPICH/Hydra, with the flags that one needs). Flags after -- "

@@ -60,6 +60,11 @@ class Problem(Protocol):
         Name of that metric (default: ``"validation"`` with ``validate``, else ``metric``).
     validation_higher_is_better : bool
         Default: ``higher_is_better``.
+    validation_unavailable : str or None
+        Why ``validate`` cannot work for this problem, as a hint saying what to pass (a
+        TorchProblem built without a validation set), or None (default). Algorithm 2
+        refuses such a problem at its start in one line, rather than failing at its first
+        logging round.
     n_train : int
         Training samples over all nodes (turns epochs into rounds, with ``batch_size``,
         the samples a node draws per round). Default: None.
@@ -200,6 +205,10 @@ class ProblemWithDefaults:
     @property
     def n_train(self) -> int | None:
         return getattr(self.problem, "n_train", None)
+
+    @property
+    def validation_unavailable(self) -> str | None:
+        return getattr(self.problem, "validation_unavailable", None)
 
     def validate(self, x) -> float:
         if self._has("validate"):

@@ -28,6 +28,7 @@ from .torch_checks import check_first_batch, usable_device
 from .torch_metrics import EvalMetric
 from .torch_options import (build, check_token, non_negative, positive_int, regularise,
                             TorchSettings)
+from .sampling import check_sampling, epoch_batch
 from .subsample import fixed_subsample
 from .torch_sets import TRAIN_EVAL_SAMPLES, node_data
 from .torch_state import ModelState, load_into
@@ -96,6 +97,11 @@ class TorchProblem:
         other partitions.
     batch_size : int
         Samples per node and round.
+    sampling : str
+        How a node draws its batches: ``"replacement"`` (default: each round's batch drawn
+        with replacement, keyed by (seed, node, t)) or ``"epochs"`` (shuffled passes over
+        the node's share, as ``DataLoader(shuffle=True)``; keyed by (seed, node, pass):
+        :mod:`.sampling`).
     weight_decay : float
         L2 penalty: ``weight_decay * w`` added to the trainable parameters' gradient (as
         ``torch.optim.SGD``'s ``weight_decay``). Default 0.
@@ -183,7 +189,8 @@ class TorchProblem:
 
     def __init__(self, model, train, *, nodes: int, seed: int = 0, task: str | None = None,
                  loss=None, eval_loss=None, partition=None, alpha: float | None = None,
-                 batch_size: int = 32, weight_decay: float = 0.0, clip_norm: float | None = None,
+                 batch_size: int = 32, sampling: str = "replacement", weight_decay: float = 0.0,
+                 clip_norm: float | None = None,
                  augment=None, collate_fn=None, metrics=None, metric: str | None = None,
                  test=None, validation=None, validation_fraction: float = 0.0,
                  n_classes: int | None = None, device="cpu", local_nodes=None,
@@ -197,6 +204,8 @@ class TorchProblem:
         self.n, self.seed = positive_int(nodes, "nodes"), int(seed)
         self.batch_size = positive_int(batch_size, "batch_size")
         self.eval_batch_size = positive_int(eval_batch_size, "eval_batch_size")
+        self.sampling = check_sampling(sampling)
+        self._epoch_orders: dict = {}  # node -> (epoch, its shuffled order): a memo, no state
         for name, fn in (("loss", loss), ("eval_loss", eval_loss), ("augment", augment),
                          ("collate_fn", collate_fn)):
             if fn is not None and not callable(fn):
@@ -311,13 +320,28 @@ class TorchProblem:
 
     # ---------------------------------------------------------------- training
     def batch(self, node: int, t: int) -> np.ndarray:
-        """Training-sample indices of ``node``'s mini-batch in round ``t``: keyed by
-        (seed, node, t), drawn with replacement from the node's share."""
+        """Training-sample indices of ``node``'s mini-batch in round ``t``, a pure function
+        of (seed, node, t): drawn with replacement from the node's share
+        (``sampling="replacement"``), or batch ``t mod b`` of the node's shuffled pass
+        number ``t div b`` over its share (``sampling="epochs"``, b = its batches per pass;
+        :func:`epoch_batch`)."""
         return self.parts[node][self._draw(node, t)]
 
     def _draw(self, node: int, t: int) -> np.ndarray:
+        size = len(self.parts[node])
+        if self.sampling == "epochs":
+            return epoch_batch(self._epoch_order, node, t, size, self.batch_size)
         gen = rng.scratch_generator(self.seed, rng.STREAM_BATCH, t, node)
-        return gen.integers(0, len(self.parts[node]), size=self.batch_size)
+        return gen.integers(0, size, size=self.batch_size)
+
+    def _epoch_order(self, node: int, epoch: int, size: int) -> np.ndarray:
+        """Node's shuffled order of its share for one pass, keyed by (seed, node, epoch)."""
+        memo = self._epoch_orders.get(node)
+        if memo is None or memo[0] != epoch:
+            gen = rng.scratch_generator(self.seed, rng.STREAM_EPOCH, epoch, node)
+            memo = (epoch, gen.permutation(size))
+            self._epoch_orders[node] = memo
+        return memo[1]
 
     def gradient(self, nodes, x: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """Mini-batch gradients at the rows of ``x`` (``train()`` mode), one row after
@@ -432,6 +456,16 @@ class TorchProblem:
         metric, pass ``metrics=`` (do not override this: MPI does not call it)."""
         return self.metrics_from_sums(self.evaluation_sums(self.average(x)), x)
 
+    @property
+    def validation_unavailable(self) -> str | None:
+        """Why :meth:`validate` cannot work (no validation set), or None: Algorithm 2
+        refuses the problem at its start with this hint (the Problem contract)."""
+        if "validation" in self._sets:
+            return None
+        return ("the TorchProblem has no validation set: build it with validation=(X, y) or "
+                "validation_fraction=0.1 (Algorithm 2 selects k on held-out data, never on the "
+                "test set)")
+
     def validate(self, x: np.ndarray) -> float:
         """The headline ``metric`` of the averaged model on the validation set:
         Algorithm 2's selection, never on the test set."""
@@ -456,6 +490,7 @@ class TorchProblem:
         frozen = int(sum(p.numel() for p in self.state.layout.frozen))
         return {**facts, "task": self.task, "n_train": self.n_train, "n_params": self.n_params,
                 **({"n_frozen": frozen} if frozen else {}), "evaluated_on": self.evaluated_on,
+                **({"sampling": self.sampling} if self.sampling != "replacement" else {}),
                 "device": str(self.device)}
 
     def __repr__(self) -> str:
