@@ -9,7 +9,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mpi_teleport"
 MPI_ALLOWED = {"mpi_teleport.transport", "mpi_teleport.run", "mpi_teleport.latency.probe",
                "mpi_teleport.mpi_flavor",  # reads the library's version string, no MPI_Init
                "mpi_teleport.examples.logistic", "mpi_teleport.examples.custom_model",
-               "mpi_teleport.examples.ported_script"}  # (entry points: --mpi)
+               "mpi_teleport.examples.ported_script",
+               "mpi_teleport.examples.mnist_port"}  # (entry points: --mpi)
 # Leaf modules: they import nothing of the package.
 LEAVES = {"mpi_teleport.errors"}
 
