@@ -83,6 +83,12 @@ def decay_gradient(g: np.ndarray, x: np.ndarray, weight_decay: float, trainable)
     g[..., :n] += g.dtype.type(weight_decay) * x[..., :n]
 
 
+# Elements per pass of :func:`adam_step` (as algorithms.BLOCK): its temporaries stay a
+# block long (a few MiB however large the model), and each element's operations are
+# those of one pass over the whole vector.
+BLOCK = 1 << 18
+
+
 def adam_step(rule: Adam, g: np.ndarray, x: np.ndarray, v: np.ndarray, lr: float,
               step: int) -> None:
     """y = x - Adam's update, written over ``g`` (the gradient rows, ``out`` of the local
@@ -94,11 +100,18 @@ def adam_step(rule: Adam, g: np.ndarray, x: np.ndarray, v: np.ndarray, lr: float
         s = b2 s + (1 - b2) g g
         y = x - (lr / (1 - b1^step)) m / (sqrt(s) / sqrt(1 - b2^step) + eps)
     """
-    dt = g.dtype.type
     d = g.shape[-1]
-    m, s = v[..., :d], v[..., d:]
-    b1, b2 = float(rule.betas[0]), float(rule.betas[1])
     n = d if rule.trainable is None else min(int(rule.trainable), d)
+    for a in range(0, d, BLOCK):
+        b = min(a + BLOCK, d)
+        _adam_block(rule, g[..., a:b], x[..., a:b], v[..., a:b], v[..., d + a:d + b], lr, step,
+                    max(0, min(n, b) - a))
+
+
+def _adam_block(rule: Adam, g, x, m, s, lr: float, step: int, n: int) -> None:
+    """:func:`adam_step` on one block of columns, its first ``n`` trainable."""
+    dt = g.dtype.type
+    b1, b2 = float(rule.betas[0]), float(rule.betas[1])
     wd = float(rule.weight_decay)
     if wd and not rule.decoupled:
         decay_gradient(g, x, wd, n)

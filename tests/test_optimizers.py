@@ -164,3 +164,20 @@ def test_the_command_line_does_not_resume_an_adam_run(tmp_path, capsys):
     assert sim_main(["--resume", str(tmp_path / "run"), "--rounds", "9"]) == 2
     err = capsys.readouterr().err
     assert "its optimizer is AdamW" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_long_vector_is_stepped_in_blocks_with_the_same_bits(monkeypatch):
+    from mpi_teleport import optimizers
+
+    gen = np.random.default_rng(1)
+    x, g = gen.standard_normal((2, 3, 40)).astype(np.float32)
+    rule = Adam(weight_decay=0.1, decoupled=True, trainable=29)
+    outs = []
+    for block in (40, 7):  # one pass; blocks of 7 (the trainable edge inside a block)
+        monkeypatch.setattr(optimizers, "BLOCK", block)
+        v = np.zeros((3, 80), np.float32)
+        v[:, :40] = 0.5
+        out = g.copy()
+        adam_step(rule, out, x, v, 0.01, 3)
+        outs.append((out, v))
+    assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
