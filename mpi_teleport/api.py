@@ -37,7 +37,7 @@ from typing import Callable
 
 from . import engine
 from .api_checks import run_checked
-from .loop_options import eval_rounds, rounds_for, within_phase
+from .loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
 from .options import Checkpoints, Default, Latency, Records, merge, merge_latency
 from .schedulers import step_size
 from .spec import RunSpec
@@ -46,8 +46,8 @@ __all__ = ["teleportation", "dsgd", "search_k"]
 
 
 def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
-                  lr: float | Callable[[int], float], epochs: float | None = None,
-                  lr_step: str = "epoch",
+                  lr: float | Callable[[int], float] | None = None,
+                  epochs: float | None = None, lr_step: str = "epoch", optimizer=None,
                   topology: str | Callable = "ring", momentum: float = 0.0,
                   nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
                   out: str | Path | None = None,
@@ -109,6 +109,16 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
     topology : str or callable
         ``ring``, ``torus``, ``exp``, ``onepeer-exp``, ``base2``, ``complete``, or a
         function ``(k, t) -> W`` returning a k x k doubly stochastic matrix.
+    optimizer : torch optimizer class, factory or instance, optional
+        As a PyTorch script gives it: ``torch.optim.AdamW`` (the class),
+        ``functools.partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.05)`` (a factory
+        with its keywords) or ``torch.optim.AdamW(model.parameters(), lr=1e-3)`` (the
+        instance a scheduler was built on); SGD, Adam and AdamW are run. Its
+        hyperparameters are read once; ``lr`` defaults to its ``lr``. Adam's and AdamW's
+        per-parameter state (both moments) travels with the token exactly as momentum
+        does, stays with its replica in DSGD and is checkpointed; SGD's ``momentum`` and
+        ``nesterov`` become those keywords (its ``weight_decay`` torch's L2 term) (:mod:`mpi_teleport.optimizers`,
+        mpi_teleport/DESIGN.md §2.6). Not with the latency layer or elastic mode.
     momentum : float
         Heavy-ball momentum in [0, 1); it travels with its token.
     nesterov : bool
@@ -222,8 +232,10 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
     (4, 5)
     """
     rounds = rounds_for(problem, rounds, epochs, k)
+    lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
     lr = step_size(lr, lr_step, problem, k)
-    spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed)
+    spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed,
+                   optimizer=rule)
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, k)
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
                        records=merge(Records, records, log_every=log_every, target=target,
@@ -238,8 +250,8 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
 
 
 def dsgd(problem, *, nodes: int, rounds: int | None = None,
-         lr: float | Callable[[int], float], epochs: float | None = None,
-         lr_step: str = "epoch",
+         lr: float | Callable[[int], float] | None = None,
+         epochs: float | None = None, lr_step: str = "epoch", optimizer=None,
          topology: str | Callable = "ring", momentum: float = 0.0, nesterov: bool = False,
          seed: int = 0, comm=None,
          out: str | Path | None = None,
@@ -275,8 +287,10 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
     8
     """
     rounds = rounds_for(problem, rounds, epochs, nodes)
+    lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
     lr = step_size(lr, lr_step, problem, nodes)
-    spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed)
+    spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed,
+                   optimizer=rule)
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
                        records=merge(Records, records, log_every=log_every, target=target,

@@ -114,7 +114,8 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     check_checkpoints(values, API, search=spec.algorithm == "search")
     spec = RunSpec(spec.algorithm, values["nodes"], k, values["rounds"], values["lr"],
                    momentum_of(values["momentum"], nesterov),
-                   values["topology"], values["variant"], values["seed"], spec.k_select)
+                   values["topology"], values["variant"], values["seed"], spec.k_select,
+                   spec.optimizer)
     logging = Logging(values["log_every"], values["target"], values["stop_at_target"],
                       naming=API, eval_every=values["eval_every"])
     latency = LatencySettings(values["latency"], values["clock"], values["compute_time"])
@@ -165,6 +166,8 @@ def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _F
         record["nesterov"] = True
     if logging.eval_every is not None:  # (likewise; a resume may change it)
         record["eval_every"] = logging.eval_every
+    if spec.optimizer is not None:  # (likewise: a resume with another optimizer is refused)
+        record["optimizer"] = spec.optimizer.describe()
     return record
 
 

@@ -19,6 +19,7 @@ from .errors import UsageError
 from .output import RunFiles
 from .problem import with_defaults
 from .progress import Progress
+from .settings import CLI, Naming
 from .spec import LatencySettings, Logging, RunSpec
 
 
@@ -43,8 +44,12 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
 
     problem = with_defaults(problem)
     own_transport, release = None, None
+    if spec.state_slots > 1 and latency.active:  # (the oracle sizes state as momentum)
+        raise UsageError(f"optimizer={spec.optimizer.name} does not run under the latency layer "
+                         "yet; drop latency=/clock=/compute_time= or use SGD (momentum=)")
     if elastic:
-        check_elastic(spec, latency, transport is not None or comm is not None, failures)
+        check_elastic(spec, latency, transport is not None or comm is not None, failures,
+                      logging.naming)
     if elastic and (transport is not None or comm is not None):
         from .transport import ElasticTransport
 
@@ -120,17 +125,23 @@ def _survivors_meet(transport) -> None:
         pass
 
 
-def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures) -> None:
-    """What elastic mode cannot do, refused with what to do (UsageError)."""
+def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures,
+                  naming: Naming = CLI) -> None:
+    """What elastic mode cannot do, refused with what to do (UsageError), its settings
+    spelt as the entry point spells them (``--elastic`` or ``elastic``)."""
+    n = naming.name
+    mode = f"elastic mode ({n('elastic')}, {n('fail')})"
     if spec.algorithm == "search":
-        raise UsageError("elastic mode (--elastic, --fail) runs Teleportation or DSGD, not "
-                         "--k auto; choose k")
+        raise UsageError(f"{mode} runs Teleportation or DSGD, not "
+                         f"{'--k auto' if naming.cli else 'search_k'}; choose k")
+    if spec.state_slots > 1:
+        raise UsageError(f"{mode} runs SGD (with momentum), not optimizer={spec.optimizer.name}")
     if latency.active:
-        raise UsageError("elastic mode (--elastic, --fail) does not run under the latency "
-                         "layer; drop --latency/--clock/--compute-time")
+        raise UsageError(f"{mode} does not run under the latency layer; drop "
+                         f"{n('latency')}/{n('clock')}/{n('compute_time')}")
     if mpi and failures:
-        raise UsageError("--fail is the simulator's failure plan; under MPI, --elastic "
-                         "detects lost ranks itself")
+        raise UsageError(f"{n('fail')} is the simulator's failure plan; under MPI, "
+                         f"{n('elastic')} detects lost ranks itself")
     if mpi:
         from .transport import ulfm_problem
 

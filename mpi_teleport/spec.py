@@ -39,6 +39,19 @@ class RunSpec:
     variant: str = "overlap"
     seed: int = 0
     k_select: str = "averaged"
+    optimizer: object = None  # an optimizers.Adam step rule; None: SGD with ``momentum``
+
+    @property
+    def state_slots(self) -> int:
+        """d-long state vectors a token carries: 2 for Adam, 1 with momentum, else 0."""
+        if self.optimizer is not None:
+            return self.optimizer.slots
+        return 1 if self.momentum > 0 else 0
+
+    @property
+    def step_rule(self):
+        """What the local step applies: the optimizer's rule, else the momentum."""
+        return self.optimizer if self.optimizer is not None else self.momentum
 
     @property
     def tokens(self) -> int | None:

@@ -86,6 +86,15 @@ def test_non_finite_through_the_api_says_lr_and_names_the_loss():
                          log_every=5)
 
 
+def test_elastic_refusals_through_the_api_name_keywords():
+    with pytest.raises(UsageError) as info:
+        mt.teleportation(Quadratic(n=4, d=3), nodes=4, k=2, rounds=5, lr=0.1, elastic=True,
+                         latency="const:5", clock="virtual")
+    text = str(info.value)
+    assert "elastic mode (elastic, fail)" in text and "drop latency/clock/compute_time" in text
+    assert "--" not in text
+
+
 def test_non_finite_on_the_command_line_says_dash_dash_lr(capfd):
     code = sim_main(["--nodes", "4", "--k", "2", "--rounds", "50", "--lr", "1e6",
                      "--log-every", "5"])
@@ -113,6 +122,20 @@ def test_device_is_what_torch_accelerator_knows(monkeypatch):
     assert device_mod.pick_device("auto", 5) == "mps"
     with pytest.raises(UsageError, match="torch sees no xpu device"):
         device_mod.pick_device("xpu", 0)
+
+
+def test_dropout_on_an_accelerator_draws_from_its_keyed_generator():
+    from types import SimpleNamespace
+
+    from mpi_teleport.problems.torch_problem import device_generators
+
+    fake = SimpleNamespace(xpu=SimpleNamespace(default_generators=["xpu0", "xpu1"],
+                                               current_device=lambda: 1),
+                           mps=SimpleNamespace(_get_default_mps_generator=lambda: "mps"))
+    assert device_generators(fake, torch.device("xpu")) == ["xpu1"]
+    assert device_generators(fake, torch.device("xpu:0")) == ["xpu0"]
+    assert device_generators(fake, torch.device("mps")) == ["mps"]
+    assert device_generators(torch, torch.device("cpu")) == []
 
 
 # ------------------------------------------------------------------ threads

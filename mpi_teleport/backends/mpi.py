@@ -68,6 +68,8 @@ class MpiBackend:
         # Tokens as torch tensors on this device (backends/device.py): the problem's
         # choice (a GPU problem's device) unless given; None keeps them in numpy.
         self.token_device = token_device or getattr(problem, "token_device", None)
+        if spec.optimizer is not None:  # (Adam's step is the host one: tokens stay in numpy)
+            self.token_device = None
         self.rank = transport.rank
         self.root = self.rank == 0
         self.state = None
@@ -134,7 +136,7 @@ class MpiBackend:
 
     def _start_state(self, d: int, dtype) -> None:
         """The token buffers (once per run) and the executor that works on them."""
-        s = self.state = new_state(d, self.spec.momentum > 0, dtype, self.token_device)
+        s = self.state = new_state(d, self.spec.state_slots, dtype, self.token_device)
         if self.compiled:
             self._compiler = CompiledRounds(self.problem, self.spec, self.transport, self.rank,
                                             s, self._overlap)
@@ -231,7 +233,7 @@ class MpiBackend:
             device_step(self.problem, self.rank, s, t, self.spec.lr_at(t), self.spec.momentum)
             return
         local_step(self.problem, self._nodes, s.x[None], None if s.v is None else s.v[None], t,
-                   self.spec.lr_at(t), self.spec.momentum, out=s.y[None])
+                   self.spec.lr_at(t), self.spec.step_rule, out=s.y[None])
 
     # -- what the engine reads (collectives) ------------------------------------------------
     def tokens(self, run: int) -> np.ndarray | None:

@@ -42,11 +42,26 @@ __all__ = ["TorchProblem", "EvalMetric", "load_into", "chunk_slices", "EVAL_BATC
 EVAL_BATCH_SIZE = 250
 
 
+def device_generators(torch, device) -> list:
+    """The accelerator's default generator(s) a forward pass on ``device`` draws from
+    (dropout on a GPU), keyed per row like the CPU's: CUDA's and XPU's per device index,
+    MPS's one; none for the CPU or an accelerator whose generator torch does not expose."""
+    if device.type == "cpu":
+        return []
+    module = getattr(torch, device.type, None)
+    if device.type == "cuda" or getattr(module, "default_generators", None):
+        index = device.index if device.index is not None else module.current_device()
+        return [module.default_generators[index]]  # (CUDA's: filled once it is initialised)
+    get = getattr(module, "_get_default_mps_generator", None) if device.type == "mps" else None
+    return [get()] if get is not None else []
+
+
 class TorchProblem:
     """A torch model trained over ``nodes`` nodes, each holding its share of the data.
 
     Implements :class:`mpi_teleport.problem.Problem` (with ``validate``, ``after_step``,
-    ``n_train``, ``reached``, ``finite`` and ``describe``); see the module docstring.
+    ``training_metrics``, ``n_train``, ``reached``, ``finite`` and ``describe``); see the
+    module docstring.
 
     Parameters
     ----------
@@ -225,10 +240,7 @@ class TorchProblem:
         self._train_stats: dict = {}  # round -> node -> batch loss (and accuracy)
         on = self.device.type != "cpu" if device_tokens is None else bool(device_tokens)
         self.token_device = str(self.device) if on else None  # read by the MPI back end
-        generators = [torch.default_generator]
-        if self.device.type == "cuda":
-            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-            generators.append(torch.cuda.default_generators[index])
+        generators = [torch.default_generator, *device_generators(torch, self.device)]
         self._keyed = KeyedGlobals(self.seed, generators, any(
             d.reads_items for d in (self._train, *self._sets.values())))
         self._augment_gen = torch.Generator() if augment is not None else None
