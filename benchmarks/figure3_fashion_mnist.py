@@ -17,7 +17,10 @@ Decentralized SGD on the ring and on the Base-2 Graph.
 
 Step size: from the paper's grid {0.1, 0.01, 0.001}, chosen per (alpha, method) by the final
 test accuracy of a one-seed run (seed 0) of ``--select-epochs`` epochs (phase "select");
-then every seed runs ``--epochs`` epochs with the chosen step size (phase "final").
+then every seed runs ``--epochs`` epochs with the chosen step size (phase "final"). A step
+size under which a final run's numbers become non-finite (the run stops, exit 2) is dropped
+for that (alpha, method), recorded in the JSON's ``diverged``, and every seed runs the next
+best step size of the selection (``step_size_used``).
 
 Every run is the simulator (``python -m mpi_teleport.sim``, the numbers of 25 MPI ranks),
 one process per run, ``--workers`` at a time, trained with ``--latency mod:5 --clock virtual
@@ -59,6 +62,7 @@ LABELS = {"teleportation": "Teleportation (k=8, ring)", "dsgd-ring": "Decentrali
           "dsgd-base2": "Decentralized SGD (Base-2 Graph)"}
 N_TRAIN = 60000
 STEM = "figure3_fashion_mnist"
+DIVERGED = "diverged.json"  # beside a run whose numbers became non-finite
 
 
 def rounds_per_epoch(args, method: str) -> float:
@@ -92,6 +96,8 @@ def execute(args, flags: list[str], d: Path, label: str) -> dict:
     """One run: skipped when finished, resumed from its newest checkpoint when interrupted."""
     if (d / "summary.json").is_file():
         return json.loads((d / "summary.json").read_text())
+    if (d / DIVERGED).is_file():
+        return json.loads((d / DIVERGED).read_text())
     resume = (d / "checkpoints").is_dir() and any((d / "checkpoints").glob("round-*"))
     cmd = [sys.executable, "-m", "mpi_teleport.sim", *flags, "--out", str(d)]
     if resume:
@@ -110,6 +116,15 @@ def execute(args, flags: list[str], d: Path, label: str) -> dict:
             RUNNING.discard(proc)
     if STOPPING:
         raise SystemExit(75)
+    log_text = (d.parent / f"{d.name}.log").read_text()
+    if proc.returncode == 2 and "became non-finite" in log_text:
+        # the step size diverged: a result of the protocol, recorded (the caller moves on
+        # to the next step size of the selection)
+        marker = {"diverged": True, "message": log_text.strip().splitlines()[-1]}
+        (d / DIVERGED).write_text(json.dumps(marker) + "\n")
+        shutil.rmtree(d / "checkpoints", ignore_errors=True)
+        print(f"{label}: diverged ({marker['message']})", flush=True)
+        return marker
     if proc.returncode != 0:
         raise RuntimeError(f"{label}: mpi_teleport.sim exited {proc.returncode} (log: "
                            f"{d.parent / (d.name + '.log')})")
@@ -135,8 +150,23 @@ def _stop(signum, frame) -> None:
 
 
 def run_all(args, jobs: list) -> list:
+    """Every job, ``--workers`` at a time; a run that fails (other than diverging) is
+    reported and the others go on; then the first failure is raised."""
+    def one(job):
+        try:
+            return execute(args, *job)
+        except SystemExit:
+            raise
+        except Exception as exc:  # noqa: BLE001  (reported, the sweep goes on)
+            print(f"FAILED {exc}", flush=True)
+            return exc
+
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
-        return list(pool.map(lambda job: execute(args, *job), jobs))
+        results = list(pool.map(one, jobs))
+    failed = [r for r in results if isinstance(r, Exception)]
+    if failed:
+        raise failed[0]
+    return results
 
 
 def choose_lrs(args) -> dict:
@@ -160,6 +190,57 @@ def choose_lrs(args) -> dict:
     return chosen, table
 
 
+def ranking(table: dict, key) -> list:
+    """Step sizes of a (alpha, method), best selection accuracy first."""
+    by_lr = table[key]
+    return sorted(by_lr, key=lambda lr: (-by_lr[lr], -lr))
+
+
+def diverged(args, key, lr) -> list:
+    alpha, method = key
+    return [seed for seed in args.seeds
+            if (run_dir(args, "final", method, alpha, lr, seed) / DIVERGED).is_file()]
+
+
+def final_runs(args, chosen: dict, table: dict) -> None:
+    """Every seed with the chosen step size; where a seed's run diverges (non-finite), that
+    step size is dropped for the (alpha, method) and every seed runs the next best of the
+    selection (the divergences are reported in the JSON)."""
+    current = dict(chosen)
+    while True:
+        jobs = []
+        for seed in args.seeds:
+            for alpha in args.alphas:
+                for method in args.methods:
+                    lr = current[(alpha, method)]
+                    if lr is None:
+                        continue
+                    d = run_dir(args, "final", method, alpha, lr, seed)
+                    jobs.append((run_flags(args, method, alpha, lr, seed, args.epochs), d,
+                                 f"final alpha={alpha:g} {method} lr={lr:g} seed={seed}"))
+        run_all(args, jobs)
+        moved = False
+        for key, lr in current.items():
+            if lr is not None and diverged(args, key, lr):
+                order = ranking(table, key)
+                nxt = order.index(lr) + 1
+                current[key] = order[nxt] if nxt < len(order) else None
+                print(f"alpha={key[0]:g} {key[1]}: step size {lr:g} diverged for seed(s) "
+                      f"{diverged(args, key, lr)}; next: {current[key]}", flush=True)
+                moved = True
+        if not moved:
+            return
+
+
+def used_lrs(args, chosen: dict, table: dict) -> dict:
+    """The step size each (alpha, method) ends with: the best of the selection whose runs
+    stayed finite for every seed."""
+    out = {}
+    for key in chosen:
+        out[key] = next((lr for lr in ranking(table, key) if not diverged(args, key, lr)), None)
+    return out
+
+
 def load_curve(d: Path, per_epoch: float) -> dict:
     epochs, acc = [], []
     for line in (d / "metrics.jsonl").read_text().splitlines():
@@ -179,6 +260,8 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
     for alpha in args.alphas:
         for method in args.methods:
             lr = chosen[(alpha, method)]
+            if lr is None:  # (every step size diverged)
+                continue
             for seed in args.seeds:
                 d = run_dir(args, "final", method, alpha, lr, seed)
                 if not (d / "summary.json").is_file():
@@ -201,6 +284,11 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
         "lr_selection": {f"alpha={a:g} | {m}": {"chosen": chosen[(a, m)],
                                                  "final_accuracy_by_lr": {f"{lr:g}": acc for lr, acc in sorted(by_lr.items())}}
                          for (a, m), by_lr in table.items()},
+        "step_size_used": {f"alpha={a:g} | {m}": lr for (a, m), lr in sorted(chosen.items())},
+        "diverged": [{"alpha": a, "method": m, "lr": lr, "seed": seed,
+                      "message": json.loads((run_dir(args, "final", m, a, lr, seed) / DIVERGED).read_text())["message"]}
+                     for (a, m) in sorted(table) for lr in sorted(table[(a, m)])
+                     for seed in diverged(args, (a, m), lr)],
         "data_md5": data_md5, "wall_time_s": wall,
         "runs_dir": os.path.relpath(args.runs, out), "runs": runs,
     }
@@ -310,15 +398,8 @@ def main(argv=None) -> int:
               + ", ".join(f"{l:g} -> {100 * a:.2f}%" for l, a in sorted(table[(alpha, method)].items())) + ")",
               flush=True)
     if not args.report_only:
-        jobs = []
-        for seed in args.seeds:
-            for alpha in args.alphas:
-                for method in args.methods:
-                    lr = chosen[(alpha, method)]
-                    d = run_dir(args, "final", method, alpha, lr, seed)
-                    jobs.append((run_flags(args, method, alpha, lr, seed, args.epochs), d,
-                                 f"final alpha={alpha:g} {method} lr={lr:g} seed={seed}"))
-        run_all(args, jobs)
+        final_runs(args, chosen, table)
+    chosen = used_lrs(args, chosen, table)
     result = report(args, chosen, table, data_md5, time.perf_counter() - t0,
                     STEM + ("_quick" if args.quick else ""))
     print("\n".join(summary_table(result)))
