@@ -208,6 +208,11 @@ def final_runs(args, chosen: dict, table: dict) -> None:
     selection (the divergences are reported in the JSON)."""
     current = dict(chosen)
     while True:
+        for key, lr in current.items():  # (a step size already seen diverging is not rerun)
+            while lr is not None and diverged(args, key, lr):
+                order = ranking(table, key)
+                lr = order[order.index(lr) + 1] if order.index(lr) + 1 < len(order) else None
+            current[key] = lr
         jobs = []
         for seed in args.seeds:
             for alpha in args.alphas:
@@ -219,16 +224,7 @@ def final_runs(args, chosen: dict, table: dict) -> None:
                     jobs.append((run_flags(args, method, alpha, lr, seed, args.epochs), d,
                                  f"final alpha={alpha:g} {method} lr={lr:g} seed={seed}"))
         run_all(args, jobs)
-        moved = False
-        for key, lr in current.items():
-            if lr is not None and diverged(args, key, lr):
-                order = ranking(table, key)
-                nxt = order.index(lr) + 1
-                current[key] = order[nxt] if nxt < len(order) else None
-                print(f"alpha={key[0]:g} {key[1]}: step size {lr:g} diverged for seed(s) "
-                      f"{diverged(args, key, lr)}; next: {current[key]}", flush=True)
-                moved = True
-        if not moved:
+        if not any(lr is not None and diverged(args, key, lr) for key, lr in current.items()):
             return
 
 
