@@ -130,7 +130,8 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
         try:
             if (r == first and not resuming) or (
                     r > first and logging.is_log_round(r, phase.start, phase.stop)):
-                stopped = _log(index, r, backend, recorder, spec, callback, follow=True)
+                stopped = _log(index, r, backend, recorder, spec, callback, follow=True,
+                               evaluate=logging.is_eval_round(r, phase.start, phase.stop))
             if r > first:
                 keeper.after_round(r, stopped, spec.total_rounds)
             if r < last and not stopped:

@@ -99,7 +99,7 @@ def test_launch_runs_the_demo_under_each_implementation(mpi_impl, ranks, tmp_pat
     assert proc.stdout.startswith(f"MPI, n={ranks} ranks") and "Teleportation" in proc.stdout
 
 
-@pytest.mark.mpi_tier
+@pytest.mark.mpi_tier  # (the launcher's flags are per implementation)
 def test_launch_runs_a_user_script_with_4_ranks(mpi_impl):
     """`python -m mpi_teleport.launch -n 4 script.py [its args]` on this 2-core machine: the
     launcher's flags (oversubscription), the script's own arguments, the simulator's numbers."""
@@ -130,6 +130,7 @@ def test_launch_splits_its_own_options_from_the_users_program(tmp_path, capsys):
     assert "missing.py: no such file" in capsys.readouterr().err
 
 
+@pytest.mark.mpi_tier
 def test_each_environment_s_mpi4py_loads_its_own_library(mpi_impl):
     """The MPICH venv sees this venv's packages too (.pth): its mpi4py must still be its own."""
     from launch_helpers import library_version

@@ -120,3 +120,22 @@ def test_the_progress_bar_moves_every_round_with_the_training_loss(monkeypatch, 
     for r in range(1, 9):
         assert any(f"round {r}/8" in line and "train loss" in line for line in lines), r
     assert any("train loss" in line and "| accuracy" in line for line in lines)
+
+
+def test_eval_every_in_elastic_mode():
+    from mpi_teleport.problems.quadratic import Quadratic
+
+    result = mt.teleportation(Quadratic(n=6, d=3), nodes=6, k=2, rounds=12, lr=0.05,
+                              log_every=2, eval_every=5, fail=["2@3"])
+    assert [r["round"] for r in result.records if "error" in r] == [0, 5, 10, 12]
+    assert [r["round"] for r in result.records] == [0, 2, 4, 5, 6, 8, 10, 12]
+
+
+def test_eval_every_as_a_records_option():
+    flat = mt.dsgd(problem(), nodes=6, rounds=10, lr=0.1, log_every=2, eval_every=5)
+    grouped = mt.dsgd(problem(), nodes=6, rounds=10, lr=0.1,
+                      records=mt.Records(every=2, eval_every=5))
+    assert without_time(grouped.records) == without_time(flat.records)
+    with pytest.raises(UsageError, match="set the same setting"):
+        mt.dsgd(problem(), nodes=6, rounds=10, lr=0.1, eval_every=5,
+                records=mt.Records(eval_every=5))

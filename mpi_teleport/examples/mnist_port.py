@@ -53,7 +53,7 @@ def problem(nodes, seed=0, local_nodes=None):
     """Also a factory: ``--problem mpi_teleport.examples.mnist_port:problem``."""
     train, test = load()
     return mt.TorchProblem(Net, train, test=test, nodes=nodes, seed=seed, batch_size=64,
-                           local_nodes=local_nodes)
+                           sampling="epochs", local_nodes=local_nodes)  # (shuffle=True)
 
 
 def main(argv=None):
