@@ -199,11 +199,13 @@ def _stopped_before_round_0(status, err, sig, want=None):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM], ids=["SIGTERM"])  # (SIGINT: test_sigint.py)
-def test_a_signal_stops_a_slow_factory_at_once_simulator(tmp_path, sig):
-    proc = _start_sim(["--nodes", "4", *VERY_SLOW], tmp_path)
+@pytest.mark.parametrize("k", ["2", "auto"])  # (SIGINT: test_sigint.py)
+def test_a_signal_stops_a_slow_factory_at_once_simulator(tmp_path, monkeypatch, k):
+    monkeypatch.setenv("FACTORY_STARTED", str(tmp_path / "started"))
+    sig = signal.SIGTERM
+    proc = _start_sim(["--nodes", "4", *VERY_SLOW, "--k", k], tmp_path)
     try:
-        time.sleep(3)  # inside the factory's 60 s
+        wait_for(tmp_path / "started", timeout=120)  # inside the factory's 60 s
         start = time.monotonic()
         proc.send_signal(sig)
         status, err = _wait(proc, timeout=40)
@@ -213,7 +215,7 @@ def test_a_signal_stops_a_slow_factory_at_once_simulator(tmp_path, sig):
     _stopped_before_round_0(status, err, sig)
 
 
-def test_a_signal_stops_a_slow_factory_of_a_resumed_run_with_75(tmp_path):
+def test_a_signal_stops_a_slow_factory_of_a_resumed_run_with_75(tmp_path, monkeypatch):
     out = tmp_path / "run"
     first = subprocess.run([sys.executable, "-m", "mpi_teleport.sim", "--nodes", "4",
                             *VERY_SLOW, "--rounds", "10", "--checkpoint-every", "5", "--out",
@@ -221,9 +223,10 @@ def test_a_signal_stops_a_slow_factory_of_a_resumed_run_with_75(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
     before = checkpoint.locate(out)
+    monkeypatch.setenv("FACTORY_STARTED", str(tmp_path / "started"))
     proc = _start_sim(["--resume", str(out), "--rounds", "20"], tmp_path)
     try:
-        time.sleep(3)
+        wait_for(tmp_path / "started", timeout=120)
         proc.send_signal(signal.SIGTERM)
         status, err = _wait(proc, timeout=40)
     finally:
@@ -235,11 +238,13 @@ def test_a_signal_stops_a_slow_factory_of_a_resumed_run_with_75(tmp_path):
 @pytest.mark.parametrize("to", ["every rank", "the launcher (SIGUSR1)"])
 def test_a_signal_stops_a_slow_factory_at_once_mpi(tmp_path, monkeypatch, to):
     monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])  # the factory's module
+    monkeypatch.setenv("FACTORY_STARTED", str(tmp_path / "started"))
     proc = start_mpi(3, ["-m", "mpi_teleport.run", *VERY_SLOW], tmp_path, this_venv_impl())
     sig = signal.SIGUSR1 if "launcher" in to else signal.SIGTERM
     try:
         pids = rank_pids(proc, 3)
-        time.sleep(3)
+        wait_for(tmp_path / "started", timeout=120)
+        time.sleep(1)  # (every rank inside the factory, most likely)
         start = time.monotonic()
         for pid in ([proc.pid] if "launcher" in to else pids):  # (mpirun forwards SIGUSR1)
             os.kill(pid, sig)
