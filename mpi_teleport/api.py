@@ -37,15 +37,17 @@ from typing import Callable
 
 from . import engine
 from .api_checks import run_checked
-from .loop_options import rounds_for, within_phase
+from .loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
 from .options import Checkpoints, Default, Latency, Records, merge, merge_latency
+from .schedulers import step_size
 from .spec import RunSpec
 
 __all__ = ["teleportation", "dsgd", "search_k"]
 
 
 def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
-                  lr: float | Callable[[int], float], epochs: float | None = None,
+                  lr: float | Callable[[int], float] | None = None,
+                  epochs: float | None = None, lr_step: str = "epoch", optimizer=None,
                   topology: str | Callable = "ring", momentum: float = 0.0,
                   nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
                   out: str | Path | None = None,
@@ -55,6 +57,8 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                   stop_at_target: bool = Default(False),
                   progress: bool = Default(False),
                   callback: Callable[[dict], object] | None = Default(None),
+                  eval_every: int | None = Default(None),
+                  eval_every_epochs: float | None = None,
                   checkpoints: Checkpoints | None = None,
                   checkpoint_every: int = Default(0),
                   checkpoint_dir: str | Path | None = Default(None),
@@ -88,12 +92,33 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         ``n_train`` and ``batch_size`` (a TorchProblem): ``rounds = ceil(epochs *
         n_train / (batch_size * active))``, active = k (n for DSGD and for each phase
         of :func:`search_k`).
-    lr : float or callable
-        Step size, or a function of the round t (in :func:`search_k`, of the round
-        within its phase: both phases start at t = 0).
+    lr : float, callable or torch scheduler
+        Step size, a function of the round t (in :func:`search_k`, of the round within
+        its phase: both phases start at t = 0), or a ``torch.optim.lr_scheduler``
+        scheduler as a plain script builds it on its optimizer (``StepLR``,
+        ``CosineAnnealingLR``, ``OneCycleLR``, ``SequentialLR`` of a ``LinearLR`` warm-up
+        and a cosine, ...), before any ``step()``: the step size of round t is its
+        learning rate after as many ``step()`` calls as ``lr_step`` counts (a private
+        copy is replayed: a pure function of the round, the same on every rank and
+        after a resume; :mod:`mpi_teleport.schedulers`).
+    lr_step : {'epoch', 'round'}
+        With a scheduler: ``'epoch'`` (default) steps it once per pass over the training
+        data (epoch e = floor(t * batch_size * active / n_train), active = k, or n for
+        DSGD; :func:`mpi_teleport.rounds_per_epoch`), as a plain script steps it after
+        each epoch; ``'round'`` once per round, as a script stepping per batch.
     topology : str or callable
         ``ring``, ``torus``, ``exp``, ``onepeer-exp``, ``base2``, ``complete``, or a
         function ``(k, t) -> W`` returning a k x k doubly stochastic matrix.
+    optimizer : torch optimizer class, factory or instance, optional
+        As a PyTorch script gives it: ``torch.optim.AdamW`` (the class),
+        ``functools.partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.05)`` (a factory
+        with its keywords) or ``torch.optim.AdamW(model.parameters(), lr=1e-3)`` (the
+        instance a scheduler was built on); SGD, Adam and AdamW are run. Its
+        hyperparameters are read once; ``lr`` defaults to its ``lr``. Adam's and AdamW's
+        per-parameter state (both moments) travels with the token exactly as momentum
+        does, stays with its replica in DSGD and is checkpointed; SGD's ``momentum`` and
+        ``nesterov`` become those keywords (its ``weight_decay`` torch's L2 term) (:mod:`mpi_teleport.optimizers`,
+        mpi_teleport/DESIGN.md §2.6). Not with the latency layer or elastic mode.
     momentum : float
         Heavy-ball momentum in [0, 1); it travels with its token.
     nesterov : bool
@@ -114,7 +139,17 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         keywords ``log_every``, ``target``, ``stop_at_target``, ``progress``,
         ``callback`` (give a setting one way or the other: both is a UsageError).
     log_every : int
-        Evaluate and record every this many rounds (and the first and last).
+        Record every this many rounds (and the first and last). Every record after
+        round 0 carries ``train_loss`` (and ``train_accuracy`` for classification): the
+        mean over the previous round's active nodes of their mini-batch values, from the
+        forward passes the gradients made (a problem with ``training_metrics``, e.g. a
+        TorchProblem; no extra pass).
+    eval_every : int, optional
+        Evaluate the model (test metrics, target, non-finite check) only every this many
+        rounds, and at the first and last; the records between carry the training
+        values alone. Default: every record evaluates.
+    eval_every_epochs : float, optional
+        ``eval_every`` in passes over the training data (converted as ``epochs`` is).
     target, stop_at_target
         ``rounds_to_target`` is the first logged round whose metric reaches ``target``;
         with ``stop_at_target`` the run ends there.
@@ -197,11 +232,15 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
     (4, 5)
     """
     rounds = rounds_for(problem, rounds, epochs, k)
-    spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed)
+    lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
+    lr = step_size(lr, lr_step, problem, k)
+    spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed,
+                   optimizer=rule)
+    eval_every = eval_rounds(problem, eval_every, eval_every_epochs, k)
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
                        records=merge(Records, records, log_every=log_every, target=target,
                                      stop_at_target=stop_at_target, progress=progress,
-                                     callback=callback),
+                                     callback=callback, eval_every=eval_every),
                        checkpoints=merge(Checkpoints, checkpoints,
                                          checkpoint_every=checkpoint_every,
                                          checkpoint_dir=checkpoint_dir,
@@ -211,7 +250,8 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
 
 
 def dsgd(problem, *, nodes: int, rounds: int | None = None,
-         lr: float | Callable[[int], float], epochs: float | None = None,
+         lr: float | Callable[[int], float] | None = None,
+         epochs: float | None = None, lr_step: str = "epoch", optimizer=None,
          topology: str | Callable = "ring", momentum: float = 0.0, nesterov: bool = False,
          seed: int = 0, comm=None,
          out: str | Path | None = None,
@@ -221,6 +261,8 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
          stop_at_target: bool = Default(False),
          progress: bool = Default(False),
          callback: Callable[[dict], object] | None = Default(None),
+         eval_every: int | None = Default(None),
+         eval_every_epochs: float | None = None,
          checkpoints: Checkpoints | None = None,
          checkpoint_every: int = Default(0),
          checkpoint_dir: str | Path | None = Default(None),
@@ -245,11 +287,15 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
     8
     """
     rounds = rounds_for(problem, rounds, epochs, nodes)
-    spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed)
+    lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
+    lr = step_size(lr, lr_step, problem, nodes)
+    spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed,
+                   optimizer=rule)
+    eval_every = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
                        records=merge(Records, records, log_every=log_every, target=target,
                                      stop_at_target=stop_at_target, progress=progress,
-                                     callback=callback),
+                                     callback=callback, eval_every=eval_every),
                        checkpoints=merge(Checkpoints, checkpoints,
                                          checkpoint_every=checkpoint_every,
                                          checkpoint_dir=checkpoint_dir,
@@ -260,6 +306,7 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
 
 def search_k(problem, *, nodes: int, rounds: int | None = None,
              lr: float | Callable[[int], float], epochs: float | None = None,
+             lr_step: str = "epoch",
              topology: str | Callable = "ring", momentum: float = 0.0,
              nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
              out: str | Path | None = None, select: str = "averaged",
@@ -317,6 +364,7 @@ def search_k(problem, *, nodes: int, rounds: int | None = None,
     from .search import check_select
 
     rounds = rounds_for(problem, rounds, epochs, nodes)
+    lr = step_size(lr, lr_step, problem, nodes)
     spec = RunSpec("search", nodes, None, rounds, within_phase(lr, rounds), momentum, topology,
                    variant, seed, check_select(select))
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,

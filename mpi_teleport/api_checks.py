@@ -98,7 +98,7 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     values = check_values({
         "nodes": spec.nodes, "rounds": spec.rounds, "lr": spec.lr, "momentum": spec.momentum,
         "topology": spec.topology, "variant": spec.variant, "seed": spec.seed,
-        "log_every": records.every, "target": records.target,
+        "log_every": records.every, "eval_every": records.eval_every, "target": records.target,
         "stop_at_target": records.stop_at_target,
         "latency": latency.model, "clock": latency.clock,
         "compute_time": latency.compute_time, "out": out,
@@ -114,8 +114,10 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     check_checkpoints(values, API, search=spec.algorithm == "search")
     spec = RunSpec(spec.algorithm, values["nodes"], k, values["rounds"], values["lr"],
                    momentum_of(values["momentum"], nesterov),
-                   values["topology"], values["variant"], values["seed"], spec.k_select)
-    logging = Logging(values["log_every"], values["target"], values["stop_at_target"])
+                   values["topology"], values["variant"], values["seed"], spec.k_select,
+                   spec.optimizer)
+    logging = Logging(values["log_every"], values["target"], values["stop_at_target"],
+                      naming=API, eval_every=values["eval_every"])
     latency = LatencySettings(values["latency"], values["clock"], values["compute_time"])
 
     def where(name):
@@ -162,6 +164,10 @@ def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _F
         record["k_select"] = spec.k_select
     if isinstance(spec.momentum, Nesterov):  # (only then: other runs' records unchanged)
         record["nesterov"] = True
+    if logging.eval_every is not None:  # (likewise; a resume may change it)
+        record["eval_every"] = logging.eval_every
+    if spec.optimizer is not None:  # (likewise: a resume with another optimizer is refused)
+        record["optimizer"] = spec.optimizer.describe()
     return record
 
 

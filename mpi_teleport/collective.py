@@ -193,6 +193,7 @@ def check_start(problem, spec, logging, latency, plan, transport):
         lr = spec.lr
         settings = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.k,
                     "rounds": spec.rounds, "momentum": spec.momentum,
+                    "optimizer": None if spec.optimizer is None else spec.optimizer.describe(),
                     "lr": [lr(t) for t in range(2)] if callable(lr) and error is None else
                     ("function" if callable(lr) else lr),
                     "topology": topo.describe(spec.topology), "variant": spec.variant,

@@ -35,22 +35,32 @@ def flatten(record: dict) -> dict:
 
 
 class CsvWriter:
-    """``callback`` writing each record as a CSV row to ``path`` (header from the first
-    record; later columns that were not in it are left out, missing ones left empty).
-    The file is flushed after every row, so it can be followed while the run goes on."""
+    """``callback`` writing each record as a CSV row to ``path``. The columns are every
+    key seen so far: a record with a new one (round 1 brings ``train_loss``; with
+    ``eval_every`` the first evaluated record may come later) rewrites the file with the
+    wider header, missing values left empty. The file is flushed after every row, so it
+    can be followed while the run goes on."""
 
     def __init__(self, path):
         self.path = Path(path)
         self._file = self._writer = None
+        self._rows: list[dict] = []
+        self._fields: list[str] = []
 
     def __call__(self, record: dict) -> None:
         row = flatten(record)
-        if self._writer is None:
+        self._rows.append(row)
+        new = [key for key in row if key not in self._fields]
+        if self._writer is None or new:  # (rare: the header widens, the rows are written again)
+            self._fields += new
+            self.close()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "w", newline="")
-            self._writer = csv.DictWriter(self._file, fieldnames=list(row), extrasaction="ignore")
+            self._writer = csv.DictWriter(self._file, fieldnames=self._fields)
             self._writer.writeheader()
-        self._writer.writerow(row)
+            self._writer.writerows(self._rows)
+        else:
+            self._writer.writerow(row)
         self._file.flush()
 
     def close(self) -> None:

@@ -9,8 +9,9 @@ import math
 
 from .algorithms import Nesterov
 from .errors import UsageError
+from .options import Default
 
-__all__ = ["rounds_for", "within_phase", "momentum_of"]
+__all__ = ["rounds_for", "eval_rounds", "optimizer_settings", "within_phase", "momentum_of"]
 
 
 def rounds_for(problem, rounds, epochs, active):
@@ -30,6 +31,34 @@ def rounds_for(problem, rounds, epochs, active):
     if isinstance(active, bool) or not isinstance(active, int) or active < 1:
         return 1  # (k or nodes is wrong: the checks say so)
     return max(1, math.ceil(epochs * n_train / (batch * active)))
+
+
+def eval_rounds(problem, eval_every, eval_every_epochs, active):
+    """``eval_every`` (rounds, or the :class:`~.options.Default` standing for it), or the
+    rounds ``eval_every_epochs`` passes over the data take with ``active`` nodes each
+    drawing a batch per round (converted as ``epochs`` is)."""
+    if eval_every_epochs is None:
+        return eval_every
+    if not isinstance(eval_every, Default):
+        raise UsageError("give eval_every= (rounds) or eval_every_epochs= (epochs), not both")
+    return rounds_for(problem, None, eval_every_epochs, active)
+
+
+def optimizer_settings(optimizer, problem, lr, momentum, nesterov):
+    """``(lr, momentum, nesterov, rule)`` of a run given ``optimizer=`` (a torch optimizer,
+    :func:`mpi_teleport.optimizers.from_torch`) or not: ``lr`` given wins over the
+    optimizer's; momentum comes one way only."""
+    if optimizer is None:  # (lr None: the settings' rule says what lr must be)
+        return lr, momentum, nesterov, None
+    from .optimizers import from_torch
+
+    inner = getattr(problem, "problem", problem)  # (decay: parameters only, not buffers)
+    found = from_torch(optimizer, getattr(inner, "n_params", None))
+    if momentum or nesterov:
+        raise UsageError("give the momentum through optimizer= (SGD's momentum, nesterov) or "
+                         "momentum=/nesterov=, not both")
+    return (found["lr"] if lr is None else lr, found["momentum"], found["nesterov"],
+            found["rule"])
 
 
 def within_phase(lr, rounds):

@@ -209,6 +209,8 @@ def not_rebuildable(saved: dict) -> str | None:
         return f"its step size is {_short(lr)}"
     if isinstance(topology, str) and topology.startswith("custom:"):
         return f"its topology is a Python function ({topology[7:]})"
+    if saved.get("optimizer"):  # (the command line has SGD only)
+        return f"its optimizer is {saved['optimizer'].split('(')[0]} (optimizer=)"
     return None
 
 

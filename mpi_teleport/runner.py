@@ -19,6 +19,7 @@ from .errors import UsageError
 from .output import RunFiles
 from .problem import with_defaults
 from .progress import Progress
+from .settings import CLI, Naming
 from .spec import LatencySettings, Logging, RunSpec
 
 
@@ -43,8 +44,12 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
 
     problem = with_defaults(problem)
     own_transport, release = None, None
+    if spec.state_slots > 1 and latency.active:  # (the oracle sizes state as momentum)
+        raise UsageError(f"optimizer={spec.optimizer.name} does not run under the latency layer "
+                         "yet; drop latency=/clock=/compute_time= or use SGD (momentum=)")
     if elastic:
-        check_elastic(spec, latency, transport is not None or comm is not None, failures)
+        check_elastic(spec, latency, transport is not None or comm is not None, failures,
+                      logging.naming)
     if elastic and (transport is not None or comm is not None):
         from .transport import ElasticTransport
 
@@ -63,6 +68,7 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
             # nodes vs ranks, the Problem contract at x0, the same problem and settings on
             # every rank: agreed (one allgather); a step-size function checked every round
             spec = collective.check_start(problem, spec, logging, latency, plan, transport)
+            share_cores(problem, transport)
             if files is None:
                 files = RunFiles(out if root or elastic else None, writes=root)
             elif elastic and not root:
@@ -97,6 +103,17 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
             own_transport.free()  # (after a loss and an error: left alone, the job aborts)
 
 
+def share_cores(problem, transport) -> None:
+    """A problem computing with threads="auto" (TorchProblem) learns how many ranks share
+    its host (a shared-memory split of the run's communicator, collective; every rank
+    builds the same problem, so all or none take part); in the simulator it keeps all
+    the host's cores."""
+    settings = getattr(getattr(problem, "problem", problem), "torch_settings", None)
+    if (settings is not None and getattr(settings, "auto", False) and transport is not None
+            and hasattr(transport, "ranks_on_host")):
+        settings.share_host(transport.ranks_on_host())
+
+
 def _survivors_meet(transport) -> None:
     """Elastic, after a loss: every survivor is done before any leaves (the command line
     then ends with os._exit: MPI_Finalize may wait on the dead)."""
@@ -108,17 +125,23 @@ def _survivors_meet(transport) -> None:
         pass
 
 
-def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures) -> None:
-    """What elastic mode cannot do, refused with what to do (UsageError)."""
+def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures,
+                  naming: Naming = CLI) -> None:
+    """What elastic mode cannot do, refused with what to do (UsageError), its settings
+    spelt as the entry point spells them (``--elastic`` or ``elastic``)."""
+    n = naming.name
+    mode = f"elastic mode ({n('elastic')}, {n('fail')})"
     if spec.algorithm == "search":
-        raise UsageError("elastic mode (--elastic, --fail) runs Teleportation or DSGD, not "
-                         "--k auto; choose k")
+        raise UsageError(f"{mode} runs Teleportation or DSGD, not "
+                         f"{'--k auto' if naming.cli else 'search_k'}; choose k")
+    if spec.state_slots > 1:
+        raise UsageError(f"{mode} runs SGD (with momentum), not optimizer={spec.optimizer.name}")
     if latency.active:
-        raise UsageError("elastic mode (--elastic, --fail) does not run under the latency "
-                         "layer; drop --latency/--clock/--compute-time")
+        raise UsageError(f"{mode} does not run under the latency layer; drop "
+                         f"{n('latency')}/{n('clock')}/{n('compute_time')}")
     if mpi and failures:
-        raise UsageError("--fail is the simulator's failure plan; under MPI, --elastic "
-                         "detects lost ranks itself")
+        raise UsageError(f"{n('fail')} is the simulator's failure plan; under MPI, "
+                         f"{n('elastic')} detects lost ranks itself")
     if mpi:
         from .transport import ulfm_problem
 

@@ -20,6 +20,7 @@ import numpy as np
 from . import schedule
 from .latency.model import needs_layer
 from .schedule import Phase
+from .settings import CLI, Naming
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,19 @@ class RunSpec:
     variant: str = "overlap"
     seed: int = 0
     k_select: str = "averaged"
+    optimizer: object = None  # an optimizers.Adam step rule; None: SGD with ``momentum``
+
+    @property
+    def state_slots(self) -> int:
+        """d-long state vectors a token carries: 2 for Adam, 1 with momentum, else 0."""
+        if self.optimizer is not None:
+            return self.optimizer.slots
+        return 1 if self.momentum > 0 else 0
+
+    @property
+    def step_rule(self):
+        """What the local step applies: the optimizer's rule, else the momentum."""
+        return self.optimizer if self.optimizer is not None else self.momentum
 
     @property
     def tokens(self) -> int | None:
@@ -87,11 +101,24 @@ class Logging:
     every: int = 10
     target: float | None = None
     stop_at_target: bool = False
+    naming: Naming = CLI  # how messages spell settings: --lr (command line) or lr (API)
+    eval_every: int | None = None  # None: every record evaluates
 
     def is_log_round(self, r: int, start: int, stop: int) -> bool:
-        """Round r of a phase [start, stop): its first and last, and every ``every``."""
+        """Round r of a phase [start, stop): its first and last, every ``every``, and
+        every evaluation round."""
         rel = r - start
-        return rel == 0 or rel % self.every == 0 or r == stop
+        return (rel == 0 or rel % self.every == 0 or r == stop
+                or (self.eval_every is not None and rel % self.eval_every == 0))
+
+    def is_eval_round(self, r: int, start: int, stop: int) -> bool:
+        """Whether round r's record evaluates the model: every record without
+        ``eval_every``; with it, the phase's first and last round and every
+        ``eval_every`` (the others carry the training loss only)."""
+        if self.eval_every is None:
+            return True
+        rel = r - start
+        return rel == 0 or rel % self.eval_every == 0 or r == stop
 
 
 @dataclass(frozen=True)

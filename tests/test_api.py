@@ -20,7 +20,7 @@ def test_public_surface_is_short_and_documented():
     assert set(mt.__all__) == {"teleportation", "dsgd", "search_k", "Problem", "TorchProblem",
                                "EvalMetric", "Result", "UsageError", "NonFiniteError",
                                "OutputError", "CsvWriter", "TensorBoardWriter",
-                               "Records", "Checkpoints", "Latency"}
+                               "Records", "Checkpoints", "Latency", "rounds_per_epoch"}
     for name in ("teleportation", "dsgd", "search_k"):
         doc = getattr(mt, name).__doc__
         assert "Parameters" in doc or "Parameters are" in doc

@@ -18,6 +18,7 @@ import pytest
 from mpi_teleport.backends import compiled, mpi as mpi_backend
 from mpi_teleport.backends.local import LocalBackend
 from mpi_teleport.backends.mpi import MpiBackend
+from mpi_teleport.optimizers import Adam
 from mpi_teleport.problems.quadratic import quadratic
 from mpi_teleport.spec import RunSpec
 
@@ -94,6 +95,12 @@ CASES = {
     "alg2 search simple": dict(algorithm="search", nodes=7, k=None, variant="simple"),
     "onepeer-exp sparse": dict(algorithm="teleportation", nodes=12, k=2, topology="onepeer-exp",
                                variant="simple", momentum=0.9),
+    # Adam's two moments travel as momentum does (issue 30; mpi_teleport/DESIGN.md §2.6)
+    "alg3 adamw": dict(algorithm="teleportation", nodes=7, k=3,
+                       optimizer=Adam((0.8, 0.99), 1e-6, 0.1, True)),
+    "alg1 adam": dict(algorithm="teleportation", nodes=7, k=3, variant="simple",
+                      optimizer=Adam(weight_decay=0.01)),
+    "dsgd adam": dict(algorithm="dsgd", nodes=6, k=None, topology="base2", optimizer=Adam()),
 }
 
 

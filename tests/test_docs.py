@@ -1,7 +1,7 @@
 """Every command and code example in the docs runs.
 
-The fenced blocks of README.md, mpi_teleport/DESIGN.md, benchmarks/README.md and
-jobs/README.md are extracted and, block by block (each in a fresh directory, its lines in
+The fenced blocks of README.md, PORTING.md, mpi_teleport/DESIGN.md, benchmarks/README.md
+and jobs/README.md are extracted and, block by block (each in a fresh directory, its lines in
 order, so a later line may use what an earlier one wrote):
 
 * ```python blocks run in a subprocess and must exit 0;
@@ -40,7 +40,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-DOCS = ("README.md", "mpi_teleport/DESIGN.md", "benchmarks/README.md", "jobs/README.md")
+DOCS = ("README.md", "PORTING.md", "mpi_teleport/DESIGN.md", "benchmarks/README.md",
+        "jobs/README.md")
 SHELL = {"bash", "sh", "shell", "console"}
 NOT_RUN = {"text"}  # output, file layouts, pseudo-code
 MARKER = re.compile(r"^<!--\s*(not run|flags only):\s*(\S.*?)\s*-->$")
@@ -190,6 +191,12 @@ def check_flags(cmd: Command, where: str) -> None:
     """--help of the command's module or script exits 0 and names every flag used."""
     args = list(cmd.args)
     if cmd.target == "mpi_teleport.launch":
+        from mpi_teleport.launch import split_program
+
+        own, program = split_program(args)
+        if program is not None:  # a user's program: its own flags are its business
+            _flags_in(help_text("module", "mpi_teleport.launch"), own, cmd, where)
+            return
         split = args.index("--") if "--" in args else len(args)
         own, args = args[:split], args[split + 1:]
         _flags_in(help_text("module", "mpi_teleport.launch"), own, cmd, where)

@@ -5,7 +5,8 @@ same numbers in this process and under mpirun (mpi_teleport/DESIGN.md §7).
   mpi_teleport.examples.logistic --mpi`` under mpirun; through the command lines,
   ``--problem mpi_teleport.examples.logistic:problem``: tests/test_api.py);
 * custom_model.py: a user's torch model, ``--mpi --out X`` under ``mpirun -n 4`` and its
-  main() here with ``--out Y`` write the same metrics.jsonl (``time_s`` aside).
+  main() here with ``--out Y`` write the same metrics.jsonl (``time_s`` aside);
+* mnist_port.py: PORTING.md's port of the official MNIST example, likewise (2 ranks).
 """
 from __future__ import annotations
 
@@ -63,3 +64,22 @@ def test_custom_model_under_mpirun_equals_the_simulator(tmp_path, mpirun, capsys
     assert [r["round"] for r in records] == [0, 20] and "accuracy" in records[-1]
     assert _records(tmp_path / "mpi" / "metrics.jsonl") == records
     assert ranks.stdout.splitlines() == sim.splitlines()  # DSGD and search_k too
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch and scikit-learn (the nn extra)")
+def test_the_mnist_port_under_mpirun_equals_the_simulator(tmp_path, mpirun, capsys):
+    """PORTING.md's example (mnist_port.py): AdamW, StepLR per epoch, the training loss in
+    every record, a test pass per epoch; the simulator and 2 ranks write the same records."""
+    from mpi_teleport.examples import mnist_port
+
+    flags = ["--epochs", "2", "--k", "1"]
+    sim = _in_process(mnist_port.main, ["--nodes", "2", *flags, "--out", "sim"], tmp_path, capsys)
+    ranks = mpirun(2, ["-m", "mpi_teleport.examples.mnist_port", "--mpi", *flags, "--out", "mpi"],
+                   timeout=600, cwd=tmp_path)
+    assert ranks.returncode == 0, ranks.stderr[-2000:]
+    records = _records(tmp_path / "sim" / "metrics.jsonl")
+    evaluated = [r["round"] for r in records if "accuracy" in r]
+    assert evaluated == [0, 22, 44] and all("train_loss" in r for r in records[1:])
+    assert _records(tmp_path / "mpi" / "metrics.jsonl") == records
+    assert ranks.stdout.splitlines() == sim.splitlines()

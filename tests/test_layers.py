@@ -9,7 +9,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mpi_teleport"
 MPI_ALLOWED = {"mpi_teleport.transport", "mpi_teleport.run", "mpi_teleport.latency.probe",
                "mpi_teleport.mpi_flavor",  # reads the library's version string, no MPI_Init
                "mpi_teleport.examples.logistic", "mpi_teleport.examples.custom_model",
-               "mpi_teleport.examples.ported_script"}  # (entry points: --mpi)
+               "mpi_teleport.examples.ported_script",
+               "mpi_teleport.examples.mnist_port"}  # (entry points: --mpi)
 # Leaf modules: they import nothing of the package.
 LEAVES = {"mpi_teleport.errors"}
 
@@ -95,5 +96,7 @@ def test_errors_is_a_leaf_and_config_is_pure():
 def test_torch_only_on_the_network_paths():
     torch_users = {name for name, (_, outside) in graph().items() if "torch" in outside}
     assert all(name.startswith(("mpi_teleport.problems", "mpi_teleport.examples"))
-               or name in ("mpi_teleport.backends.device", "mpi_teleport.loggers")
-               for name in torch_users), torch_users  # (loggers: TensorBoardWriter only)
+               or name in ("mpi_teleport.backends.device", "mpi_teleport.loggers",
+                           "mpi_teleport.optimizers")
+               for name in torch_users), torch_users  # (loggers: TensorBoardWriter only;
+    # optimizers: reads a torch optimizer's hyperparameters when optimizer= is given)

@@ -285,7 +285,8 @@ def test_d_task_is_inferred_where_unambiguous():
                           partition="iid", test=(x, y.astype(np.float32)))
     assert floats.task == "regression"
     with pytest.raises(ValueError, match="partition='iid'"):
-        TorchProblem(lambda: torch.nn.Linear(F, 1), (x, y.astype(np.float32)), nodes=2)
+        TorchProblem(lambda: torch.nn.Linear(F, 1), (x, y.astype(np.float32)), nodes=2,
+                     partition="dirichlet")
     with pytest.raises(ValueError, match="task must be one of"):
         TorchProblem(mlp, (x, y), nodes=2, task="ranking")
 
@@ -460,7 +461,9 @@ def test_e_callback_sees_every_record_on_the_root_and_can_stop_the_run(tmp_path)
     assert r.summary["rounds_run"] == 4
     csv_writer.close()
     lines = (tmp_path / "run.csv").read_text().splitlines()
-    assert lines[0].split(",") == ["round", "time_s", "loss", "accuracy", "consensus"]
+    assert lines[0].split(",") == ["round", "time_s", "loss", "accuracy", "consensus",
+                                   "train_loss", "train_accuracy"]  # (widened at round 2)
+    assert lines[1].endswith(",,") and not lines[2].endswith(",")
     assert len(lines) == 4
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..contract import landed
+from ..optimizers import Adam, SgdDecay, adam_step, decay_gradient
 
 
 # Elements per pass of the element-wise arithmetic. Vectors up to this size are done in
@@ -50,7 +51,9 @@ def _momentum_step(g, v, lr: float, momentum: float) -> None:
 def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
                lr: float, momentum: float, out: np.ndarray | None = None) -> np.ndarray:
     """y = x - lr * g (Alg. 1 line 10 / Alg. 3 line 8), heavy-ball when momentum > 0
-    (Nesterov's form when it is a :class:`Nesterov`).
+    (Nesterov's form when it is a :class:`Nesterov`), Adam's step when it is an
+    :class:`~mpi_teleport.optimizers.Adam` (``v`` then holds both moments, step count
+    t + 1: every token steps once per round of its phase, which starts at 0).
 
     ``nodes`` are the holders of the rows of x in round t: the gradient is that of the
     *holder's* local loss. ``v`` (the token's momentum) is updated in place; y goes to
@@ -63,7 +66,12 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
     if g is not out:  # returned, not written: checked and copied into out (contract.landed)
         g = landed(problem, g, out, x)
     d = g.shape[-1]
-    if d <= BLOCK:  # one block: the same operations on the whole vectors, no views made
+    if isinstance(momentum, SgdDecay):  # torch's SGD weight decay, then its momentum
+        decay_gradient(g, x, momentum.weight_decay, momentum.trainable)
+        momentum = Nesterov(momentum.momentum) if momentum.nesterov else momentum.momentum
+    if isinstance(momentum, Adam):  # (its state v: 2 d values per row; step t + 1)
+        adam_step(momentum, g, x, v, lr, t + 1)
+    elif d <= BLOCK:  # one block: the same operations on the whole vectors, no views made
         if momentum > 0:
             _momentum_step(g, v, lr, momentum)
         else:

@@ -185,7 +185,8 @@ class CompiledRounds:
             tr.start(recvs)
         if step_args is not None:  # lines 8-9
             x, v, y = step_args
-            local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t), self.spec.momentum, out=y)
+            local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t), self.spec.step_rule,
+                       out=y)
             if sends:
                 tr.start(sends)
         if both:
@@ -209,7 +210,8 @@ class CompiledRounds:
                 s.v, s.v_in = s.v_in, s.v
         if step_args is not None:
             x, v, y = step_args  # line 10
-            local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t), self.spec.momentum, out=y)
+            local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t), self.spec.step_rule,
+                       out=y)
             if gossip:  # line 11
                 tr.start(gossip)
                 tr.wait_all(gossip)

@@ -14,6 +14,7 @@ import numpy as np
 from .. import elastic, topology as topo
 from ..algorithms import local_step, mix
 from ..checkpoint import LAYOUT_MATRIX, load_matrix, save_matrix
+from ..training import round_means
 
 
 class LocalBackend:
@@ -44,7 +45,7 @@ class LocalBackend:
         """The phase's tokens at round ``start``: x0 for every token, or the checkpoint's
         matrices (``restore`` = (directory, manifest))."""
         self.phase = phase
-        momentum = self.spec.momentum > 0
+        slots = self.spec.state_slots  # (momentum: 1; Adam: 2 state vectors per token)
         if self.elastic:
             self._living = elastic.Living.from_manifest(self.spec.nodes, restore and restore[1])
             self.losses = self._living.losses
@@ -55,10 +56,11 @@ class LocalBackend:
             arrays = load_matrix(*restore)
             self.xs = [arrays["x"].astype(x0.dtype, copy=True).reshape(ks[0], -1)]
             self.vs = [arrays["v"].astype(x0.dtype, copy=True).reshape(ks[0], -1)
-                       if momentum else None]
+                       if slots else None]
         else:
             self.xs = [np.tile(x0, (k, 1)) for k in ks]
-            self.vs = [np.zeros_like(x) if momentum else None for x in self.xs]
+            self.vs = [np.zeros((len(x), slots * x.shape[1]), x.dtype) if slots else None
+                       for x in self.xs]
         self._spare = [np.empty_like(x) for x in self.xs]  # no allocation per round
         self._ybuf = [np.empty_like(x) for x in self.xs]
 
@@ -67,7 +69,7 @@ class LocalBackend:
         spec = self.spec
         lr = spec.lr_at(t)
         for q, holders in enumerate(self.phase.roster(t)):
-            y = local_step(self.problem, holders, self.xs[q], self.vs[q], t, lr, spec.momentum,
+            y = local_step(self.problem, holders, self.xs[q], self.vs[q], t, lr, spec.step_rule,
                            out=self._ybuf[q])
             w = topo.mixing(spec.topology, len(holders), t)
             self.xs[q], self._spare[q] = mix(w, y, out=self._spare[q]), self.xs[q]
@@ -116,6 +118,10 @@ class LocalBackend:
     def evaluate(self, problem, x: np.ndarray, split: str = "test"):
         """``problem.evaluate(x)`` ("test") or ``problem.validate(x)`` ("validation")."""
         return problem.evaluate(x) if split == "test" else problem.validate(x)
+
+    def training_metrics(self, problem, t: int) -> dict:
+        """Round t's batch values (every node's, computed here) averaged over its holders."""
+        return round_means([problem.training_metrics(t)], np.concatenate(self.phase.roster(t)))
 
     def virtual_time_s(self, r: int) -> float | None:
         if self.oracle is None:

@@ -18,6 +18,7 @@ from ..algorithms import local_step, teleport, weighted_sum
 from ..checkpoint import LAYOUT_TOKENS, load_token, restore_token, save_token, token_arrays
 from ..errors import UsageError
 from ..interfaces import TokenTransport
+from ..training import round_means
 from .compiled import CompiledRounds
 from .tokens import new_state
 
@@ -67,6 +68,8 @@ class MpiBackend:
         # Tokens as torch tensors on this device (backends/device.py): the problem's
         # choice (a GPU problem's device) unless given; None keeps them in numpy.
         self.token_device = token_device or getattr(problem, "token_device", None)
+        if spec.optimizer is not None:  # (Adam's step is the host one: tokens stay in numpy)
+            self.token_device = None
         self.rank = transport.rank
         self.root = self.rank == 0
         self.state = None
@@ -133,7 +136,7 @@ class MpiBackend:
 
     def _start_state(self, d: int, dtype) -> None:
         """The token buffers (once per run) and the executor that works on them."""
-        s = self.state = new_state(d, self.spec.momentum > 0, dtype, self.token_device)
+        s = self.state = new_state(d, self.spec.state_slots, dtype, self.token_device)
         if self.compiled:
             self._compiler = CompiledRounds(self.problem, self.spec, self.transport, self.rank,
                                             s, self._overlap)
@@ -230,7 +233,7 @@ class MpiBackend:
             device_step(self.problem, self.rank, s, t, self.spec.lr_at(t), self.spec.momentum)
             return
         local_step(self.problem, self._nodes, s.x[None], None if s.v is None else s.v[None], t,
-                   self.spec.lr_at(t), self.spec.momentum, out=s.y[None])
+                   self.spec.lr_at(t), self.spec.step_rule, out=s.y[None])
 
     # -- what the engine reads (collectives) ------------------------------------------------
     def tokens(self, run: int) -> np.ndarray | None:
@@ -262,6 +265,15 @@ class MpiBackend:
         """This process's place among the ranks that share an evaluation: its rank (the
         elastic back end: its place among the survivors)."""
         return self.rank
+
+    def training_metrics(self, problem, t: int) -> dict:
+        """Collective: every rank's report of round t's batches (its own node's, when it
+        was active) gathered on the root and averaged over the round's holders (an exact
+        sum: the simulator's numbers whatever the order)."""
+        reports = self.transport.gather(problem.training_metrics(t))
+        if not self.root:
+            return {}
+        return round_means(reports, np.concatenate(self.phase.roster(t)))
 
     def virtual_time_s(self, r: int) -> float | None:
         """The largest logical clock over the ranks (on rank 0) under the latency layer."""

@@ -18,11 +18,12 @@ class TokenState:
     """Host (numpy) token buffers: ``x``, ``y``, ``v``, ``v_in`` (None without momentum),
     ``inbox`` (receive buffers) and ``work``."""
 
-    def __init__(self, d: int, momentum: bool, dtype=np.float64):
+    def __init__(self, d: int, momentum: int, dtype=np.float64):
+        # momentum: the state vectors the token carries (True/1: momentum; 2: Adam's moments)
         self.x = np.zeros(d, dtype)
         self.y = np.zeros(d, dtype)
-        self.v = np.zeros(d, dtype) if momentum else None
-        self.v_in = np.zeros(d, dtype) if momentum else None
+        self.v = np.zeros(int(momentum) * d, dtype) if momentum else None
+        self.v_in = np.zeros(int(momentum) * d, dtype) if momentum else None
         self.inbox: list[np.ndarray] = []
         self.work = work_buffer(d, dtype)  # one block of the weighted sum
 

@@ -168,6 +168,8 @@ class Keeper:
                 "k": spec.tokens,
                 "n": spec.nodes,
                 "dim": backend.dim,
+                # v's length is dim x this (Adam's two moments; absent: momentum, dim)
+                **({"state_slots": spec.state_slots} if spec.optimizer is not None else {}),
                 "layout": backend.layout,
                 "arrays": arrays,
                 "backend": backend.name,

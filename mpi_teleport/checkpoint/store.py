@@ -273,12 +273,14 @@ def check_arrays(directory: Path, manifest: dict) -> None:
     directory = Path(directory)
     k, dim = stored_tokens(manifest), manifest.get("dim")
     sized = ("x", "v")  # arrays of the model's length; buffers may be shaped otherwise
+    slots = manifest.get("state_slots", 1)  # (v: Adam's two moments are 2 dim long)
+    length = {"x": dim, "v": None if dim is None or not isinstance(slots, int) else dim * slots}
     if manifest.get("layout") == LAYOUT_MATRIX:
         for name in manifest.get("arrays", []):
             what = f"{name}.npy"
             arr = _load_npy(directory / what, what, directory, mmap=True)
-            if name in sized and dim is not None:
-                _check_array(directory, what, arr, (k, dim))
+            if name in sized and length[name] is not None:
+                _check_array(directory, what, arr, (k, length[name]))
             elif arr.ndim < 1 or arr.shape[0] != k:
                 raise _damaged(directory, f"{what} has shape {arr.shape}, expected {k} rows")
             else:
@@ -306,9 +308,10 @@ def check_arrays(directory: Path, manifest: dict) -> None:
                     if info.file_size != need:
                         raise _damaged(directory, f"{what}: array {name!r} is {info.file_size} "
                                                   f"bytes, its header promises {need}")
-                    if name in sized and dim is not None and tuple(shape) != (dim,):
+                    if name in sized and length[name] is not None and \
+                            tuple(shape) != (length[name],):
                         raise _damaged(directory, f"{what} array {name!r} has shape "
-                                                  f"{tuple(shape)}, expected ({dim},)")
+                                                  f"{tuple(shape)}, expected ({length[name]},)")
         except DamagedCheckpointError:
             raise
         except FileNotFoundError:

@@ -7,7 +7,7 @@ the following its signature names (any of them when it takes ``**kwargs``):
   simulator: None), to load only their data (:class:`~.torch_problem.TorchProblem`
   takes it as is);
 * ``device`` -- resolved from ``--device``: ``"cpu"`` or this rank's ``"cuda:i"``;
-* the data flags ``batch_size``, ``alpha``, ``val_fraction``, ``data_dir``,
+* the data flags ``batch_size``, ``sampling``, ``alpha``, ``val_fraction``, ``data_dir``,
   ``download`` when given on the command line (else the factory's own defaults hold).
 
 A data flag given on the command line that the factory does not take is refused (one
@@ -25,7 +25,7 @@ from ..errors import UsageError
 
 __all__ = ["FLAGS", "from_factory", "arguments", "record"]
 
-FLAGS = ("batch_size", "alpha", "val_fraction", "data_dir", "download", "device")
+FLAGS = ("batch_size", "sampling", "alpha", "val_fraction", "data_dir", "download", "device")
 _BUILT: dict = {}  # (name, arguments) -> problem: one build per process
 
 
