@@ -47,6 +47,8 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
         raise UsageError(refused)
     if stopped:  # (every rank: a rank not signalled stops with the others)
         raise cli.stopped_in_setup(cfg, algorithm, k, stopped, terminator)
+    if k == "auto" and terminator is not None:
+        terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
     root = transport.rank == 0
     # (elastic: every rank knows the directory, so that the lowest survivor can take over)
     files = RunFiles(report.out_dir(cfg, algorithm) if root or cfg.elastic else None, writes=root)
@@ -89,8 +91,6 @@ def main(argv=None) -> int:
         # (another job holds them) in the same collective, so none waits for the others
         # (the API's path too: a refusal is a UsageError on every rank, reported below).
         release = runner.hold_agreed(paths.lock_dirs(cfg), transport, rank == 0) or release
-        if any(k == "auto" for _, k in report.runs_requested(cfg)):
-            terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
         summaries = []
         for algorithm, k in report.runs_requested(cfg):
             progress = Progress.for_run(cfg, algorithm, rank0=rank == 0)

@@ -28,13 +28,13 @@ def simulate(cfg, algorithm: str, k, files: RunFiles, progress: Progress | None 
     """Run Teleportation (k tokens, or 'auto' for Algorithm 2) or Decentralized SGD (k = n,
     fixed placement) of a Config in this process; returns the summary."""
     keep_freed_memory()
-    if k == "auto" and terminator is not None:
-        terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
     try:
         with signals.interruptible():  # (a slow factory: a signal need not wait for it)
             problem = make_problem(cfg)
     except signals.SetupInterrupted as stop:
         raise cli.stopped_in_setup(cfg, algorithm, k, stop.signum, terminator) from None
+    if k == "auto" and terminator is not None:
+        terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
     return cli.run_config(cfg, algorithm, k, files=files, progress=progress,
                           terminator=terminator, problem=problem)
 

@@ -143,4 +143,5 @@ def cosine_lr(lr: float, total: int) -> Callable[[int], float]:
         return lr * 0.5 * (1.0 + math.cos(math.pi * min(t, total) / total))
 
     cosine.base = lr  # (named in messages)
+    cosine.checked = True  # (a finite number >= 0 for lr > 0: contract.checked_lr leaves it)
     return cosine

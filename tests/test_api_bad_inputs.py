@@ -222,3 +222,20 @@ def test_a_topology_turning_invalid_mid_run_is_one_usage_error_line():
     message = str(caught.value)
     assert "\n" not in message and message.startswith("topology function ") and "<lambda>(k=2, t=6)" in message
     assert seen == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_a_factory_problem_breaking_the_loss_contract_is_one_line_exit_2(monkeypatch, capsys):
+    """The command line's side of the TorchProblem loss checks (tests/test_problem_contract.py;
+    under MPI: a row of tests/test_failures.py's table)."""
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    from mpi_teleport.sim import main as sim_main
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent / "scripts"))
+    assert sim_main(["--nodes", "4", "--problem", "factories:torch_per_sample_loss", "--k", "2",
+                     "--rounds", "4", "--progress", "off"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "loss(output, target) returned a tensor of shape (2,)" in lines[0], \
+        captured.err

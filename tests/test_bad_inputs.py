@@ -472,6 +472,8 @@ OTHER_COMMANDS = [
     (["-m", "mpi_teleport.latency"], "no command given; the one command is probe"),
     (["-m", "mpi_teleport.latency", "prob"], "unknown command 'prob'"),
     (["-m", "mpi_teleport.latency", "probe"], "required: --latency"),
+    (["-m", "mpi_teleport.examples.logistic", "--nodes", "x"], "invalid int value: 'x'"),
+    (["-m", "mpi_teleport.examples.custom_model", "--bogus"], "unrecognized arguments: --bogus"),
 ]
 
 

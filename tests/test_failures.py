@@ -260,6 +260,8 @@ BAD_MPI = [  # (flags with {placeholders}, fragment of the one line); 3 ranks
     # Algorithm 2 on a problem that cannot validate: at the start (issue 31, class 9)
     (["--problem", "factories:torch_without_validation", "--k", "auto", "--rounds", "4"],
      "chooses k by a validation metric, but the TorchProblem has no validation set"),
+    (["--problem", "factories:torch_per_sample_loss"], "loss(output, target) returned a tensor "
+                                                       "of shape (2,)"),  # (class 4)
     # faults of the environment (formerly tests/test_bad_inputs.py's MPI rows, 2 ranks each)
     (["--dim", "10000000000"], "GiB"),
     (["--latency", "const:5000000000"], "more than a run can wait for"),

@@ -12,10 +12,11 @@ Both print the same table (and write the same ``metrics.jsonl`` with ``--out DIR
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
+
+from mpi_teleport.parsers import OneLineParser
 
 
 def build_model():
@@ -53,7 +54,7 @@ def problem(nodes: int, seed: int = 0, alpha: float = 0.5, local_nodes=None):
 def main(argv=None) -> int:
     import mpi_teleport as mt
 
-    parser = argparse.ArgumentParser(prog="python -m mpi_teleport.examples.custom_model",
+    parser = OneLineParser(prog="python -m mpi_teleport.examples.custom_model",  # (bad usage: one line)
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=8, help="nodes (with --mpi: the ranks)")
     parser.add_argument("--mpi", action="store_true", help="one node per MPI rank")

@@ -17,11 +17,12 @@ or through the command line, with this module's factory::
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 
 import numpy as np
+
+from mpi_teleport.parsers import OneLineParser
 
 
 class LogisticRegression:
@@ -89,7 +90,7 @@ def problem(nodes: int, seed: int) -> LogisticRegression:
 def main(argv=None) -> int:
     import mpi_teleport as mt
 
-    parser = argparse.ArgumentParser(prog="python -m mpi_teleport.examples.logistic",
+    parser = OneLineParser(prog="python -m mpi_teleport.examples.logistic",  # (bad usage: one line)
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=8, help="nodes (with --mpi: the ranks)")
     parser.add_argument("--mpi", action="store_true", help="one node per MPI rank")

@@ -1,7 +1,8 @@
 """``--problem factories:NAME`` problem factories for tests (tests/scripts on PYTHONPATH):
 ``slow`` takes 4 s to build the quadratic problem, ``very_slow`` 60 s, ``exits`` calls
 sys.exit(0),
-``torch_without_validation`` is a TorchProblem without a validation set."""
+``torch_without_validation`` is a TorchProblem without a validation set,
+``torch_per_sample_loss`` one whose loss returns a value per sample."""
 import os
 import sys
 import time
@@ -16,7 +17,9 @@ def slow(nodes, seed):
 
 def very_slow(nodes, seed):
     """60 s (or $FACTORY_SLEEP) in Python code that cannot poll for signals (a large data
-    set loading)."""
+    set loading); touches $FACTORY_STARTED, when set, as it starts."""
+    if os.environ.get("FACTORY_STARTED"):
+        open(os.environ["FACTORY_STARTED"], "a").close()
     time.sleep(float(os.environ.get("FACTORY_SLEEP", "60")))
     return quadratic(nodes, seed=seed)
 
@@ -37,3 +40,18 @@ def torch_without_validation(nodes, seed):
     x = rng.normal(size=(12 * nodes, 4)).astype(np.float32)
     return mt.TorchProblem(lambda: torch.nn.Linear(4, 2), (x, (x[:, 0] > 0).astype(np.int64)),
                            nodes=nodes, seed=seed, batch_size=4)
+
+
+def torch_per_sample_loss(nodes, seed):
+    """A TorchProblem whose loss returns one value per sample: refused at construction in
+    one line (issue 31, class 4)."""
+    import numpy as np
+    import torch
+
+    import mpi_teleport as mt
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(12 * nodes, 4)).astype(np.float32)
+    return mt.TorchProblem(lambda: torch.nn.Linear(4, 2), (x, (x[:, 0] > 0).astype(np.int64)),
+                           nodes=nodes, seed=seed, batch_size=4,
+                           loss=lambda out, y: torch.nn.functional.cross_entropy(out, y, reduction="none"))
