@@ -105,10 +105,11 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
     plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None
     from .elastic import parse_failures
 
-    failures = parse_failures(list(cfg.fail or ()), cfg.nodes)
+    failures = parse_failures(list(cfg.fail or ()), cfg.nodes, cfg.spares)
     result = runner.train(problem, spec, logging, latency, transport=transport, plan=plan,
                           settings=cfg.to_dict(), progress=progress or False,
                           terminator=terminator, resume_from=cfg.out, problem_name=cfg.problem,
                           files=files, config_record=record, summary_extra=phases,  # (rounds per phase: also summary.json)
-                          elastic=bool(cfg.elastic or failures), failures=failures)
+                          elastic=bool(cfg.elastic or failures), failures=failures,
+                          spares=cfg.spares)
     return result.summary

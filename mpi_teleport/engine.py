@@ -99,6 +99,8 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
     summary = None
     if backend.root:
         lost = {"lost": list(backend.losses)} if backend.elastic else {}
+        if backend.elastic and (backend.spares or backend.replacements):  # (hot spares)
+            lost.update(replaced=list(backend.replacements), spares=backend.spares)
         summary = recorder.summary(wall, {"backend": backend.name, **(summary_extra or {}), **lost})
     keeper.finish(summary)
     final = recorder.final_tokens() if backend.root else None
@@ -165,6 +167,8 @@ def _log(phase: int, r: int, backend, recorder, spec, callback=None,
         extra = {} if vt is None else {"virtual_time_s": vt}
         if backend.losses:
             extra["lost"] = [[x["node"], x["round"]] for x in backend.losses]
+        if backend.replacements:  # [[node, round, spare], ...]: a spare took the node over
+            extra["replaced"] = [[x["node"], x["round"], x["spare"]] for x in backend.replacements]
         evaluated = _evaluate(backend, recorder, phase, r, mats)
 
         def on_root() -> bool:

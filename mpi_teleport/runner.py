@@ -28,7 +28,7 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
           resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
           config_record: dict | None = None, hold=(), summary_extra: dict | None = None,
           refused: str | None = None, callback=None, elastic: bool = False,
-          failures=()) -> engine.Result:
+          failures=(), spares: int = 0, pool=None) -> engine.Result:
     """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
     the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
     communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
@@ -37,14 +37,17 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
     every process). ``refused``: this process's one-line reason not to run (its checks of
     the inputs against the disk failed); every process learns the first process's reason
     in the same collective as the locks, so all stop together with it (UsageError).
-    ``callback(record)``: on the root after each logged round (:func:`engine.execute`)."""
+    ``callback(record)``: on the root after each logged round (:func:`engine.execute`).
+    ``spares``: hot spares (elastic mode); under MPI ``pool``, the
+    :class:`~mpi_teleport.transport.SparePool` of the job (the command line's)."""
     from .metrics import Recorder
     from .search import SearchRecorder
 
     problem = with_defaults(problem)
     own_transport, release = None, None
     if elastic:
-        check_elastic(spec, latency, transport is not None or comm is not None, failures)
+        check_elastic(spec, latency, transport is not None or comm is not None, failures,
+                      spares, pool)
     if elastic and (transport is not None or comm is not None):
         from .transport import ElasticTransport
 
@@ -73,7 +76,7 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
             bar.total = max(1, spec.total_rounds)
             recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
             recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
-            backend = _backend(problem, spec, latency, transport, elastic, failures)
+            backend = _backend(problem, spec, latency, transport, elastic, failures, spares)
             # Overflow to inf/NaN is the run's to report (one line at the next logging
             # round), not numpy's: no RuntimeWarning ahead of that line.
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -108,8 +111,13 @@ def _survivors_meet(transport) -> None:
         pass
 
 
-def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures) -> None:
+def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures,
+                  spares: int = 0, pool=None) -> None:
     """What elastic mode cannot do, refused with what to do (UsageError)."""
+    if mpi and spares and pool is None:
+        raise UsageError("spares under MPI: the spare ranks wait outside the run, which only "
+                         "the command line arranges; use mpirun -n N+S python -m "
+                         "mpi_teleport.run --elastic --spares S")
     if spec.algorithm == "search":
         raise UsageError("elastic mode (--elastic, --fail) runs Teleportation or DSGD, not "
                          "--k auto; choose k")
@@ -155,7 +163,7 @@ def hold_agreed(dirs, transport, root: bool, refused: str | None = None):
 
 
 def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elastic=False,
-             failures=()):
+             failures=(), spares=0):
     if transport is None:
         from .backends.local import LocalBackend
 
@@ -164,7 +172,7 @@ def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elasti
             from .virtual_clock import for_run
 
             oracle = for_run(spec, latency, problem.dim, problem.dtype.itemsize)
-        return LocalBackend(problem, spec, oracle, failures, elastic=elastic)
+        return LocalBackend(problem, spec, oracle, failures, elastic=elastic, spares=spares)
     if elastic:
         from .backends.elastic import ElasticBackend
 
