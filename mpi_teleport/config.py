@@ -183,7 +183,8 @@ OPTIONS = (
            "adds); Teleportation or DSGD, per-round executor (mpi_teleport/DESIGN.md §11)"),
     Option("fail", "fails", "simulator: node NODE is lost at the start of round ROUND "
            "(repeatable), the numbers an elastic MPI run with that loss computes; with "
-           "--spares, ids n.. name the spares (one dies while it waits)",
+           "--spares, ids n.. name the spares' processes (waiting: the spare is gone; once it "
+           "took a node over: that node dies)",
            metavar="NODE@ROUND"),
     Option("spares", "int", "hot spares, with --elastic (MPI: the job has n + S ranks) or "
            "--fail (simulator): the lowest waiting spare becomes a dead node (same id, its "

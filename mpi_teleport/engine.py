@@ -95,6 +95,30 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
             if logging.is_log_round(r, phase.start, phase.stop):
                 stopped = _log(index, r, backend, recorder, spec, callback)
             keeper.after_round(r, stopped, spec.total_rounds)
+    return _finish(backend, recorder, keeper, start_clock, summary_extra)
+
+
+def join(problem, spec, logging, backend: Backend, recorder: RunRecorder, r: int, *,
+         plan: CheckpointPlan | None = None, settings: dict | None = None, terminator=None,
+         resume_from=None, summary_extra: dict | None = None) -> Result:
+    """A hot spare that took a node over at round r (mpi_teleport/DESIGN.md §11.1): it
+    enters the survivors' recovery of round r (where it receives the tokens and the
+    records), then runs the rounds as any node. Returns as :func:`execute`."""
+    plan = plan or CheckpointPlan(None, 0, 2)
+    keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
+                    log_every=logging.every, stop_at_target=logging.stop_at_target,
+                    resume_from=resume_from)
+    phase = spec.phases()[0]
+    backend.begin(phase, r, problem.initial(), None)  # (buffers; the tokens come in recovery)
+    backend.join(r)
+    start_clock = time.perf_counter()
+    _elastic_rounds(0, phase, r, True, backend, recorder, spec, logging, keeper, None,
+                    joining=True)
+    return _finish(backend, recorder, keeper, start_clock, summary_extra)
+
+
+def _finish(backend, recorder, keeper, start_clock, summary_extra) -> Result:
+    """The summary (root), the final checkpoint, and the whole result on every process."""
     wall = time.perf_counter() - start_clock
     summary = None
     if backend.root:
@@ -112,31 +136,52 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
 
 
 def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logging,
-                    keeper, callback=None) -> bool:
+                    keeper, callback=None, joining: bool = False) -> bool:
     """The rounds of an elastic run (mpi_teleport/elastic.py): boundary r (round r's
     record and checkpoint), then round r, then the agreement that nothing failed. When
     something did, the survivors go back to round r's start without the lost nodes
-    (``backend.recover``) and redo boundary r and round r. Returns whether it stopped."""
+    (``backend.recover``; hot spares take dead nodes over there) and redo boundary r and
+    round r. ``joining``: a spare that took a node over at round ``first``, which starts
+    in that recovery (the root hands it ``first``, ``resuming`` and the records). Returns
+    whether it stopped."""
     from .elastic import TooFewSurvivors
     from .errors import RankLost
 
+    where = {"first": first, "resuming": resuming}
+
+    def export():  # (the root's, for a spare taking a node over)
+        return {**where, "recorder": recorder.state(), "run_id": keeper.run_id,
+                "last_round": keeper._last_round}
+
+    def take(state):
+        where.update(first=state["first"], resuming=state["resuming"])
+        recorder.restore(state["recorder"])
+        keeper.run_id, keeper._last_round = state["run_id"], state["last_round"]
+
+    if getattr(backend, "spares", 0):
+        backend.handover = (export, take)
     rounds = keeper.rounds(phase.start, phase.stop)
-    last = rounds.stop if len(rounds) else first
     r, stopped = first, False
+    lost = joining
     while True:
-        backend.keep(r)
-        ok = True
-        try:
-            if (r == first and not resuming) or (
-                    r > first and logging.is_log_round(r, phase.start, phase.stop)):
-                stopped = _log(index, r, backend, recorder, spec, callback, follow=True)
-            if r > first:
-                keeper.after_round(r, stopped, spec.total_rounds)
-            if r < last and not stopped:
-                backend.step(r)
-        except RankLost:
-            ok = False
-        if not backend.settle(r, ok):
+        if not lost:
+            first, resuming = where["first"], where["resuming"]
+            last = rounds.stop if len(rounds) else first
+            backend.keep(r)
+            ok = True
+            try:
+                if (r == first and not resuming) or (
+                        r > first and logging.is_log_round(r, phase.start, phase.stop)):
+                    stopped = _log(index, r, backend, recorder, spec, callback, follow=True)
+                if r > first:
+                    keeper.after_round(r, stopped, spec.total_rounds)
+                if r < last and not stopped:
+                    backend.step(r)
+            except RankLost:
+                ok = False
+            lost = not backend.settle(r, ok)
+        if lost:
+            lost = False
             try:
                 backend.recover(r)
             except RankLost:  # another loss during the recovery: the next agreement sees it

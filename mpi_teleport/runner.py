@@ -52,7 +52,9 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
         from .transport import ElasticTransport
 
         # (a communicator of its own that survives lost ranks; the caller's is left alone)
-        transport = own_transport = ElasticTransport(transport.comm if transport is not None else comm)
+        transport = own_transport = ElasticTransport(
+            transport.comm if transport is not None else comm, pool,
+            None if pool is None else pool.node_order())
     elif transport is None and comm is not None:
         from .transport import Transport
 
@@ -89,15 +91,47 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
                     exc.meet = lambda: _survivors_meet(own_transport)  # (after the root's line)
                     raise collective.agreed(exc)
             backend.close()
-            if own_transport is not None and elastic and own_transport.living != list(range(spec.nodes)):
+            if own_transport is not None and elastic and own_transport.shrunk:
                 _survivors_meet(own_transport)  # (freeing a communicator with dead ranks may hang)
                 own_transport = None
             return result
     finally:
         if release is not None:
             release()
-        if own_transport is not None and not (elastic and own_transport.living != list(range(spec.nodes))):
+        if own_transport is not None and not (elastic and own_transport.shrunk):
             own_transport.free()  # (after a loss and an error: left alone, the job aborts)
+
+
+def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
+         out: Path | None = None, plan: CheckpointPlan | None = None,
+         settings: dict | None = None, terminator=None, resume_from=None,
+         problem_name: str | None = None, summary_extra: dict | None = None) -> engine.Result:
+    """A hot spare that took a node over at round r (``reformed``: what ``pool.reform``
+    returned: the dead, {node: spare}, the nodes' communicator and order): the rest of the
+    run as that node
+    (:func:`engine.join`). The job then ends as after any loss (the survivors meet)."""
+    from .backends.elastic import ElasticBackend
+    from .metrics import Recorder
+    from .transport import ElasticTransport
+
+    problem = with_defaults(problem)
+    _, replaced, comm, living = reformed
+    transport = ElasticTransport(comm, pool, living, joined=True)
+    transport.shrunk, transport.replaced = True, dict(replaced)
+    files = RunFiles(out, writes=False)  # (it writes once it is the lowest survivor)
+    recorder = Recorder(spec, logging, problem, files, None, problem_name)
+    backend = ElasticBackend(problem, spec, transport)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        try:
+            result = engine.join(problem, spec, logging, backend, recorder, r, plan=plan,
+                                 settings=settings, terminator=terminator,
+                                 resume_from=resume_from, summary_extra=summary_extra)
+        except TooFewSurvivors as exc:
+            exc.meet = lambda: _survivors_meet(transport)
+            raise collective.agreed(exc)
+    backend.close()
+    _survivors_meet(transport)
+    return result
 
 
 def _survivors_meet(transport) -> None:

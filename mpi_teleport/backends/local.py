@@ -36,6 +36,7 @@ class LocalBackend:
         self.replacements: list = []
         self.spares = int(spares)
         self._waiting = list(range(spec.nodes, spec.nodes + self.spares))  # (their ids)
+        self._became: dict[int, int] = {}  # spare -> the node it took over
         self._living = None
         self._kept, self._kept_round = None, None
         self.xs: list[np.ndarray] = []
@@ -95,8 +96,10 @@ class LocalBackend:
         living = set(self._living.nodes)
         # (a resume re-admitted them, or its checkpoint was written after the loss)
         done = {(x["node"], x["round"]) for x in self.losses + self.replacements}
-        return [f.node for f in self.failures
-                if f.round == r and f.node in living and (f.node, f.round) not in done]
+        # (a spare's id names its process: once it took node i over, node i dies)
+        nodes = [self._became.get(f.node, f.node) for f in self.failures if f.round == r]
+        return sorted(i for i in nodes if i in living and i < self.spec.nodes
+                      and (i, r) not in done)
 
     def recover(self, r: int) -> None:
         """The plan's nodes of round r die: back to round r's start, the waiting spares
@@ -105,6 +108,7 @@ class LocalBackend:
         dead = self._dying(r)
         replaced, lost = elastic.assign(dead, self._waiting)
         self._waiting = [s for s in self._waiting if s not in set(replaced.values())]
+        self._became.update({s: i for i, s in replaced.items()})
         entry = elastic.entry_roster(self.phase, r, self.spec.moves)
         x, v = self._kept
         self._living = self._living.without(lost)

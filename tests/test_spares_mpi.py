@@ -1,0 +1,200 @@
+"""Hot spares under MPI (issue 32): n + S ranks with ``--elastic --spares S``; a node's rank
+SIGKILLed at a chosen round (tests' hook $MPI_TELEPORT_TEST_DIE=NODE@ROUND, see
+tests/test_elastic_mpi.py; SPARE@0 kills a spare as it starts waiting) is taken over by
+the lowest waiting spare, the job exits 0 and its records equal the simulator's told of
+the same failures (``--fail ... --spares S``), bit for bit. Open MPI only (ULFM); MPICH
+and plain mpirun refuse --spares in one line, as --elastic. Small rank counts, hard
+timeouts."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT, run_mpi
+from launch_helpers import implementation, this_venv_impl
+
+from mpi_teleport import schedule
+from mpi_teleport.sim import main as sim_main
+
+BASE = ["--rounds", "24", "--lr", "0.05", "--log-every", "5", "--dim", "8"]
+
+
+def records(path):
+    return [{k: v for k, v in json.loads(line).items() if k != "time_s"}
+            for line in open(path) if line.strip()]
+
+
+def summary(path):
+    data = json.loads(path.read_text())
+    return {k: v for k, v in data.items() if k not in ("wall_time_s", "backend")}
+
+
+def spare_run(tmp_path, n, spares, args, die, timeout=120, name="mpi", extra_env=None):
+    out = tmp_path / name
+    env = {**os.environ, "MPI_TELEPORT_TEST_DIE": die,
+           "MPI_TELEPORT_SPARE_LOG": str(tmp_path / f"{name}-spares"), **(extra_env or {})}
+    res = run_mpi(n + spares, ["-m", "mpi_teleport.run", *BASE, *args, "--elastic",
+                               "--spares", str(spares), "--out", str(out)],
+                  timeout=timeout, env=env)
+    return res, out
+
+
+def simulated(tmp_path, n, spares, args, fails, name="sim"):
+    out = tmp_path / name
+    argv = ["--nodes", str(n), *BASE, *args, "--spares", str(spares), "--out", str(out)]
+    for f in fails:
+        argv += ["--fail", f]
+    return sim_main(argv), out
+
+
+def assert_equal_runs(tmp_path, n, spares, args, die, fails):
+    res, mpi = spare_run(tmp_path, n, spares, args, die)
+    assert res.returncode == 0, res.stderr[-3000:]
+    code, sim = simulated(tmp_path, n, spares, args, fails)
+    assert code == 0
+    assert records(mpi / "metrics.jsonl") == records(sim / "metrics.jsonl")
+    assert summary(mpi / "summary.json") == summary(sim / "summary.json")
+    return json.loads((mpi / "summary.json").read_text())
+
+
+def holder_and_idle(n, k, r, seed=0):
+    h = schedule.holders(seed, n, k, r)
+    return int(h[0]), next(i for i in range(n) if i not in h)
+
+
+@pytest.mark.parametrize("who, variant", [("holder", "overlap"), ("idle", "simple"),
+                                          ("zero", "overlap")])
+def test_a_killed_node_is_replaced_and_equals_the_simulator(tmp_path, who, variant):
+    """An active holder (Alg. 3: its token restored as the mean), an idle node (Alg. 1),
+    rank 0 (the root: the oldest survivor writes the files, the spare becomes node 0)."""
+    holder, idle = holder_and_idle(4, 2, 7)
+    node = {"holder": holder, "idle": idle, "zero": 0}[who]
+    args = ["--algorithm", "teleportation", "--k", "2", "--variant", variant, "--momentum", "0.5"]
+    s = assert_equal_runs(tmp_path, 4, 1, args, f"{node}@7", [f"{node}@7"])
+    assert [(x["node"], x["round"], x["spare"]) for x in s["replaced"]] == [(node, 7, 4)]
+    assert s["lost"] == [] and s["spares"] == 1
+    if who == "holder":
+        assert s["replaced"][0]["tokens"] == [0]
+    waited = json.loads((tmp_path / "mpi-spares" / "spare-4.json").read_text())
+    assert waited["outcome"] == "node"
+
+
+def test_two_kills_with_one_spare_the_first_replaced_the_second_lost(tmp_path):
+    args = ["--algorithm", "teleportation", "--k", "2", "--momentum", "0.5"]
+    s = assert_equal_runs(tmp_path, 4, 1, args, "3@4,1@13", ["3@4", "1@13"])
+    assert [(x["node"], x["spare"]) for x in s["replaced"]] == [(3, 4)]
+    assert [(x["node"], x["round"]) for x in s["lost"]] == [(1, 13)]
+
+
+def test_the_node_a_spare_became_can_be_replaced_again(tmp_path):
+    """Spare 4 becomes node 2 at round 4; that process dies at round 12 and spare 5 takes
+    node 2 over in turn."""
+    args = ["--algorithm", "teleportation", "--k", "2"]
+    s = assert_equal_runs(tmp_path, 4, 2, args, "2@4,2@12", ["2@4", "4@12"])
+    assert [(x["node"], x["round"], x["spare"]) for x in s["replaced"]] == [(2, 4, 4), (2, 12, 5)]
+
+
+def test_dsgd_replica_is_restored_on_the_spare(tmp_path):
+    s = assert_equal_runs(tmp_path, 4, 1, ["--algorithm", "dsgd", "--momentum", "0.5"],
+                          "2@9", ["2@9"])
+    assert s["replaced"][0]["tokens"] == [2] and s["lost"] == []
+
+
+def test_kill_at_a_logging_round_and_inside_a_checkpoint(tmp_path):
+    """Round 10 is logged (the spare receives the records) and round 15's checkpoint loses
+    a rank while it is written: both are redone with the spares."""
+    args = ["--algorithm", "teleportation", "--k", "2", "--checkpoint-every", "15"]
+    assert_equal_runs(tmp_path, 4, 2, args, "3@10,1@15:save", ["3@10", "1@15"])
+    manifest = json.loads((tmp_path / "mpi" / "checkpoints" / "round-00000015" /
+                           "MANIFEST.json").read_text())
+    assert [(x["node"], x["round"], x["spare"]) for x in manifest["replaced"]] == \
+        [(3, 10, 4), (1, 15, 5)]
+
+
+def test_a_spare_killed_while_it_waits_is_gone(tmp_path):
+    """Spare 4 dies as it starts waiting: node 1's death at round 7 is taken over by
+    spare 5, as the simulator told of spare 4's death at round 0."""
+    args = ["--algorithm", "teleportation", "--k", "2"]
+    s = assert_equal_runs(tmp_path, 4, 2, args, "4@0,1@7", ["4@0", "1@7"])
+    assert [(x["node"], x["spare"]) for x in s["replaced"]] == [(1, 5)]
+
+
+def test_resume_after_a_replacement_with_no_spare(tmp_path):
+    """A checkpoint after a replacement, resumed by a job without spares: node 1 is in
+    the run (its rank holds it again), and the records equal the uninterrupted run's."""
+    args = ["--algorithm", "teleportation", "--k", "2", "--checkpoint-every", "10",
+            "--keep-checkpoints", "5"]
+    res, out = spare_run(tmp_path, 4, 1, args, "1@4")
+    assert res.returncode == 0, res.stderr[-3000:]
+    whole = records(out / "metrics.jsonl")
+    assert whole[-1]["replaced"] == [[1, 4, 4]]
+    resumed = run_mpi(4, ["-m", "mpi_teleport.run", "--elastic", "--resume",
+                          str(out / "checkpoints" / "round-00000010")], timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert records(out / "metrics.jsonl") == whole
+    code, sim = simulated(tmp_path, 4, 1, args, ["1@4"])
+    assert code == 0 and records(sim / "metrics.jsonl") == whole
+
+
+def test_idle_spares_use_next_to_no_cpu(tmp_path):
+    """Two spares wait through a whole run (released at its end): their CPU time while
+    waiting is a small fraction of the time they waited."""
+    res, out = spare_run(tmp_path, 2, 2, ["--algorithm", "teleportation", "--k", "1",
+                                          "--rounds", "3000", "--log-every", "1000"], "")
+    assert res.returncode == 0, res.stderr[-3000:]
+    for spare in (2, 3):
+        waited = json.loads((tmp_path / "mpi-spares" / f"spare-{spare}.json").read_text())
+        assert waited["outcome"] == "done"
+        assert waited["cpu_s"] < 0.05 * waited["wait_s"] + 0.02, waited
+
+
+def test_spares_need_elastic(tmp_path):
+    res = run_mpi(3, ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "1",
+                      "--rounds", "3", "--spares", "1"], timeout=120)
+    lines = [line for line in res.stderr.splitlines() if "error" in line]
+    assert res.returncode == 2 and len(lines) == 1 and "--spares needs --elastic" in lines[0]
+
+
+def test_spares_refused_without_ulfm(tmp_path):
+    """Plain mpirun (no --with-ft ulfm): one line, as --elastic, exit 2 (no spare left
+    waiting)."""
+    impl = this_venv_impl()
+    cmd = [impl.mpirun, "-n", "3", "--oversubscribe", impl.python, "-m", "mpi_teleport.run",
+           "--algorithm", "teleportation", "--k", "1", "--rounds", "3", "--elastic",
+           "--spares", "1"]
+    res = subprocess.run(cmd, cwd=ROOT, env=impl.env(None, None), capture_output=True,
+                         text=True, timeout=120)
+    lines = [line for line in res.stderr.splitlines() if "error" in line]
+    assert res.returncode == 2 and len(lines) == 1 and "--with-ft ulfm" in lines[0]
+
+
+def test_spares_refused_under_mpich():
+    impl = implementation("mpich")
+    if isinstance(impl, str) or os.environ.get("MPI_TELEPORT_TEST_MPICH") == "off":
+        pytest.skip(f"mpich: {impl if isinstance(impl, str) else 'MPI_TELEPORT_TEST_MPICH=off'}")
+    res = run_mpi(3, ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "1",
+                      "--rounds", "3", "--elastic", "--spares", "1"], timeout=120, impl=impl)
+    lines = [line for line in res.stderr.splitlines() if "error" in line]
+    assert res.returncode == 2 and len(lines) == 1 and "requeue with --resume" in lines[0]
+
+
+def test_digits_network_with_rank_0_replaced_equals_the_simulator(tmp_path):
+    """The spare builds node 0's data shard (a built-in TorchProblem, float32 tokens, the
+    evaluation shared by the ranks) and takes node 0 over."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    args = ["--problem", "digits", "--algorithm", "teleportation", "--k", "2", "--alpha", "0.5",
+            "--momentum", "0.9", "--progress", "off", "--batch-size", "8"]
+    out = tmp_path / "mpi"
+    res = run_mpi(5, ["-m", "mpi_teleport.run", "--rounds", "12", "--log-every", "4",
+                      "--lr", "0.05", *args, "--elastic", "--spares", "1", "--out", str(out)],
+                  timeout=180, env={**os.environ, "MPI_TELEPORT_TEST_DIE": "0@6"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    sim = tmp_path / "sim"
+    assert sim_main(["--nodes", "4", "--rounds", "12", "--log-every", "4", "--lr", "0.05", *args,
+                     "--fail", "0@6", "--spares", "1", "--out", str(sim)]) == 0
+    assert records(out / "metrics.jsonl") == records(sim / "metrics.jsonl")
+    assert records(out / "metrics.jsonl")[-1]["replaced"] == [[0, 6, 4]]
