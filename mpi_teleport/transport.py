@@ -533,13 +533,16 @@ class SparePool:
         finally:
             shared.Free()
 
-    def _send_all(self, tag: int, *values: int) -> None:
+    def _send_all(self, tag: int, *values: int, synchronous: bool = False) -> None:
         """A small message to every waiting spare; one that died is skipped (errors kept
-        from every request alone, as the rounds do)."""
+        from every request alone, as the rounds do). ``synchronous``: each completes only
+        once the spare has it (the sender is about to exit, which could drop a message
+        still buffered)."""
         buf = np.array([*values, 0, 0][:2], dtype=np.int64)
+        send = self.world.Issend if synchronous else self.world.Isend
         for p in self.waiting():
             try:
-                self.world.Isend(buf, self.ids.index(p), tag).Wait()
+                send(buf, self.ids.index(p), tag).Wait()
             except self._mpi.Exception:
                 pass
 
@@ -615,5 +618,7 @@ class SparePool:
                     return "node", out
 
     def release(self, status: int) -> None:
-        """The run is over: every waiting spare ends with ``status``."""
-        self._send_all(TAG_DONE, status)
+        """The run is over: every waiting spare ends with ``status`` (the nodes' root tells
+        them, once: a spare leaves at the first word)."""
+        if self.root:
+            self._send_all(TAG_DONE, status, synchronous=True)

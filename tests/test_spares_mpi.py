@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -60,6 +61,15 @@ def assert_equal_runs(tmp_path, n, spares, args, die, fails):
     return json.loads((mpi / "summary.json").read_text())
 
 
+def waited(path, timeout=20):
+    """A spare's account of its wait (mpirun may return while a released spare still
+    writes it)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return json.loads(path.read_text())
+
+
 def holder_and_idle(n, k, r, seed=0):
     h = schedule.holders(seed, n, k, r)
     return int(h[0]), next(i for i in range(n) if i not in h)
@@ -78,8 +88,7 @@ def test_a_killed_node_is_replaced_and_equals_the_simulator(tmp_path, who, varia
     assert s["lost"] == [] and s["spares"] == 1
     if who == "holder":
         assert s["replaced"][0]["tokens"] == [0]
-    waited = json.loads((tmp_path / "mpi-spares" / "spare-4.json").read_text())
-    assert waited["outcome"] == "node"
+    assert waited(tmp_path / "mpi-spares" / "spare-4.json")["outcome"] == "node"
 
 
 def test_two_kills_with_one_spare_the_first_replaced_the_second_lost(tmp_path):
@@ -122,21 +131,43 @@ def test_a_spare_killed_while_it_waits_is_gone(tmp_path):
     assert [(x["node"], x["spare"]) for x in s["replaced"]] == [(1, 5)]
 
 
-def test_resume_after_a_replacement_with_no_spare(tmp_path):
-    """A checkpoint after a replacement, resumed by a job without spares: node 1 is in
-    the run (its rank holds it again), and the records equal the uninterrupted run's."""
+def test_a_spare_killed_while_it_waits_and_no_node_dies(tmp_path):
+    """Nothing in the run changes; the other spare is released at the end, exit 0."""
+    args = ["--algorithm", "teleportation", "--k", "2"]
+    s = assert_equal_runs(tmp_path, 4, 2, args, "4@0", ["4@0"])
+    assert s["replaced"] == [] and s["lost"] == []
+    assert waited(tmp_path / "mpi-spares" / "spare-5.json")["outcome"] == "done"
+
+
+@pytest.mark.parametrize("resumed_spares", [0, 2])
+def test_resume_after_a_replacement(tmp_path, resumed_spares):
+    """A checkpoint after a replacement, resumed by a job with no spare or two: node 1 is
+    in the run (its rank holds it again), and the records equal the uninterrupted run's."""
     args = ["--algorithm", "teleportation", "--k", "2", "--checkpoint-every", "10",
             "--keep-checkpoints", "5"]
     res, out = spare_run(tmp_path, 4, 1, args, "1@4")
     assert res.returncode == 0, res.stderr[-3000:]
     whole = records(out / "metrics.jsonl")
     assert whole[-1]["replaced"] == [[1, 4, 4]]
-    resumed = run_mpi(4, ["-m", "mpi_teleport.run", "--elastic", "--resume",
-                          str(out / "checkpoints" / "round-00000010")], timeout=120)
+    resumed = run_mpi(4 + resumed_spares,
+                      ["-m", "mpi_teleport.run", "--elastic", "--spares", str(resumed_spares),
+                       "--resume", str(out / "checkpoints" / "round-00000010")], timeout=120)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert records(out / "metrics.jsonl") == whole
     code, sim = simulated(tmp_path, 4, 1, args, ["1@4"])
     assert code == 0 and records(sim / "metrics.jsonl") == whole
+
+
+def test_every_holder_lost_with_a_spare_waiting_is_exit_75_and_the_spare_ends(tmp_path):
+    """Both tokens' holders die at round 5: nothing to restore from, even with spares; the
+    nodes end with exit 75 (one line) and release the spare still waiting (no hang)."""
+    h = schedule.holders(0, 4, 2, 5)
+    res, _ = spare_run(tmp_path, 4, 3, ["--algorithm", "teleportation", "--k", "2"],
+                       f"{h[0]}@5,{h[1]}@5")
+    lines = [line for line in res.stderr.splitlines() if "mpi_teleport.run" in line]
+    assert res.returncode == 75, res.stderr[-3000:]
+    assert len(lines) == 1 and "every token's holder was lost at round 5" in lines[0]
+    assert waited(tmp_path / "mpi-spares" / "spare-6.json")["outcome"] == "done"
 
 
 def test_idle_spares_use_next_to_no_cpu(tmp_path):
@@ -146,9 +177,9 @@ def test_idle_spares_use_next_to_no_cpu(tmp_path):
                                           "--rounds", "3000", "--log-every", "1000"], "")
     assert res.returncode == 0, res.stderr[-3000:]
     for spare in (2, 3):
-        waited = json.loads((tmp_path / "mpi-spares" / f"spare-{spare}.json").read_text())
-        assert waited["outcome"] == "done"
-        assert waited["cpu_s"] < 0.05 * waited["wait_s"] + 0.02, waited
+        account = waited(tmp_path / "mpi-spares" / f"spare-{spare}.json")
+        assert account["outcome"] == "done"
+        assert account["cpu_s"] < 0.05 * account["wait_s"] + 0.02, account
 
 
 def test_spares_need_elastic(tmp_path):
@@ -198,3 +229,21 @@ def test_digits_network_with_rank_0_replaced_equals_the_simulator(tmp_path):
                      "--fail", "0@6", "--spares", "1", "--out", str(sim)]) == 0
     assert records(out / "metrics.jsonl") == records(sim / "metrics.jsonl")
     assert records(out / "metrics.jsonl")[-1]["replaced"] == [[0, 6, 4]]
+
+
+def test_a_problem_factory_is_built_for_the_node_the_spare_becomes(tmp_path):
+    """``--problem module:function``: the spare calls the factory as the dead rank did
+    (its node's data) and the run equals the simulator's."""
+    flags = ["--problem", "mpi_teleport.examples.logistic:problem", "--algorithm",
+             "teleportation", "--k", "2", "--rounds", "20", "--lr", "0.5", "--log-every", "5"]
+    holder = int(schedule.holders(0, 4, 2, 8)[1])
+    out = tmp_path / "mpi"
+    res = run_mpi(5, ["-m", "mpi_teleport.run", *flags, "--elastic", "--spares", "1",
+                      "--out", str(out)], timeout=120,
+                  env={**os.environ, "MPI_TELEPORT_TEST_DIE": f"{holder}@8"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    sim = tmp_path / "sim"
+    assert sim_main(["--nodes", "4", *flags, "--fail", f"{holder}@8", "--spares", "1",
+                     "--out", str(sim)]) == 0
+    assert records(out / "metrics.jsonl") == records(sim / "metrics.jsonl")
+    assert records(out / "metrics.jsonl")[-1]["replaced"] == [[holder, 8, 4]]
