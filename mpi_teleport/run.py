@@ -109,8 +109,7 @@ def main(argv=None) -> int:
         status = cli.fail(PROG, str(exc), show=rank == 0 if pool is None else pool.root)
         if pool is not None:  # (the spares wait for the nodes' word)
             release()
-            pool.release(status)
-            _leave(status)
+            _end_with_spares(pool, status, exc, transport)
         if isinstance(exc, NonFiniteError) and cfg is not None and cfg.elastic:
             _leave(status)  # (ranks may have died: MPI_Finalize could wait for them)
         return status
@@ -124,8 +123,7 @@ def main(argv=None) -> int:
             print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         if pool is not None:
             release()
-            pool.release(signals.exit_status(exc))
-            _leave(signals.exit_status(exc))
+            _end_with_spares(pool, signals.exit_status(exc), exc, transport)
         return signals.exit_status(exc)
     except TooFewSurvivors as exc:  # elastic: every survivor, at the same round
         release()
@@ -151,6 +149,23 @@ def main(argv=None) -> int:
     if lost:
         _leave(0)
     return 0
+
+
+def _end_with_spares(pool, status: int, exc, transport) -> None:
+    """A run with hot spares ends early (a refusal, a signal's checkpoint): the root (its
+    line is out already) releases the waiting spares, the nodes meet, and every process
+    leaves with ``status`` (none leaves first: under mpirun an early exit may end the
+    others before the root's line and release)."""
+    pool.release(status)
+    meet = getattr(exc, "meet", None)
+    if meet is not None:
+        meet()
+    elif transport is not None:  # (before the run: the nodes' first communicator)
+        try:
+            transport.barrier()
+        except Exception:  # noqa: BLE001  (leaving anyway)
+            pass
+    _leave(status)
 
 
 def _spares_apart(cfg, comm):

@@ -90,6 +90,12 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
                 except TooFewSurvivors as exc:  # (every survivor at the same round)
                     exc.meet = lambda: _survivors_meet(own_transport)  # (after the root's line)
                     raise collective.agreed(exc)
+                except Exception as exc:  # hot spares: the nodes meet before they leave
+                    if pool is not None:
+                        meeting = own_transport  # (kept for the meeting, not freed below)
+                        exc.meet = lambda: _survivors_meet(meeting)
+                        own_transport = None
+                    raise
             backend.close()
             if own_transport is not None and elastic and own_transport.shrunk:
                 _survivors_meet(own_transport)  # (freeing a communicator with dead ranks may hang)
@@ -129,6 +135,9 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
         except TooFewSurvivors as exc:
             exc.meet = lambda: _survivors_meet(transport)
             raise collective.agreed(exc)
+        except Exception as exc:  # (the nodes meet before they leave)
+            exc.meet = lambda: _survivors_meet(transport)
+            raise
     backend.close()
     _survivors_meet(transport)
     return result

@@ -24,20 +24,19 @@ SPARE_LOG = "MPI_TELEPORT_SPARE_LOG"  # a directory: each spare writes spare-<id
 def serve(cfg, pool, local_rank: int, terminator, out) -> dict | None:
     """Wait as a spare. Returns the run's summary once this process took a node over and
     the run ended, or None when the nodes released it (``pool.released``: their exit
-    status) or a signal came (status 75, as the nodes')."""
-    from . import cli, report, signals
+    status). A signal (SIGTERM, SIGUSR1: the job's end) does not end the wait: the nodes
+    write their checkpoint first and then release the spares with status 75; a spare
+    leaving at once would end the job under mpirun before that checkpoint is written."""
+    from . import cli, report
     from .backends.elastic import _test_hook
     from .problems import make_problem
 
     _test_hook(pool.me, 0, "start")  # (tests: a spare that dies while it waits)
     wall, cpu = time.perf_counter(), _cpu_s()
-    what, value = pool.wait(lambda: bool(terminator is not None and terminator.signum))
+    what, value = pool.wait()
     _log_wait(pool.me, what, time.perf_counter() - wall, _cpu_s() - cpu)
     if what == "done":
         pool.released = value
-        return None
-    if what == "signal":
-        pool.released = signals.EXIT_CHECKPOINTED
         return None
     (algorithm, k), = report.runs_requested(cfg)  # (elastic mode runs one algorithm)
     problem = make_problem(cfg, local_rank, local_nodes=[pool.node])  # the dead node's data

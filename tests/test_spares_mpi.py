@@ -247,3 +247,35 @@ def test_a_problem_factory_is_built_for_the_node_the_spare_becomes(tmp_path):
                      "--out", str(sim)]) == 0
     assert records(out / "metrics.jsonl") == records(sim / "metrics.jsonl")
     assert records(out / "metrics.jsonl")[-1]["replaced"] == [[holder, 8, 4]]
+
+
+def test_sigusr1_to_mpirun_checkpoints_and_ends_the_spares_too(tmp_path):
+    """What the job scripts forward ahead of the time limit: the nodes write the signal's
+    checkpoint and exit 75; the waiting spare does not leave before them (that would end
+    the job under mpirun before the checkpoint) and is released with 75."""
+    from mpi_teleport import checkpoint
+
+    impl = this_venv_impl()
+    out = tmp_path / "run"
+    cmd = impl.command(5, ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "2",
+                           "--rounds", "100000000", "--lr", "0.01", "--log-every", "50",
+                           "--dim", "8", "--elastic", "--spares", "1", "--checkpoint-every",
+                           "10000000", "--out", str(out)])
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=impl.env(None, None), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)
+        proc.send_signal(__import__("signal").SIGUSR1)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    assert proc.returncode == 75, err[-3000:]
+    ours = [line for line in err.splitlines() if "mpi_teleport.run: stopped by" in line]
+    assert len(ours) == 1 and "stopped by SIGUSR1" in ours[0], err[-3000:]
+    _, manifest = checkpoint.locate(out)
+    assert manifest["reason"] == "signal"
