@@ -134,7 +134,7 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
                           files=files, config_record=got.record,
                           summary_extra=got.phases,  # (rounds per phase: also summary.json)
                           elastic=bool(cfg.elastic or got.failures), failures=got.failures,
-                          spares=cfg.spares, pool=pool)
+                          spares=cfg.spares, pool=pool, agree_every=cfg.agree_every)
     return result.summary
 
 
@@ -148,5 +148,5 @@ def join_config(cfg, algorithm: str, k, problem, pool, reformed, out, terminator
     result = runner.join(problem, got.spec, got.logging, pool, r, reformed, out=out,
                          plan=got.plan, settings=cfg.to_dict(), terminator=terminator,
                          resume_from=cfg.out, problem_name=cfg.problem,
-                         summary_extra=got.phases)
+                         summary_extra=got.phases, agree_every=cfg.agree_every)
     return result.summary

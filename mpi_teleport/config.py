@@ -84,6 +84,7 @@ class Config:
     elastic: bool = False
     fail: tuple | None = None
     spares: int = 0
+    agree_every: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -186,6 +187,10 @@ OPTIONS = (
            "--spares, ids n.. name the spares' processes (waiting: the spare is gone; once it "
            "took a node over: that node dies)",
            metavar="NODE@ROUND"),
+    Option("agree_every", "int", "with --elastic: the survivors agree that no rank died "
+           "every A rounds (and at every record and checkpoint) instead of every round; a "
+           "loss seen at an agreement takes effect at the previous one, the rounds since "
+           "are redone (default 1)", metavar="A"),
     Option("spares", "int", "hot spares, with --elastic (MPI: the job has n + S ranks) or "
            "--fail (simulator): the lowest waiting spare becomes a dead node (same id, its "
            "data rebuilt, its tokens restored) and all n nodes stay in the run (default 0)",
@@ -367,6 +372,9 @@ def _nodes_beside_spares(cfg: Config, world_size: int) -> int:
 def _check_elastic(cfg: Config, world_size: int | None) -> None:
     """--elastic (MPI), --fail (the simulator's failure plan) and --spares: what they
     cannot do."""
+    if cfg.agree_every != 1 and not (cfg.elastic or cfg.fail):
+        raise UsageError("--agree-every needs --elastic (it spaces elastic mode's agreements; "
+                         "the simulator accepts it beside --fail, where it changes nothing)")
     if cfg.spares and not (cfg.elastic or cfg.fail):
         raise UsageError("--spares needs --elastic (MPI) or --fail (the simulator's "
                          "failure plan)")

@@ -161,13 +161,28 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
     if getattr(backend, "spares", 0):
         backend.handover = (export, take)
     rounds = keeper.rounds(phase.start, phase.stop)
+    every = max(1, int(getattr(backend, "agree_every", 1)))
+
+    def agreed_boundary(t: int) -> bool:
+        """Boundaries the survivors agree at and keep the tokens of: every ``every``-th
+        (``--agree-every``), and every one with a collective (a record, a checkpoint, the
+        signal check at logging rounds) or the run's end."""
+        return (every == 1 or t == where["first"] or (t - where["first"]) % every == 0
+                or t % logging.every == 0 or logging.is_log_round(t, phase.start, phase.stop)
+                or keeper.plan.due(t, spec.total_rounds) or t >= last)
+
     r, stopped = first, False
+    kept = r
     lost = joining
     while True:
         if not lost:
             first, resuming = where["first"], where["resuming"]
             last = rounds.stop if len(rounds) else first
-            backend.keep(r)
+            if agreed_boundary(r):
+                backend.keep(r)
+                kept = r
+            else:
+                backend.enter(r)
             ok = True
             try:
                 if (r == first and not resuming) or (
@@ -179,9 +194,11 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
                     backend.step(r)
             except RankLost:
                 ok = False
-            lost = not backend.settle(r, ok)
+            if not ok or stopped or agreed_boundary(r + 1):  # (between them: no agreement)
+                lost = not backend.settle(r, ok)
         if lost:
             lost = False
+            r = kept  # (the survivors go back to the last boundary agreed on)
             try:
                 backend.recover(r)
             except RankLost:  # another loss during the recovery: the next agreement sees it

@@ -38,6 +38,7 @@ RESUMABLE_CHANGES = frozenset({
     "algorithm", "k",  # (compared apart: compare's legs; k in the manifest itself)
     "elastic",  # (the manifest's losses, not the flag, decide who is left out)
     "spares",  # (a requeued job may have another number of spare ranks)
+    "agree_every",  # (when a loss is seen; the checkpoint's losses say what was lost)
 })
 # Settings never taken from the checkpoint (they describe this invocation only). Where a
 # resumed run writes is taken from where its checkpoint lies on disk, never from the

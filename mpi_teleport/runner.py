@@ -28,7 +28,7 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
           resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
           config_record: dict | None = None, hold=(), summary_extra: dict | None = None,
           refused: str | None = None, callback=None, elastic: bool = False,
-          failures=(), spares: int = 0, pool=None) -> engine.Result:
+          failures=(), spares: int = 0, pool=None, agree_every: int = 1) -> engine.Result:
     """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
     the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
     communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
@@ -78,7 +78,8 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
             bar.total = max(1, spec.total_rounds)
             recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
             recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
-            backend = _backend(problem, spec, latency, transport, elastic, failures, spares)
+            backend = _backend(problem, spec, latency, transport, elastic, failures, spares,
+                               agree_every)
             # Overflow to inf/NaN is the run's to report (one line at the next logging
             # round), not numpy's: no RuntimeWarning ahead of that line.
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -111,7 +112,8 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
 def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
          out: Path | None = None, plan: CheckpointPlan | None = None,
          settings: dict | None = None, terminator=None, resume_from=None,
-         problem_name: str | None = None, summary_extra: dict | None = None) -> engine.Result:
+         problem_name: str | None = None, summary_extra: dict | None = None,
+         agree_every: int = 1) -> engine.Result:
     """A hot spare that took a node over at round r (``reformed``: what ``pool.reform``
     returned: the dead, {node: spare}, the nodes' communicator and order): the rest of the
     run as that node
@@ -126,7 +128,7 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
     transport.shrunk, transport.replaced = True, dict(replaced)
     files = RunFiles(out, writes=False)  # (it writes once it is the lowest survivor)
     recorder = Recorder(spec, logging, problem, files, None, problem_name)
-    backend = ElasticBackend(problem, spec, transport)
+    backend = ElasticBackend(problem, spec, transport, agree_every=agree_every)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         try:
             result = engine.join(problem, spec, logging, backend, recorder, r, plan=plan,
@@ -206,7 +208,7 @@ def hold_agreed(dirs, transport, root: bool, refused: str | None = None):
 
 
 def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elastic=False,
-             failures=(), spares=0):
+             failures=(), spares=0, agree_every=1):
     if transport is None:
         from .backends.local import LocalBackend
 
@@ -219,7 +221,7 @@ def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elasti
     if elastic:
         from .backends.elastic import ElasticBackend
 
-        return ElasticBackend(problem, spec, transport)
+        return ElasticBackend(problem, spec, transport, agree_every=agree_every)
     from .backends.mpi import MpiBackend
 
     if latency.active:

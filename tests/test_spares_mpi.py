@@ -51,8 +51,8 @@ def simulated(tmp_path, n, spares, args, fails, name="sim"):
     return sim_main(argv), out
 
 
-def assert_equal_runs(tmp_path, n, spares, args, die, fails):
-    res, mpi = spare_run(tmp_path, n, spares, args, die)
+def assert_equal_runs(tmp_path, n, spares, args, die, fails, extra_env=None):
+    res, mpi = spare_run(tmp_path, n, spares, args, die, extra_env=extra_env)
     assert res.returncode == 0, res.stderr[-3000:]
     code, sim = simulated(tmp_path, n, spares, args, fails)
     assert code == 0
@@ -104,6 +104,17 @@ def test_the_node_a_spare_became_can_be_replaced_again(tmp_path):
     args = ["--algorithm", "teleportation", "--k", "2"]
     s = assert_equal_runs(tmp_path, 4, 2, args, "2@4,2@12", ["2@4", "4@12"])
     assert [(x["node"], x["round"], x["spare"]) for x in s["replaced"]] == [(2, 4, 4), (2, 12, 5)]
+
+
+def test_a_spare_joins_at_the_last_agreement_with_agree_every(tmp_path):
+    """--agree-every 8: node 2 killed at round 13 is taken over at round 8 (the last
+    agreement), where the spare enters the survivors' recovery."""
+    args = ["--algorithm", "teleportation", "--k", "2", "--agree-every", "8", "--rounds", "40",
+            "--log-every", "20"]
+    # (the spare redoes rounds 8-15 as node 2: the hook must not kill it at 13 again)
+    s = assert_equal_runs(tmp_path, 4, 1, args, "2@13", ["2@8"],
+                          {"MPI_TELEPORT_TEST_DIE_ONCE": str(tmp_path)})
+    assert [(x["node"], x["round"], x["spare"]) for x in s["replaced"]] == [(2, 8, 4)]
 
 
 def test_dsgd_replica_is_restored_on_the_spare(tmp_path):

@@ -29,6 +29,7 @@ from ..interfaces import KIND_SPARE
 from .mpi import MpiBackend
 
 TEST_DIE = "MPI_TELEPORT_TEST_DIE"  # NODE@ROUND[:save|:stop],...: tests kill a rank there
+TEST_DIE_ONCE = "MPI_TELEPORT_TEST_DIE_ONCE"  # a directory: each entry above fires once
 
 
 def _test_hook(node: int, r: int, where: str) -> None:
@@ -39,6 +40,12 @@ def _test_hook(node: int, r: int, where: str) -> None:
         who, _, when = spot.partition("@")
         at = "save" if how == "save" else "start"
         if int(who) == node and int(when) == r and at == where:
+            once = os.environ.get(TEST_DIE_ONCE)
+            if once:  # each entry kills one process (rounds redone after a rollback: not again)
+                mark = os.path.join(once, f"died-{item.replace(':', '-')}")
+                if os.path.exists(mark):
+                    continue
+                open(mark, "w").close()
             os.kill(os.getpid(), signal.SIGSTOP if how == "stop" else signal.SIGKILL)
 
 
@@ -49,7 +56,7 @@ class ElasticBackend(MpiBackend):
 
     elastic = True
 
-    def __init__(self, problem, spec, transport, token_device=None):
+    def __init__(self, problem, spec, transport, token_device=None, agree_every: int = 1):
         if spec.algorithm not in ("teleportation", "dsgd"):
             raise ValueError("elastic mode runs Teleportation or DSGD")
         super().__init__(problem, spec, transport, token_device, compiled=False)
@@ -65,6 +72,9 @@ class ElasticBackend(MpiBackend):
         # export) and how the spare takes it (set by engine._elastic_rounds)
         self.handover = (lambda: None, lambda state: None)
         self._joining = False
+        # --agree-every A: the survivors agree (and keep the tokens) every A rounds, not
+        # every round; a loss seen at an agreement rolls back to the last one (DESIGN §11)
+        self.agree_every = max(1, int(agree_every))
         self._joined_at = None  # (tests' hooks: a spare is not killed again at its first round)
 
     @property
@@ -96,6 +106,10 @@ class ElasticBackend(MpiBackend):
                       s.v.copy() if m >= 0 and s.v is not None else None)
         self._kept_living, self._kept_round = self.living, r
         self._gone = {}
+
+    def enter(self, r: int) -> None:
+        """Round r's start between agreements: nothing kept (tests' hook only)."""
+        _test_hook(self.rank, r, "start")
 
     def join(self, r: int) -> None:
         """A spare that took a node over at round r: it holds nothing yet; :meth:`recover`,
