@@ -19,12 +19,13 @@ from .errors import NonFiniteError, OutputError, UsageError
 from .loggers import CsvWriter, TensorBoardWriter
 from .options import Checkpoints, Latency, Records
 from .problem import Problem
+from .schedulers import rounds_per_epoch
 
 __version__ = "0.2.0"
 
 __all__ = ["teleportation", "dsgd", "search_k", "Problem", "TorchProblem", "EvalMetric",
            "Result", "UsageError", "NonFiniteError", "OutputError", "CsvWriter",
-           "TensorBoardWriter", "Records", "Checkpoints", "Latency"]
+           "TensorBoardWriter", "Records", "Checkpoints", "Latency", "rounds_per_epoch"]
 
 _TORCH_NAMES = ("TorchProblem", "EvalMetric")
 

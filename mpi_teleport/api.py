@@ -37,8 +37,9 @@ from typing import Callable
 
 from . import engine
 from .api_checks import run_checked
-from .loop_options import rounds_for, within_phase
+from .loop_options import eval_rounds, rounds_for, within_phase
 from .options import Checkpoints, Default, Latency, Records, merge, merge_latency
+from .schedulers import step_size
 from .spec import RunSpec
 
 __all__ = ["teleportation", "dsgd", "search_k"]
@@ -46,6 +47,7 @@ __all__ = ["teleportation", "dsgd", "search_k"]
 
 def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                   lr: float | Callable[[int], float], epochs: float | None = None,
+                  lr_step: str = "epoch",
                   topology: str | Callable = "ring", momentum: float = 0.0,
                   nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
                   out: str | Path | None = None,
@@ -55,6 +57,8 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                   stop_at_target: bool = Default(False),
                   progress: bool = Default(False),
                   callback: Callable[[dict], object] | None = Default(None),
+                  eval_every: int | None = Default(None),
+                  eval_every_epochs: float | None = None,
                   checkpoints: Checkpoints | None = None,
                   checkpoint_every: int = Default(0),
                   checkpoint_dir: str | Path | None = Default(None),
@@ -88,9 +92,20 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         ``n_train`` and ``batch_size`` (a TorchProblem): ``rounds = ceil(epochs *
         n_train / (batch_size * active))``, active = k (n for DSGD and for each phase
         of :func:`search_k`).
-    lr : float or callable
-        Step size, or a function of the round t (in :func:`search_k`, of the round
-        within its phase: both phases start at t = 0).
+    lr : float, callable or torch scheduler
+        Step size, a function of the round t (in :func:`search_k`, of the round within
+        its phase: both phases start at t = 0), or a ``torch.optim.lr_scheduler``
+        scheduler as a plain script builds it on its optimizer (``StepLR``,
+        ``CosineAnnealingLR``, ``OneCycleLR``, ``SequentialLR`` of a ``LinearLR`` warm-up
+        and a cosine, ...), before any ``step()``: the step size of round t is its
+        learning rate after as many ``step()`` calls as ``lr_step`` counts (a private
+        copy is replayed: a pure function of the round, the same on every rank and
+        after a resume; :mod:`mpi_teleport.schedulers`).
+    lr_step : {'epoch', 'round'}
+        With a scheduler: ``'epoch'`` (default) steps it once per pass over the training
+        data (epoch e = floor(t * batch_size * active / n_train), active = k, or n for
+        DSGD; :func:`mpi_teleport.rounds_per_epoch`), as a plain script steps it after
+        each epoch; ``'round'`` once per round, as a script stepping per batch.
     topology : str or callable
         ``ring``, ``torus``, ``exp``, ``onepeer-exp``, ``base2``, ``complete``, or a
         function ``(k, t) -> W`` returning a k x k doubly stochastic matrix.
@@ -114,7 +129,17 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         keywords ``log_every``, ``target``, ``stop_at_target``, ``progress``,
         ``callback`` (give a setting one way or the other: both is a UsageError).
     log_every : int
-        Evaluate and record every this many rounds (and the first and last).
+        Record every this many rounds (and the first and last). Every record after
+        round 0 carries ``train_loss`` (and ``train_accuracy`` for classification): the
+        mean over the previous round's active nodes of their mini-batch values, from the
+        forward passes the gradients made (a problem with ``training_metrics``, e.g. a
+        TorchProblem; no extra pass).
+    eval_every : int, optional
+        Evaluate the model (test metrics, target, non-finite check) only every this many
+        rounds, and at the first and last; the records between carry the training
+        values alone. Default: every record evaluates.
+    eval_every_epochs : float, optional
+        ``eval_every`` in passes over the training data (converted as ``epochs`` is).
     target, stop_at_target
         ``rounds_to_target`` is the first logged round whose metric reaches ``target``;
         with ``stop_at_target`` the run ends there.
@@ -201,11 +226,13 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
     (4, 5)
     """
     rounds = rounds_for(problem, rounds, epochs, k)
+    lr = step_size(lr, lr_step, problem, k)
     spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed)
+    eval_every = eval_rounds(problem, eval_every, eval_every_epochs, k)
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
                        records=merge(Records, records, log_every=log_every, target=target,
                                      stop_at_target=stop_at_target, progress=progress,
-                                     callback=callback),
+                                     callback=callback, eval_every=eval_every),
                        checkpoints=merge(Checkpoints, checkpoints,
                                          checkpoint_every=checkpoint_every,
                                          checkpoint_dir=checkpoint_dir,
@@ -216,6 +243,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
 
 def dsgd(problem, *, nodes: int, rounds: int | None = None,
          lr: float | Callable[[int], float], epochs: float | None = None,
+         lr_step: str = "epoch",
          topology: str | Callable = "ring", momentum: float = 0.0, nesterov: bool = False,
          seed: int = 0, comm=None,
          out: str | Path | None = None,
@@ -225,6 +253,8 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
          stop_at_target: bool = Default(False),
          progress: bool = Default(False),
          callback: Callable[[dict], object] | None = Default(None),
+         eval_every: int | None = Default(None),
+         eval_every_epochs: float | None = None,
          checkpoints: Checkpoints | None = None,
          checkpoint_every: int = Default(0),
          checkpoint_dir: str | Path | None = Default(None),
@@ -249,11 +279,13 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
     8
     """
     rounds = rounds_for(problem, rounds, epochs, nodes)
+    lr = step_size(lr, lr_step, problem, nodes)
     spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed)
+    eval_every = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
                        records=merge(Records, records, log_every=log_every, target=target,
                                      stop_at_target=stop_at_target, progress=progress,
-                                     callback=callback),
+                                     callback=callback, eval_every=eval_every),
                        checkpoints=merge(Checkpoints, checkpoints,
                                          checkpoint_every=checkpoint_every,
                                          checkpoint_dir=checkpoint_dir,
@@ -264,6 +296,7 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
 
 def search_k(problem, *, nodes: int, rounds: int | None = None,
              lr: float | Callable[[int], float], epochs: float | None = None,
+             lr_step: str = "epoch",
              topology: str | Callable = "ring", momentum: float = 0.0,
              nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
              out: str | Path | None = None, select: str = "averaged",
@@ -321,6 +354,7 @@ def search_k(problem, *, nodes: int, rounds: int | None = None,
     from .search import check_select
 
     rounds = rounds_for(problem, rounds, epochs, nodes)
+    lr = step_size(lr, lr_step, problem, nodes)
     spec = RunSpec("search", nodes, None, rounds, within_phase(lr, rounds), momentum, topology,
                    variant, seed, check_select(select))
     return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,

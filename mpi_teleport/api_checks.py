@@ -103,7 +103,7 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     values = check_values({
         "nodes": spec.nodes, "rounds": spec.rounds, "lr": spec.lr, "momentum": spec.momentum,
         "topology": spec.topology, "variant": spec.variant, "seed": spec.seed,
-        "log_every": records.every, "target": records.target,
+        "log_every": records.every, "eval_every": records.eval_every, "target": records.target,
         "stop_at_target": records.stop_at_target,
         "latency": latency.model, "clock": latency.clock,
         "compute_time": latency.compute_time, "out": out,
@@ -120,18 +120,34 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     spec = RunSpec(spec.algorithm, values["nodes"], k, values["rounds"], values["lr"],
                    momentum_of(values["momentum"], nesterov),
                    values["topology"], values["variant"], values["seed"], spec.k_select)
-    logging = Logging(values["log_every"], values["target"], values["stop_at_target"])
+    logging = Logging(values["log_every"], values["target"], values["stop_at_target"],
+                      naming=API, eval_every=values["eval_every"])
     latency = LatencySettings(values["latency"], values["clock"], values["compute_time"])
 
     def where(name):
         return None if values[name] is None else Path(absolute(name, values[name], API))
 
-    out, ck_dir = where("out"), where("checkpoint_dir")
+    out, ck_dir, resume = where("out"), where("checkpoint_dir"), where("resume")
+    if ck_dir is None and resume is not None and spec.algorithm != "search":
+        ck_dir = _continued_dir(resume, spec.algorithm)
     if ck_dir is None and out is not None:
         ck_dir = out / "checkpoints"
     files = _Files(out, ck_dir, values["checkpoint_every"], values["keep_checkpoints"],
-                   where("resume"), progress)
+                   resume, progress)
     return spec, logging, latency, files
+
+
+def _continued_dir(resume: Path, algorithm: str) -> Path | None:
+    """A resume without ``checkpoint_dir`` of a run that kept its checkpoints apart from its
+    files writes the new ones beside those it resumes (:func:`resume.kept_apart`), so the
+    next ``resume=`` from there finds the newest; None otherwise (a checkpoint that cannot
+    be read is reported by the disk check, in its one line)."""
+    try:
+        found = locate(resume, algorithm)
+    except (UsageError, OSError):
+        return None
+    apart = None if found is None else resume_rules.kept_apart(found[0])
+    return None if apart is None else Path(apart)
 
 
 def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _Files) -> dict:
@@ -152,6 +168,8 @@ def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _F
         record["k_select"] = spec.k_select
     if isinstance(spec.momentum, Nesterov):  # (only then: other runs' records unchanged)
         record["nesterov"] = True
+    if logging.eval_every is not None:  # (likewise; a resume may change it)
+        record["eval_every"] = logging.eval_every
     return record
 
 

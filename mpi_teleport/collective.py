@@ -166,6 +166,9 @@ def check_start(problem, spec, logging, latency, plan, transport):
             raise UsageError(f"nodes={spec.nodes} but the communicator has {transport.size} "
                              f"ranks: one rank per node")
         contract.first_rounds_lr(spec.lr, spec.total_rounds)
+        contract.first_rounds_topology(spec)
+        if spec.algorithm == "search":
+            contract.can_validate(problem)
         x0 = contract.initial_model(problem)
         if transport is not None:
             first = [transport.rank]  # this rank's node: every node's data is checked

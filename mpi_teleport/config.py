@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .search import CRITERIA as K_SELECTS
 from .settings import ALGORITHMS as RUNS
-from .settings import CLI, CLOCKS, VARIANTS, check_checkpoints, check_k, check_values
+from .settings import CLI, CLOCKS, SAMPLINGS, VARIANTS, check_checkpoints, check_k, check_values
 from .topology import TOPOLOGIES
 
 # --algorithm: compare = both, and a table; Algorithm 2 ('search') is asked for by --k auto
@@ -66,11 +66,12 @@ class Config:
     compute_time: float | None = None
     epochs: float | None = None
     batch_size: int = 32
+    sampling: str = "replacement"
     alpha: float = 0.1
     val_fraction: float = 0.1
     lr_schedule: str = "constant"
     eval_every: int | None = None
-    data_dir: str = "data"
+    data_dir: str | None = None  # None: fashion-mnist searches (problems/fashion_files.py), cifar10 ./data
     download: bool = False
     device: str = "auto"
     seed: int = 0
@@ -148,15 +149,25 @@ OPTIONS = (
            "than DSGD); overrides --rounds", metavar="E"),
     Option("batch_size", "int", "networks: mini-batch size per node and round (default 32)",
            metavar="B"),
+    Option("sampling", "choice", "networks: how a node draws its batches: replacement = "
+           "with replacement, keyed by (seed, node, round) (default); epochs = shuffled passes "
+           "over its share, as DataLoader(shuffle=True), keyed by (seed, node, pass): the "
+           "paper's batches", SAMPLINGS),
     Option("alpha", "float", "networks: Dirichlet(alpha) label partition over the nodes; "
            "small = heterogeneous (default 0.1)"),
     Option("val_fraction", "float", "networks: fraction of the training set held out for "
-           "validation (--k auto selects on it; default 0.1)", metavar="F"),
+           "validation (--k auto selects on it; default 0.1; 0: train on every sample)",
+           metavar="F"),
     Option("lr_schedule", "choice", "constant (default) or cosine decay over the run",
            LR_SCHEDULES),
     Option("eval_every", "int", "networks: evaluate the averaged model on the test set "
            "every R rounds (same as --log-every)", metavar="R"),
-    Option("data_dir", "path", "networks: data directory (default ./data)", metavar="DIR"),
+    Option("data_dir", "path", "networks: data directory. fashion-mnist: the four files "
+           "flat in DIR (as apt-get install dataset-fashion-mnist puts them) or in "
+           "DIR/FashionMNIST/raw, each .gz or not; never written to (.gz files are "
+           "decompressed into $MPI_TELEPORT_CACHE, default ~/.cache/mpi_teleport). Without "
+           "it: ./data if it holds them, else /usr/share/datasets/fashion-mnist. cifar10: "
+           "default ./data", metavar="DIR"),
     Option("download", "bool", "networks: download the data set with torchvision if absent"),
     Option("device", "choice", "networks: auto = rank r uses GPU (local rank mod GPUs) when "
            "CUDA exists, else CPU (default)", DEVICES),
@@ -344,6 +355,9 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
         cfg = cfg.replace(log_every=cfg.eval_every)
     if cfg.epochs is not None and cfg.problem == "quadratic":
         raise UsageError("--epochs applies to the network problems; use --rounds for quadratic")
+    if cfg.k == "auto" and network and cfg.val_fraction == 0:
+        raise UsageError("--k auto selects k on a validation set: give --val-fraction F > 0 "
+                         "(default 0.1), or choose k")
     check_checkpoints(cfg.to_dict(), CLI, search=cfg.k == "auto")
     _check_elastic(cfg, world_size)
     return cfg

@@ -29,7 +29,8 @@ import numpy as np
 
 from .errors import UsageError
 
-__all__ = ["initial_model", "probe", "landed", "check_metrics", "checked_lr", "check_lr"]
+__all__ = ["initial_model", "probe", "landed", "check_metrics", "checked_lr", "check_lr",
+           "first_rounds_lr", "first_rounds_topology", "can_validate"]
 
 INF = math.inf
 
@@ -67,6 +68,16 @@ def initial_model(problem) -> np.ndarray:
         raise UsageError(f"{_name(problem)}.initial() holds non-finite values (NaN or inf, "
                          f"first at index {bad}): the initial model must be finite")
     return x0
+
+
+def can_validate(problem) -> None:
+    """Algorithm 2 selects k on ``validate``: a problem that says it cannot validate
+    (``validation_unavailable``) is refused before the first round, in one line saying
+    what to pass, rather than at the first logging round from inside the engine."""
+    why = getattr(problem, "validation_unavailable", None)
+    if why:
+        raise UsageError(f"Algorithm 2 (k auto, search_k) chooses k by a validation metric, "
+                         f"but {why}")
 
 
 def probe(problem, nodes, x0: np.ndarray, t: int = 0) -> None:
@@ -159,6 +170,22 @@ def checked_lr(lr):
         lr_of_round.base = lr.base
     lr_of_round.__wrapped__ = lr
     return lr_of_round
+
+
+def first_rounds_topology(spec) -> None:
+    """Call a topology function for the first rounds and the last of every phase, for
+    every run's k (Algorithm 2: each candidate's), at start (UsageError naming the function,
+    k and t), so one that fails or returns no mixing matrix is refused before anything
+    runs; later rounds are checked as they are planned (every process alike)."""
+    if not callable(spec.topology):
+        return
+    from . import topology as topo
+
+    for phase in spec.phases():
+        for t in sorted({phase.start, phase.start + 1, phase.start + 2, phase.stop - 1}):
+            if phase.start <= t < phase.stop:
+                for holders in phase.roster(t):
+                    topo.mixing(spec.topology, len(holders), t)
 
 
 def first_rounds_lr(lr, rounds: int) -> None:

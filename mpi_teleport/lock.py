@@ -101,6 +101,10 @@ def _describe(info: dict | None) -> str:
             f"{info.get('started', '?')}{cmd}")
 
 
+def _is_this_process(info: dict | None) -> bool:
+    return bool(info) and info.get("host") == socket.gethostname() and info.get("pid") == os.getpid()
+
+
 def _alive(pid) -> bool:
     try:
         os.kill(int(pid), 0)
@@ -146,7 +150,13 @@ def _try_lock(fd: int, path: str, what: str, directory: str):
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise LockedError(f"{what} {directory} is in use by {_describe(holder(path))}: wait for "
+        info = holder(path)
+        if _is_this_process(info):  # never blame the caller's own pid as "another job"
+            raise LockedError(f"{what} {directory} is already held by this process (pid "
+                              f"{os.getpid()}) for another run that has not ended; a directory "
+                              f"serves one run at a time: let that run end first or choose "
+                              f"another {what}") from None
+        raise LockedError(f"{what} {directory} is in use by {_describe(info)}: wait for "
                           f"that run to end or choose another {what}") from None
     except OSError as exc:
         if exc.errno not in _NO_FLOCK:

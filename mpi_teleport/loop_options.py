@@ -9,8 +9,9 @@ import math
 
 from .algorithms import Nesterov
 from .errors import UsageError
+from .options import Default
 
-__all__ = ["rounds_for", "within_phase", "momentum_of"]
+__all__ = ["rounds_for", "eval_rounds", "within_phase", "momentum_of"]
 
 
 def rounds_for(problem, rounds, epochs, active):
@@ -30,6 +31,17 @@ def rounds_for(problem, rounds, epochs, active):
     if isinstance(active, bool) or not isinstance(active, int) or active < 1:
         return 1  # (k or nodes is wrong: the checks say so)
     return max(1, math.ceil(epochs * n_train / (batch * active)))
+
+
+def eval_rounds(problem, eval_every, eval_every_epochs, active):
+    """``eval_every`` (rounds, or the :class:`~.options.Default` standing for it), or the
+    rounds ``eval_every_epochs`` passes over the data take with ``active`` nodes each
+    drawing a batch per round (converted as ``epochs`` is)."""
+    if eval_every_epochs is None:
+        return eval_every
+    if not isinstance(eval_every, Default):
+        raise UsageError("give eval_every= (rounds) or eval_every_epochs= (epochs), not both")
+    return rounds_for(problem, None, eval_every_epochs, active)
 
 
 def within_phase(lr, rounds):

@@ -25,6 +25,17 @@ def initial_not_finite(problem) -> str:
             f"(check the data for NaN/inf; the step size is not the cause)")
 
 
+def non_finite(problem, metrics: dict, r: int, where: str, lr, naming) -> str:
+    """The message of a metric turning non-finite after round r's steps: names the
+    values that did (the loss, not the headline accuracy computed from it) and the step
+    size as this entry point spells it (``--lr`` or ``lr``)."""
+    bad = [name for name, value in metrics.items()
+           if isinstance(value, (int, float, np.floating)) and not np.isfinite(value)]
+    what = " and ".join(bad) if bad else problem.metric
+    return (f"the {what} became non-finite at round {r} ({where}); lower "
+            f"{naming.name('lr')} (now {lr_text(lr)})")
+
+
 def lr_text(lr) -> str:
     """The step size for messages: the number, or a schedule's base value."""
     return f"{lr}" if not callable(lr) else f"{getattr(lr, 'base', 'a schedule')}"
@@ -113,10 +124,8 @@ class Recorder:
                 raise NonFiniteError(initial_not_finite(self.problem))
             bad = np.nonzero(~np.isfinite(x).all(axis=1))[0]
             token = int(bad[0]) if len(bad) else 0
-            raise NonFiniteError(
-                f"the {self.problem.metric} became non-finite at round {r} (token {token}); "
-                f"lower --lr (now {lr_text(self.spec.lr)})"
-            )
+            raise NonFiniteError(non_finite(self.problem, metrics, r, f"token {token}",
+                                            self.spec.lr, self.logging.naming))
         record = {"round": r, "time_s": time_s, **metrics, **(extra or {})}
         self.files.metric(record)
         self.last, self.last_x = record, x
@@ -125,9 +134,20 @@ class Recorder:
         if self.rounds_to_target is None and self.problem.reached(metrics, target):
             self.rounds_to_target = r
         if self.progress is not None:
-            self.progress.update(r, f"{self.problem.metric} {metrics[self.problem.metric]:.2e}",
+            self.progress.headline = f"{self.problem.metric} {metrics[self.problem.metric]:.4g}"
+            loss = record.get("train_loss")
+            self.progress.update(r, "" if loss is None else f"train loss {loss:.3g}",
                                  force=r == self.spec.rounds)
         return self.logging.stop_at_target and self.rounds_to_target is not None
+
+    def record_training(self, r: int, x: np.ndarray, time_s: float, extra: dict) -> bool:
+        """Round r's record without evaluation (``eval_every``): the training values in
+        ``extra`` and the time; the tokens are kept for the final model. Never stops."""
+        record = {"round": r, "time_s": time_s, **extra}
+        self.files.metric(record)
+        self.last_x = x
+        self.rounds_run = r
+        return False
 
     def final_tokens(self):
         return self.last_x

@@ -12,13 +12,14 @@ launcher, the tests and the job scripts ask here first.
 """
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from .parsers import OneLineParser
 
 OPENMPI, MPICH, INTELMPI, CRAY, UNKNOWN = "openmpi", "mpich", "intelmpi", "cray-mpich", "unknown"
 
@@ -135,7 +136,7 @@ def flavor_of_mpi4py() -> Flavor:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpi_teleport.mpi_flavor",
+    parser = OneLineParser(prog="python -m mpi_teleport.mpi_flavor",
                                      description="Name the MPI implementation of a launcher or of mpi4py.")
     parser.add_argument("mpiexec", nargs="?", help="a launcher (default: the one mpi_teleport.launch uses)")
     parser.add_argument("--mpi4py", action="store_true", help="the library this Python's mpi4py loads")

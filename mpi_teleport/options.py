@@ -57,13 +57,16 @@ class Records:
     ``every``: evaluate every this many rounds (and the first and last); ``target`` and
     ``stop_at_target``: the metric value that counts as reached and whether to stop
     there; ``progress``: a progress bar on stderr; ``callback(record)``: called with each
-    record, a true return value stops the run."""
+    record, a true return value stops the run; ``eval_every``: evaluate the model only
+    every this many rounds (and the first and last; None: at every record), the other
+    records carrying the training loss alone."""
 
     every: int = 10
     target: float | None = None
     stop_at_target: bool = False
     progress: bool = False
     callback: Callable[[dict], object] | None = None
+    eval_every: int | None = None
 
 
 # The flat keyword of each field, in the spelling messages use (settings.RULES' names).
@@ -72,7 +75,7 @@ FLAT = {
                   "keep": "keep_checkpoints", "resume": "resume"},
     Latency: {"model": "latency", "clock": "clock", "compute_time": "compute_time"},
     Records: {"every": "log_every", "target": "target", "stop_at_target": "stop_at_target",
-              "progress": "progress", "callback": "callback"},
+              "progress": "progress", "callback": "callback", "eval_every": "eval_every"},
 }
 KEYWORD = {Checkpoints: "checkpoints", Latency: "latency", Records: "records"}
 

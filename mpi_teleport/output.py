@@ -40,6 +40,21 @@ def dumps(obj, **kw) -> str:
     return json.dumps(_jsonable(obj), **kw)
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux says it
+    (/proc/self/status, since 4.7); elsewhere set and put back at once."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, text: str) -> None:
     write_atomic_with(path, lambda f: f.write(text.encode()))
 
@@ -57,6 +72,9 @@ def write_atomic_with(path: Path, write) -> None:
         raise OutputError(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as f:
+            # mkstemp makes the file 0600 whatever the umask; the renamed file is read
+            # as any other program's output is (0644 under umask 022)
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())
             write(f)
             f.flush()
             os.fsync(f.fileno())

@@ -146,9 +146,17 @@ def lock_dirs(cfg) -> list[tuple[Path, str]]:
             target = leg_dir(cfg, algorithm) if k != "auto" else None
             if target is not None:
                 found.append((target, "checkpoint directory"))
+    return distinct_dirs(found)
+
+
+def distinct_dirs(dirs) -> list[tuple[Path, str]]:
+    """(path, name) pairs with each directory once, under the first name it came with: one
+    directory may serve as both ``out`` and ``checkpoint_dir``, and a run must not lock
+    it twice (a second ``flock`` on another descriptor would be refused, naming the run's
+    own pid as the holder)."""
     unique, seen = [], set()
-    for path, what in found:
-        key = os.path.abspath(path)
+    for path, what in dirs:
+        key = os.path.realpath(path)
         if key not in seen:
             seen.add(key)
             unique.append((path, what))
@@ -173,7 +181,7 @@ def hold_dirs(dirs) -> "callable":
             held.pop().release()
 
     try:
-        for path, what in dirs:
+        for path, what in distinct_dirs(dirs):
             held.append(lock.acquire(path, what))
     except lock.LockError as exc:
         release()

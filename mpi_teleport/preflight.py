@@ -40,7 +40,8 @@ def load(raw: dict, world_size: int | None = None):
 
 def check(cfg):
     """The checks of a resolved Config against the disk; returns it, or raises UsageError."""
-    if cfg.problem in NETWORK_PROBLEMS and cfg.problem != "digits" and not cfg.download:
+    if (cfg.problem in NETWORK_PROBLEMS and cfg.problem != "digits" and not cfg.download
+            and cfg.data_dir is not None):  # (none given: the reader searches, and says where)
         if not os.path.isdir(cfg.data_dir):
             raise UsageError(f"--data-dir {cfg.data_dir!r} does not exist; put the {cfg.problem} "
                              "files there or add --download on a machine with internet")

@@ -60,6 +60,11 @@ class Problem(Protocol):
         Name of that metric (default: ``"validation"`` with ``validate``, else ``metric``).
     validation_higher_is_better : bool
         Default: ``higher_is_better``.
+    validation_unavailable : str or None
+        Why ``validate`` cannot work for this problem, as a hint saying what to pass (a
+        TorchProblem built without a validation set), or None (default). Algorithm 2
+        refuses such a problem at its start in one line, rather than failing at its first
+        logging round.
     n_train : int
         Training samples over all nodes (turns epochs into rounds, with ``batch_size``,
         the samples a node draws per round). Default: None.
@@ -71,6 +76,11 @@ class Problem(Protocol):
         :meth:`gradient` call, before ``y`` is sent: lets a problem write state that is
         not trained by gradients (BatchNorm running statistics the forward pass updated)
         into the token rows. Default: nothing.
+    training_metrics(t) -> dict
+        node -> {name: value} of the mini-batches this process computed in round t (e.g.
+        ``{"train_loss": ...}``, from the forward pass the gradient made): every record
+        of round r carries their mean over round r - 1's active nodes
+        (:mod:`mpi_teleport.training`). Default: ``{}`` (no training values recorded).
     reached(metrics, target) -> bool, finite(metrics) -> bool
         Whether a target is met / the metrics are finite. Defaults: ``metrics[metric]``
         compared with ``target`` in the better direction; every number finite.
@@ -196,6 +206,10 @@ class ProblemWithDefaults:
     def n_train(self) -> int | None:
         return getattr(self.problem, "n_train", None)
 
+    @property
+    def validation_unavailable(self) -> str | None:
+        return getattr(self.problem, "validation_unavailable", None)
+
     def validate(self, x) -> float:
         if self._has("validate"):
             return float(self.problem.validate(x))
@@ -204,6 +218,13 @@ class ProblemWithDefaults:
     def after_step(self, nodes, y) -> None:
         if self._has("after_step"):
             self.problem.after_step(nodes, y)
+
+    def training_metrics(self, t: int) -> dict:
+        """node -> {name: value} of round t's batches computed here (the records'
+        training loss, :mod:`mpi_teleport.training`), else {}."""
+        if self._has("training_metrics"):
+            return dict(self.problem.training_metrics(t))
+        return {}
 
     # -- optional facts, None when the problem has none
     @property

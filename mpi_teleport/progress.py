@@ -13,6 +13,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.start = time.monotonic()
         self._last = 0.0
+        self.headline = ""  # the latest evaluation's metric, shown beside the training loss
 
     @classmethod
     def for_run(cls, cfg, label: str, rank0: bool = True) -> "Progress":
@@ -39,7 +40,8 @@ class Progress:
         eta = elapsed / frac - elapsed if frac > 0 else 0.0
         self.stream.write(
             f"\r{self.label:<22} [{bar:<24}] {100 * frac:5.1f}% round {done}/{self.total}"
-            f" {info} {elapsed:6.1f}s eta {eta:5.1f}s "
+            f" {info}{' | ' if info and self.headline else ''}{self.headline} {elapsed:6.1f}s"
+            f" eta {eta:5.1f}s "
         )
         self.stream.flush()
 

@@ -245,6 +245,10 @@ def inherit(raw: dict) -> dict:
               for name in field_names() if name in saved and name not in _NOT_INHERITED
               and name not in raw}
     merged.update(raw)
+    compare = merged.get("algorithm") == "compare" and saved.get("algorithm") == "compare"
+    if raw.get("out") is not None and raw.get("checkpoint_dir") is None:
+        # (its checkpoints were kept apart: the new ones go beside them, not into --out)
+        merged["checkpoint_dir"] = kept_apart(found[0], compare)
     if raw.get("out") is None:
         out, ck_dir = _where_resumed(path, found[0], saved, raw.get("checkpoint_dir") is None,
                                      merged.get("algorithm") == "compare")
@@ -254,6 +258,19 @@ def inherit(raw: dict) -> dict:
     return merged
 
 
+def kept_apart(round_path: Path, compare: bool = False) -> str | None:
+    """Where a resume that names no checkpoint directory writes its checkpoints, when the
+    run it resumes kept them apart from its files (``--checkpoint-dir``): the directory
+    the resumed checkpoint lies in (for both legs of ``compare``: its parent), so that the
+    next resume from there finds the newest; None in the default layout
+    (``<out>/checkpoints`` beside the run's ``config.json``), where the checkpoints follow
+    the run's files. Read from where the checkpoint lies on disk, never from a manifest."""
+    ck = Path(round_path).resolve().parent
+    if ck.name == "checkpoints" and (ck.parent / "config.json").is_file():
+        return None
+    return str(ck.parent if compare else ck)
+
+
 def _where_resumed(given: str, round_path: Path, saved: dict, derive_ck: bool, compare: bool):
     """(out, checkpoint_dir) of a resume that names no ``--out``: the run it resumes, found
     from where its checkpoint lies on disk (never from the manifest's text). ``compare``:
@@ -261,10 +278,11 @@ def _where_resumed(given: str, round_path: Path, saved: dict, derive_ck: bool, c
     that leg's directory)."""
     ck = Path(round_path).resolve().parent
     compare = compare and saved.get("algorithm") == "compare"
-    if ck.name == "checkpoints" and (ck.parent / "config.json").is_file():
+    apart = kept_apart(round_path, compare)
+    if apart is None:
         # the default layout: <out>[/<algorithm>]/checkpoints beside the run's files
         return str(ck.parent.parent if compare else ck.parent), None
-    ck_dir = str(ck.parent if compare else ck) if derive_ck else None
+    ck_dir = apart if derive_ck else None
     if saved.get("out") is not None:
         raise UsageError(f"--resume {given}: that run kept its checkpoints apart from its "
                          f"files (--out {show(saved['out'])} then); give --out DIR for this "

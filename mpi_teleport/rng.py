@@ -35,6 +35,8 @@ STREAM_GLOBALS = 9  # numpy's and Python's global generators while a row's batch
 STREAM_AUGMENT = 10  # the generator a TorchProblem's augment hook receives
 STREAM_EVAL_SAMPLE = 11  # the fixed training sample evaluated when there is no test set
 STREAM_EVAL_CHUNK = 12  # global generators while an evaluation chunk is read
+STREAM_EPOCH = 13  # a node's shuffled order of its share for one pass (sampling="epochs")
+STREAM_TEST_SUBSAMPLE = 14  # the fixed test samples a TorchProblem(test_samples=) evaluates
 
 
 def _mix_int(z: int) -> int:

@@ -68,6 +68,7 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
             # nodes vs ranks, the Problem contract at x0, the same problem and settings on
             # every rank: agreed (one allgather); a step-size function checked every round
             spec = collective.check_start(problem, spec, logging, latency, plan, transport)
+            share_cores(problem, transport)
             if files is None:
                 files = RunFiles(out if root or elastic else None, writes=root)
             elif elastic and not root:
@@ -143,6 +144,17 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
     backend.close()
     _survivors_meet(transport)
     return result
+
+
+def share_cores(problem, transport) -> None:
+    """A problem computing with threads="auto" (TorchProblem) learns how many ranks share
+    its host (a shared-memory split of the run's communicator, collective; every rank
+    builds the same problem, so all or none take part); in the simulator it keeps all
+    the host's cores."""
+    settings = getattr(getattr(problem, "problem", problem), "torch_settings", None)
+    if (settings is not None and getattr(settings, "auto", False) and transport is not None
+            and hasattr(transport, "ranks_on_host")):
+        settings.share_host(transport.ranks_on_host())
 
 
 def _survivors_meet(transport) -> None:

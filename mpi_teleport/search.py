@@ -53,7 +53,7 @@ import numpy as np
 from . import schedule
 from .errors import NonFiniteError, UsageError
 from .contract import check_metrics
-from .metrics import initial_not_finite, lr_text
+from .metrics import initial_not_finite, non_finite
 
 CRITERIA = ("averaged", "tokens", "time-average")
 
@@ -140,8 +140,8 @@ class SearchRecorder:
         if not self.problem.finite(m):
             if r == 0:
                 raise NonFiniteError(initial_not_finite(self.problem))
-            raise NonFiniteError(f"the loss became non-finite at round {r} (run k={k}); "
-                                 f"lower --lr (now {lr_text(self.spec.lr)})")
+            raise NonFiniteError(non_finite(self.problem, m, r, f"run k={k}", self.spec.lr,
+                                            self.logging.naming))
 
     def validates(self, phase: int, r: int) -> bool:
         """Whether round r of ``phase`` uses the averaged model's validation metric: every

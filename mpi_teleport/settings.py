@@ -26,6 +26,7 @@ from .topology import TOPOLOGIES
 ALGORITHMS = ("teleportation", "dsgd", "search")  # what runs (RunSpec.algorithm)
 VARIANTS = ("overlap", "simple")  # Algorithm 3, Algorithm 1
 CLOCKS = ("real", "virtual")
+SAMPLINGS = ("replacement", "epochs")  # problems/sampling.py
 SEED_LIMIT = 2**63
 
 
@@ -117,9 +118,10 @@ def momentum(value, field, naming):
 
 
 def fraction(value, field, naming):
+    """A fraction in [0, 1): 0 holds nothing out (the paper trains on the whole set)."""
     value = _number(value, field, naming)
-    if not 0 < value < 1:
-        raise UsageError(f"{naming.name(field)} must be in (0, 1), got {value}")
+    if not 0 <= value < 1:
+        raise UsageError(f"{naming.name(field)} must be in [0, 1), got {value}")
     return value
 
 
@@ -231,6 +233,7 @@ RULES: dict[str, Callable] = {
     "stop_at_target": flag,
     "variant": choice(VARIANTS),
     "clock": choice(CLOCKS),
+    "sampling": choice(SAMPLINGS),
     "topology": choice(TOPOLOGIES, functions=True),
     "latency": latency,
     "compute_time": compute_time,

@@ -78,8 +78,17 @@ class Terminator:
         """The processes agreed to stop: from now on (the final checkpoint, the one line,
         the exit with 75) further signals are absorbed, also after :meth:`restore`, so the
         second SIGTERM srun sends at a time limit, or a second Ctrl-C, cannot turn a
-        completed checkpoint's status 75 into 143 or 130."""
+        completed checkpoint's status 75 into 143 or 130.
+
+        The signals are ignored at the operating system's level (``SIG_IGN``), not by a
+        Python handler: the interpreter puts its Python handlers back to the default while
+        it finalises, and mpi4py's ``MPI_Finalize`` runs after that (``Py_AtExit``), so a
+        signal landing there killed the process (143; under mpirun the launcher then
+        reported it for the whole job). ``SIG_IGN`` survives the finalisation."""
         self.committed = True
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signals:
+                signal.signal(s, signal.SIG_IGN)
 
     def _handle(self, signum, frame) -> None:  # between bytecodes: set a flag, little else
         if self.committed:
@@ -113,7 +122,7 @@ class Terminator:
         for s, old in self._old.items():
             # after a committed stop the process is on its way out with its status: a
             # late duplicate signal is absorbed until it exits
-            signal.signal(s, _absorb if self.committed else old)
+            signal.signal(s, signal.SIG_IGN if self.committed else old)
         self._old.clear()
         if self in _installed:
             _installed.remove(self)
@@ -136,10 +145,6 @@ class Terminator:
 
     def __exit__(self, *exc) -> None:
         self.restore()
-
-
-def _absorb(signum, frame) -> None:
-    """The handler left after a committed stop (see :meth:`Terminator.commit`)."""
 
 
 def _say(line: str) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from . import schedule
 from .latency.model import needs_layer
 from .schedule import Phase
+from .settings import CLI, Naming
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,24 @@ class Logging:
     every: int = 10
     target: float | None = None
     stop_at_target: bool = False
+    naming: Naming = CLI  # how messages spell settings: --lr (command line) or lr (API)
+    eval_every: int | None = None  # None: every record evaluates
 
     def is_log_round(self, r: int, start: int, stop: int) -> bool:
-        """Round r of a phase [start, stop): its first and last, and every ``every``."""
+        """Round r of a phase [start, stop): its first and last, every ``every``, and
+        every evaluation round."""
         rel = r - start
-        return rel == 0 or rel % self.every == 0 or r == stop
+        return (rel == 0 or rel % self.every == 0 or r == stop
+                or (self.eval_every is not None and rel % self.eval_every == 0))
+
+    def is_eval_round(self, r: int, start: int, stop: int) -> bool:
+        """Whether round r's record evaluates the model: every record without
+        ``eval_every``; with it, the phase's first and last round and every
+        ``eval_every`` (the others carry the training loss only)."""
+        if self.eval_every is None:
+            return True
+        rel = r - start
+        return rel == 0 or rel % self.eval_every == 0 or r == stop
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import UsageError
+
 TOPOLOGIES = ("ring", "torus", "exp", "onepeer-exp", "base2", "complete")
 UNDIRECTED = frozenset({"ring", "torus", "base2", "complete"})
 
@@ -238,24 +240,37 @@ def mixing(name, k: int, t: int) -> Mixing:
     return _mixing(name, k, t % period(name, k))
 
 
-def from_matrix(w, k: int, tol: float = 1e-9) -> Mixing:
-    """A user's k x k mixing matrix as a Mixing, after checking that it is one: finite,
-    non-negative, rows and columns summing to 1 (doubly stochastic, Assumption 5)."""
-    w = np.asarray(w, dtype=np.float64)
+def from_matrix(w, k: int, tol: float = 1e-9, source: str = "the topology function") -> Mixing:
+    """A user's k x k mixing matrix as a Mixing, after checking that it is one: numbers,
+    finite, non-negative, rows and columns summing to 1 (doubly stochastic, Assumption
+    5); else UsageError, one line naming ``source`` (the call that returned ``w``)."""
+    want = (f"it must return W(t), a {k} x {k} array of numbers >= 0 whose every row and "
+            f"column sums to 1")
+    if w is None:
+        raise UsageError(f"{source} returned None; {want}")
+    try:
+        w = np.asarray(w, dtype=np.float64)
+    except (TypeError, ValueError) as exc:  # strings, ragged rows, objects
+        raise UsageError(f"{source} returned a {type(w).__name__} that is not an array of "
+                         f"numbers ({_first_line(exc)}); {want}") from None
     if w.shape != (k, k):
-        raise ValueError(f"the topology function returned a matrix of shape {w.shape}; "
-                         f"it must be {k} x {k} (one row and column per token)")
+        raise UsageError(f"{source} returned a matrix of shape {w.shape}; {want} (one row "
+                         f"and column per token)")
     if not np.isfinite(w).all() or (w < 0).any():
-        raise ValueError("the topology function returned a matrix with a negative or "
-                         "non-finite entry; mixing weights must be finite and >= 0")
+        raise UsageError(f"{source} returned a matrix with a negative or non-finite entry; "
+                         f"{want}")
     rows, cols = w.sum(axis=1), w.sum(axis=0)
     if np.abs(rows - 1).max() > tol or np.abs(cols - 1).max() > tol:
-        raise ValueError("the topology function returned a matrix that is not doubly "
-                         f"stochastic (row sums {rows.min():.6g}..{rows.max():.6g}, column "
-                         f"sums {cols.min():.6g}..{cols.max():.6g}); every row and column "
-                         "must sum to 1")
+        raise UsageError(f"{source} returned a matrix that is not doubly stochastic (row "
+                         f"sums {rows.min():.6g}..{rows.max():.6g}, column sums "
+                         f"{cols.min():.6g}..{cols.max():.6g}); {want}")
     r, c = np.nonzero(w)
     return _from_entries(k, r, c, w[r, c])
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 _USER_CACHE: dict = {}
@@ -263,14 +278,24 @@ _USER_CACHE: dict = {}
 
 def _user_mixing(fn, k: int, t: int) -> Mixing:
     """W(t) of a user function, checked once per (function, k, t) and kept a while (the
-    plan asks for the same round several times)."""
+    plan asks for the same round several times). What the function does wrong (raises,
+    returns something else) is one UsageError naming it, k and t: a pure function of
+    (k, t), so every process meets it at the same round (under MPI the back end raises it
+    on every rank together, mpi_teleport/DESIGN.md §9.1)."""
     key = (id(fn), k, t)
     hit = _USER_CACHE.get(key)
     if hit is not None and hit[0] is fn:
         return hit[1]
     if len(_USER_CACHE) > 256:
         _USER_CACHE.clear()
-    w = from_matrix(fn(k, t), k)
+    source = f"topology function {describe(fn)[len('custom:'):]}(k={k}, t={t})"
+    try:
+        w = fn(k, t)
+    except Exception as exc:  # noqa: BLE001  (the user's function: say which and where)
+        raise UsageError(f"{source} raised {_first_line(exc)}; a topology function is called "
+                         f"as f(k, t) and must return W(t), a {k} x {k} doubly stochastic "
+                         f"array") from exc
+    w = from_matrix(w, k, source=source)
     _USER_CACHE[key] = (fn, w)
     return w
 

@@ -241,6 +241,15 @@ class Transport:
         finally:
             shared.Free()
 
+    def ranks_on_host(self) -> int:
+        """How many ranks of the communicator share this rank's host (a shared-memory
+        split, collective): each rank's share of the host's cores is cores / this."""
+        shared = self.comm.Split_type(self._mpi.COMM_TYPE_SHARED)
+        try:
+            return shared.Get_size()
+        finally:
+            shared.Free()
+
     def barrier(self) -> None:
         self.comm.Barrier()
 

@@ -33,7 +33,16 @@ from launch_helpers import (IMPLEMENTATIONS, MPIImpl, implementation, is_python,
 from helpers import ROOT  # noqa: E402
 
 
+_CACHE: list = []  # the suite's own cache for decompressed data sets (removed at the end)
+
+
 def pytest_configure(config):
+    # Decompressed copies of data sets go to a cache (problems/fashion_files.py): the suite's
+    # own, never the user's ~/.cache; MPI jobs and subprocesses inherit it.
+    import tempfile
+
+    _CACHE.append(tempfile.mkdtemp(prefix="mpi-teleport-test-cache-"))
+    os.environ["MPI_TELEPORT_CACHE"] = _CACHE[-1]
     config.addinivalue_line("markers", "slurm: needs the local SLURM (jobs/local-cluster.sh)")
     config.addinivalue_line("markers", "torch: needs torch/torchvision")
     config.addinivalue_line("markers", "mpi_tier: what the test checks depends on the MPI "
@@ -45,6 +54,11 @@ def pytest_configure(config):
                             "under Open MPI only unless it is marked mpi_tier")
     config.addinivalue_line("markers", "mpirun: launches MPI jobs (set on every test that takes "
                             "the mpirun or mpi_impl fixture): -m 'not mpirun' runs the rest")
+
+
+def pytest_unconfigure(config):
+    for folder in _CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

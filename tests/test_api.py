@@ -20,7 +20,7 @@ def test_public_surface_is_short_and_documented():
     assert set(mt.__all__) == {"teleportation", "dsgd", "search_k", "Problem", "TorchProblem",
                                "EvalMetric", "Result", "UsageError", "NonFiniteError",
                                "OutputError", "CsvWriter", "TensorBoardWriter",
-                               "Records", "Checkpoints", "Latency"}
+                               "Records", "Checkpoints", "Latency", "rounds_per_epoch"}
     for name in ("teleportation", "dsgd", "search_k"):
         doc = getattr(mt, name).__doc__
         assert "Parameters" in doc or "Parameters are" in doc
@@ -117,6 +117,35 @@ def test_a_broken_factory_is_one_line_and_exit_2(capsys, name, fragment):
     assert sim_main(["--nodes", "4", "--problem", name]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and fragment in err[0] and "Traceback" not in err[0]
+
+
+IMPORT_FAULTS = [  # (the module's text, fragment of the one line): issue 31, class 3
+    ("import sys\nsys.exit(0)\n", "importing 'faulty_mod' called sys.exit(0)"),
+    ("import sys\nsys.exit(3)\n", "importing 'faulty_mod' called sys.exit(3)"),
+    ("import sys\nsys.exit('usage: x')\n", "called sys.exit('usage: x')"),
+    ("raise KeyboardInterrupt\n", "importing it raised KeyboardInterrupt"),
+    ("import nosuch_dependency_xyz\n", "No module named 'nosuch_dependency_xyz'; fix the module"),
+    ("x = (\n", "importing it raised SyntaxError"),
+    ("def problem(nodes, seed):\n    raise KeyboardInterrupt\n",
+     "the factory failed (KeyboardInterrupt)"),
+    ("def problem(nodes, seed):\n    raise SystemExit('no data')\n",
+     "the factory called sys.exit('no data')"),
+]
+
+
+@pytest.mark.parametrize("text,fragment", IMPORT_FAULTS)
+def test_a_module_that_exits_or_is_interrupted_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch,
+                                                                      text, fragment):
+    """Before: sys.exit(0) at import ended the simulator with status 0 having run nothing,
+    sys.exit(3) with 3, and KeyboardInterrupt was a traceback."""
+    (tmp_path / "faulty_mod.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "faulty_mod", raising=False)
+    assert sim_main(["--nodes", "4", "--problem", "faulty_mod:problem", "--rounds", "3"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0] and "faulty_mod:problem" in err[0], captured.err
+    assert not captured.out
 
 
 def test_a_factory_returning_something_else_is_refused(tmp_path, capsys, monkeypatch):

@@ -75,6 +75,27 @@ ROWS = [
     ("progress-string", "teleportation", dict(progress="yes"), "progress: expected true or false"),
     ("comm-string", "teleportation", dict(comm="world"), "comm: expected an mpi4py communicator"),
     ("select", "search_k", dict(select="best"), "select must be one of"),
+    # a user's topology function that fails or returns no mixing matrix: refused at the
+    # start, naming the function, k and t (issue 31, class 4; before: a traceback)
+    ("topology-fn-strings", "teleportation", dict(topology=lambda k, t: [["a"] * k] * k),
+     "topology function <lambda>(k=2, t=0) returned a list that is not an array of numbers"),
+    ("topology-fn-none", "teleportation", dict(topology=lambda k, t: None),
+     "returned None; it must return W(t), a 2 x 2 array of numbers >= 0"),
+    ("topology-fn-raises", "dsgd", dict(topology=lambda k, t: {}[t]),
+     "topology function <lambda>(k=4, t=0) raised KeyError: 0"),
+    ("topology-fn-one-argument", "teleportation", dict(topology=lambda k: None),
+     "raised TypeError: <lambda>() takes 1 positional argument but 2 were given; a topology "
+     "function is called as f(k, t)"),
+    ("topology-fn-ragged", "teleportation", dict(topology=lambda k, t: [[1.0], [0.5, 0.5]]),
+     "returned a list that is not an array of numbers"),
+    ("topology-fn-shape", "teleportation", dict(topology=lambda k, t: [[1.0]]),
+     "returned a matrix of shape (1, 1); it must return W(t), a 2 x 2 array"),
+    ("topology-fn-last-round", "teleportation",
+     dict(topology=lambda k, t: [[1.0, 0.0], [0.0, 1.0]] if t < 2 else [[2.0, 0], [0, 2.0]]),
+     "topology function <lambda>(k=2, t=2) returned a matrix that is not doubly stochastic"),
+    ("topology-fn-search-candidate", "search_k",
+     dict(topology=lambda k, t: __import__("numpy").eye(k) if k != 1 else [[0.5]]),
+     "topology function <lambda>(k=1, t=3) returned a matrix that is not doubly stochastic"),
 ]
 
 
@@ -136,3 +157,68 @@ def test_the_command_line_and_the_api_say_the_same(setting, words):
     assert str(api.value) == words
     name = next(iter(setting))
     assert str(cli.value) == words.replace(name, "--" + name.replace("_", "-"), 1)
+
+
+# Issue 31, class 9: Algorithm 2 on a problem that cannot validate started, then raised
+# ValueError from inside the engine at the first logging round.
+def _torch_without_validation(**kwargs):
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    x = np.random.default_rng(0).normal(size=(48, 4)).astype(np.float32)
+    return mt.TorchProblem(lambda: torch.nn.Linear(4, 2), (x, (x[:, 0] > 0).astype(np.int64)),
+                           nodes=4, batch_size=4, **kwargs)
+
+
+class _SaysItCannotValidate(Quadratic):
+    validation_unavailable = "its held-out set is empty: load one first"
+
+
+@pytest.mark.parametrize("make,says", [
+    (_torch_without_validation, "the TorchProblem has no validation set: build it with "
+                                "validation=(X, y) or validation_fraction=0.1"),
+    (lambda: _SaysItCannotValidate(n=4, d=3), "its held-out set is empty: load one first"),
+], ids=["TorchProblem", "a Problem saying so"])
+def test_search_k_on_a_problem_that_cannot_validate_is_refused_at_its_start(tmp_path, make, says):
+    calls = []
+    with pytest.raises(mt.UsageError) as caught:
+        mt.search_k(make(), nodes=4, rounds=10, lr=0.1, log_every=5, out=tmp_path / "run",
+                    callback=calls.append)
+    line = str(caught.value)
+    assert "\n" not in line and says in line and "chooses k by a validation metric" in line
+    assert calls == [] and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_teleportation_on_that_problem_still_runs():
+    """Only Algorithm 2 needs the validation metric."""
+    result = mt.teleportation(_torch_without_validation(), nodes=4, k=2, rounds=4, lr=0.1)
+    assert result.summary["rounds_run"] == 4
+
+
+def test_k_auto_on_a_factory_problem_that_cannot_validate_is_one_line_exit_2(monkeypatch, capsys):
+    """The command line's side (under MPI: a row of tests/test_failures.py's table)."""
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    from mpi_teleport.sim import main as sim_main
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent / "scripts"))
+    assert sim_main(["--nodes", "4", "--problem", "factories:torch_without_validation", "--k",
+                     "auto", "--rounds", "4", "--progress", "off"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "the TorchProblem has no validation set" in lines[0], captured.err
+    assert not captured.out
+
+
+def test_a_topology_turning_invalid_mid_run_is_one_usage_error_line():
+    """Past the start's check (rounds 0, 1, 2 and the last): the simulator refuses it at
+    that round, in the line MPI's ranks all raise (tests/test_api_collective.py)."""
+    seen = []
+    with pytest.raises(mt.UsageError) as caught:
+        mt.teleportation(Quadratic(n=4, d=2), nodes=4, k=2, rounds=12, lr=0.1, log_every=1,
+                         topology=lambda k, t: [[2.0, 0], [0, 2.0]] if t == 6 else [[1.0, 0], [0, 1.0]],
+                         callback=lambda record: seen.append(record["round"]))
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("topology function ") and "<lambda>(k=2, t=6)" in message
+    assert seen == [0, 1, 2, 3, 4, 5, 6]

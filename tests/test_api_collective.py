@@ -87,3 +87,39 @@ def test_the_simulator_inside_an_mpi_job_warns(mpirun):
     res = _launch(mpirun, 2, "comm-none")
     assert res.returncode == 0, res.stderr
     assert res.stderr.count("MpiJobWarning") == 2 and "comm=MPI.COMM_WORLD" in res.stderr
+
+
+# Issue 31, classes 4 and 5: a refusal that is a pure function of what every rank shares
+# (a topology function that fails at the start or turns invalid mid-run, a step-size
+# function that turns negative mid-run) was a traceback, or MPI_Abort once running, and a
+# second API call in the job was impossible. Now every rank raises the same UsageError as
+# the simulator's and the script's next call on the same communicator runs.
+REFUSALS = "tests/scripts/api_refusals.py"
+
+
+@pytest.mark.parametrize("fault, words", [
+    ("topology-start", "topology function words(k=2, t=0) returned a list that is not an array"),
+    ("topology-late", "topology function late_ring(k=2, t=5) returned a matrix that is not "
+                      "doubly stochastic"),
+    ("lr-late", "lr(5) returned -0.1"),
+    ("search-topology-late", "topology function <lambda>(k=1, t=17) returned a matrix"),
+])
+def test_a_shared_refusal_mid_run_is_one_usage_error_and_the_next_call_runs(mpirun, fault, words):
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    res = mpirun(3, [REFUSALS, fault], timeout=TIMEOUT)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    refused = sorted(line for line in res.stdout.splitlines() if " refused: " in line)
+    assert [line.split(" refused: ")[0] for line in refused] == ["rank 0", "rank 1", "rank 2"]
+    messages = {line.split(" refused: ", 1)[1] for line in refused}
+    assert len(messages) == 1 and words in next(iter(messages)), refused
+    assert sorted(line for line in res.stdout.splitlines() if "second call" in line) == [
+        f"rank {r} second call: k=2" for r in range(3)]
+    assert "MPI_Abort" not in res.stderr and "Traceback" not in res.stderr
+    sim = subprocess.run([sys.executable, REFUSALS, fault, "sim=3"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=TIMEOUT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert sim.stdout.splitlines()[0] == f"rank 0 refused: {next(iter(messages))}", sim.stdout

@@ -111,6 +111,8 @@ SETUPS = {
     "latin1_toml": lambda b: _write(b / "latin1.toml", "lr = 0.1 # caf\xe9\n".encode("latin-1")),
     "deep_toml": lambda b: _write(b / "deep.toml", "x = " + "[" * 100000 + "]" * 100000 + "\n"),
     "dir_toml": lambda b: (b / "dir.toml").mkdir(exist_ok=True),
+    "link_to_both2": lambda b: ((b / "both2").mkdir(exist_ok=True),
+                                (b / "link_to_both2").symlink_to(b / "both2")),
     # damaged simulator checkpoints (copies of the good run)
     "ck_truncated": lambda b: _truncate(_round(_copy_good(b, "ck_truncated")) / "x.npy"),
     "ck_empty": lambda b: _write(_round(_copy_good(b, "ck_empty")) / "x.npy", b""),
@@ -259,8 +261,15 @@ CASES = [
     Case("lock-out-held", [*SMALL, "--out", "held"], says="is in use by pid",
          setup="hold:held", untouched=["held"], process=True),
     Case("lock-checkpoint-dir-held", [*SMALL, "--checkpoint-dir", "held_ck",
-                                      "--checkpoint-every", "1"], says="is in use by pid",
+                                      "--checkpoint-every", "1"],
+         says="is already held by this process",  # (held by the test's own process)
          setup="hold:held_ck", untouched=["held_ck"]),
+    # one directory for both (issue 31, class 6): one lock, not a refusal naming our own pid
+    Case("out-is-checkpoint-dir", [*SMALL, "--out", "both", "--checkpoint-dir", "both",
+                                   "--checkpoint-every", "1"], status=0, says=None),
+    Case("checkpoint-dir-is-out-through-a-link", [*SMALL, "--out", "both2", "--checkpoint-dir",
+                                                  "link_to_both2", "--checkpoint-every", "1"],
+         status=0, says=None, setup="link_to_both2"),
     Case("lock-other-host", [*SMALL, "--out", "foreign"], says="another-host.example",
          setup="foreign_lock", untouched=["foreign"]),
     # where a resume writes
@@ -312,6 +321,17 @@ CASES = [
          where="ckpt", setup="ck_round_other", untouched=["ck_round_other"]),
     Case("show-list", ["show", "{base}/ck_list"], says="not a JSON object", where="ckpt",
          setup="ck_list"),
+    # python -m mpi_teleport.checkpoint used wrongly: one line, not argparse's usage block
+    # and a line (issue 31, class 8)
+    Case("ckpt-no-arguments", [], says="the following arguments are required: command, dir",
+         where="ckpt", process=True),
+    Case("ckpt-unknown-command", ["latest", "{good}"], says="invalid choice: 'latest'",
+         where="ckpt"),
+    Case("ckpt-no-dir", ["show"], says="required: dir", where="ckpt"),
+    Case("ckpt-extra-argument", ["newest", "{good}", "{good}"], says="unrecognized arguments",
+         where="ckpt"),
+    Case("ckpt-unknown-flag", ["newest", "--all", "{good}"], says="unrecognized arguments: --all",
+         where="ckpt"),
 ]
 def _fmnist_rows(name: str, override_of) -> None:
     from test_data_safety import _fmnist, _idx, _labels  # the data-safety tests' writers
@@ -439,3 +459,27 @@ def test_bad_input_one_line(case: Case, base: Path, capfd):
 def test_the_table_is_large_enough():
     assert len(CASES) >= 60
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+# Every other command of the package (issue 31, class 8): bad usage is one line on stderr,
+# ``PROG: error: ...``, exit 2 (argparse printed its usage block first; the latency
+# command printed its documentation on stdout and nothing on stderr).
+OTHER_COMMANDS = [
+    (["-m", "mpi_teleport.launch", "--bogus"], "unrecognized arguments: --bogus"),
+    (["-m", "mpi_teleport.launch", "-n", "x"], "invalid int value: 'x'"),
+    (["-m", "mpi_teleport.launch", "-n", "0"], "-n must be at least 1"),
+    (["-m", "mpi_teleport.mpi_flavor", "--bogus"], "unrecognized arguments: --bogus"),
+    (["-m", "mpi_teleport.latency"], "no command given; the one command is probe"),
+    (["-m", "mpi_teleport.latency", "prob"], "unknown command 'prob'"),
+    (["-m", "mpi_teleport.latency", "probe"], "required: --latency"),
+]
+
+
+@pytest.mark.parametrize("args,says", OTHER_COMMANDS, ids=lambda a: " ".join(a) if isinstance(a, list) else None)
+def test_every_command_says_bad_usage_in_one_line(tmp_path, args, says):
+    res = subprocess.run([sys.executable, *args], cwd=tmp_path, env=_env(), capture_output=True,
+                         text=True, timeout=120)
+    lines = _ours(res.stderr)
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert says in lines[0] and lines[0].startswith(f"python -m {args[1]}"), lines
+    assert ": error: " in lines[0] and not res.stdout

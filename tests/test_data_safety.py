@@ -210,19 +210,23 @@ def _fmnist(root: Path, n_train=12, n_test=5, gz=False, big=False, **override) -
 
 
 def test_six_processes_decompress_at_once_all_see_whole_files(tmp_path):
+    """Six processes (ranks starting at once) decompress into the cache: each file once,
+    each process reads whole files, and the data folder is not written to."""
     raw = _fmnist(tmp_path, n_train=60000, n_test=10000, gz=True, big=True)
     expect = {f: hashlib.sha256(gzip.decompress((raw / (f + ".gz")).read_bytes())).hexdigest()
               for f in FMNIST_FILES}
-    go = tmp_path / "go"
+    before = _tree(tmp_path)
+    go = tmp_path.parent / f"{tmp_path.name}-go"
     code = (
         "import hashlib, os, sys, time\n"
-        "from mpi_teleport.problems.datasets import decompress_fashion_mnist, FMNIST_FILES\n"
+        "from mpi_teleport.problems import fashion_files\n"
+        "from mpi_teleport.problems.datasets import FMNIST_FILES\n"
         "while not os.path.exists(sys.argv[2]): time.sleep(0.01)\n"
-        "done = decompress_fashion_mnist(sys.argv[1])\n"
-        "raw = os.path.join(sys.argv[1], 'FashionMNIST', 'raw')\n"
+        "folder, sources = fashion_files.locate(sys.argv[1])\n"
+        "target, done = fashion_files.decompressed_folder(folder, sources)\n"
         "for f in FMNIST_FILES:\n"
-        "    print(f, hashlib.sha256(open(os.path.join(raw, f), 'rb').read()).hexdigest())\n"
-        "print('wrote', len(done))\n"
+        "    print(f, hashlib.sha256(open(os.path.join(target, f), 'rb').read()).hexdigest())\n"
+        "print('wrote', len(done), target)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(go)], env=env, cwd=ROOT,
@@ -231,14 +235,18 @@ def test_six_processes_decompress_at_once_all_see_whole_files(tmp_path):
     go.write_text("")
     results = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in results]
-    wrote = 0
+    wrote, targets = 0, set()
     for out, _ in results:
         lines = out.split("\n")
         assert dict(line.split() for line in lines[:4]) == expect  # whole files, each process
-        wrote += int(lines[4].split()[1])
+        _, count, target = lines[4].split()
+        wrote += int(count)
+        targets.add(target)
     assert wrote == 4  # each file decompressed once, by one of them
-    assert sorted(p.name for p in raw.iterdir()) == sorted(
-        FMNIST_FILES + tuple(f + ".gz" for f in FMNIST_FILES))  # no temporary left
+    (target,) = targets
+    assert target.startswith(os.environ["MPI_TELEPORT_CACHE"])
+    assert sorted(os.listdir(target)) == sorted(FMNIST_FILES)  # no temporary left
+    assert _tree(tmp_path) == before  # nothing written into the data folder
 
 
 def test_three_processes_extract_cifar_at_once(tmp_path):
@@ -267,21 +275,21 @@ def test_decompress_skips_when_done_and_reports_a_bad_gz(tmp_path):
     raw = _fmnist(tmp_path, gz=True)
     assert sorted(decompress_fashion_mnist(tmp_path)) == sorted(FMNIST_FILES)
     assert decompress_fashion_mnist(tmp_path) == []
-    (raw / "t10k-labels-idx1-ubyte").unlink()
+    assert sorted(p.name for p in raw.iterdir()) == sorted(f + ".gz" for f in FMNIST_FILES)
     (raw / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"abc")[:-6])  # truncated
     with pytest.raises(DatasetMissingError) as e:
         decompress_fashion_mnist(tmp_path)
     msg = str(e.value)
     assert "cannot decompress" in msg and "t10k-labels-idx1-ubyte.gz" in msg and "\n" not in msg
-    assert not (raw / "t10k-labels-idx1-ubyte").exists()
-    assert not [p for p in raw.iterdir() if p.name.endswith(".tmp")]
+    cache = Path(os.environ["MPI_TELEPORT_CACHE"])
+    assert not [p for p in cache.rglob("*") if p.name.endswith(".tmp")]
     good = gzip.compress(b"x" * 1000)
     (raw / "t10k-labels-idx1-ubyte.gz").write_bytes(good[:10] + b"\xff" * 20 + good[30:])  # bad deflate
     with pytest.raises(DatasetMissingError, match="cannot decompress .*t10k-labels-idx1-ubyte.gz"):
         decompress_fashion_mnist(tmp_path)
 
 
-def test_decompress_into_a_directory_that_is_not_writable(tmp_path, monkeypatch):
+def test_decompress_where_the_cache_is_not_writable(tmp_path, monkeypatch):
     _fmnist(tmp_path, gz=True)
 
     def refused(path):
@@ -291,7 +299,8 @@ def test_decompress_into_a_directory_that_is_not_writable(tmp_path, monkeypatch)
     with pytest.raises(DatasetMissingError) as e:
         decompress_fashion_mnist(tmp_path)
     msg = str(e.value)
-    assert f"{tmp_path} is not writable" in msg and "gunzip -k" in msg and "\n" not in msg
+    assert "cannot write the decompressed copies" in msg and "MPI_TELEPORT_CACHE" in msg
+    assert "gunzip -k" in msg and "\n" not in msg
 
 
 # ------------------------------------------------------------------------ consistency

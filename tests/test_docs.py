@@ -190,6 +190,12 @@ def check_flags(cmd: Command, where: str) -> None:
     """--help of the command's module or script exits 0 and names every flag used."""
     args = list(cmd.args)
     if cmd.target == "mpi_teleport.launch":
+        from mpi_teleport.launch import split_program
+
+        own, program = split_program(args)
+        if program is not None:  # a user's program: its own flags are its business
+            _flags_in(help_text("module", "mpi_teleport.launch"), own, cmd, where)
+            return
         split = args.index("--") if "--" in args else len(args)
         own, args = args[:split], args[split + 1:]
         _flags_in(help_text("module", "mpi_teleport.launch"), own, cmd, where)

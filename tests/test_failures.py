@@ -254,6 +254,12 @@ BAD_MPI = [  # (flags with {placeholders}, fragment of the one line); 3 ranks
      "already holds checkpoints of a run (newest: round 20); continue it with --resume"),
     (["--problem", "cifar10", "--data-dir", "{base}/no-data"], "does not exist"),
     (["--problem", "nosuch_module_xyz:problem"], "cannot import 'nosuch_module_xyz'"),
+    # a module that exits or is interrupted at import (tests/scripts; issue 31, class 3)
+    (["--problem", "import_exits:problem"], "importing 'import_exits' called sys.exit(3)"),
+    (["--problem", "import_interrupted:problem"], "importing it raised KeyboardInterrupt"),
+    # Algorithm 2 on a problem that cannot validate: at the start (issue 31, class 9)
+    (["--problem", "factories:torch_without_validation", "--k", "auto", "--rounds", "4"],
+     "chooses k by a validation metric, but the TorchProblem has no validation set"),
     # faults of the environment (formerly tests/test_bad_inputs.py's MPI rows, 2 ranks each)
     (["--dim", "10000000000"], "GiB"),
     (["--latency", "const:5000000000"], "more than a run can wait for"),

@@ -40,7 +40,7 @@ def test_a_held_directory_is_one_agreed_line_on_every_rank(tmp_path):
     finally:
         held.release()
     messages = {str(e) for e in results.values()}
-    assert len(messages) == 1 and "is in use by pid" in messages.pop()
+    assert len(messages) == 1 and "is already held by this process" in messages.pop()
     assert all(isinstance(e, UsageError) and collective.is_agreed(e) for e in results.values())
 
 

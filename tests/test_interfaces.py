@@ -24,7 +24,7 @@ from mpi_teleport.transport import Transport
 # The MPI transport's own methods that are not part of what a back end may call: creating
 # and freeing it, and the raw requests the latency layer builds on.
 TRANSPORT_ONLY = {"duplicate", "free", "dup", "irecv", "isend", "testall",
-                  "local_rank"}
+                  "local_rank", "ranks_on_host"}
 
 
 def methods(protocol) -> set[str]:

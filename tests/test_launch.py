@@ -100,6 +100,36 @@ def test_launch_runs_the_demo_under_each_implementation(mpi_impl, ranks, tmp_pat
 
 
 @pytest.mark.mpi_tier
+def test_launch_runs_a_user_script_with_4_ranks(mpi_impl):
+    """`python -m mpi_teleport.launch -n 4 script.py [its args]` on this 2-core machine: the
+    launcher's flags (oversubscription), the script's own arguments, the simulator's numbers."""
+    import json
+
+    from helpers import ROOT
+
+    proc = subprocess.run([mpi_impl.python, "-m", "mpi_teleport.launch", "-n", "4",
+                           "tests/scripts/user_script.py", "--rounds", "20"], cwd=ROOT,
+                          env=mpi_impl.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = [line for line in proc.stderr.splitlines() if line.startswith("+ ")]
+    assert len(shown) == 1 and "user_script.py --rounds 20" in shown[0]
+    assert ("--oversubscribe" in shown[0]) == (mpi_impl.name == OPENMPI and 4 > launch.os.cpu_count())
+    facts = json.loads(proc.stdout)
+    assert facts == {"ranks": 4, "rounds": 20, "argv": ["--rounds", "20"], "records": 5,
+                     "same_as_simulator": True}
+
+
+def test_launch_splits_its_own_options_from_the_users_program(tmp_path, capsys):
+    split = launch.split_program
+    assert split(["-n", "4", "train.py", "-n", "9", "--lr", "1"]) == \
+        (["-n", "4"], ["train.py", "-n", "9", "--lr", "1"])
+    assert split(["-n", "2", "-m", "pkg.mod", "--mpi"]) == (["-n", "2"], ["-m", "pkg.mod", "--mpi"])
+    assert split(["--mpirun", "x.py", "-n", "2", "t.py"]) == (["--mpirun", "x.py", "-n", "2"], ["t.py"])
+    assert split(["-n", "2", "--", "--rounds", "5"]) == (["-n", "2", "--", "--rounds", "5"], None)
+    assert launch.main(["-n", "2", str(tmp_path / "missing.py")]) == 2
+    assert "missing.py: no such file" in capsys.readouterr().err
+
+
 def test_each_environment_s_mpi4py_loads_its_own_library(mpi_impl):
     """The MPICH venv sees this venv's packages too (.pth): its mpi4py must still be its own."""
     from launch_helpers import library_version

@@ -107,13 +107,55 @@ def test_api_refuses_a_held_directory(tmp_path):
     from mpi_teleport.problems.quadratic import Quadratic
 
     with lock.acquire(tmp_path / "held", "out"):
-        with pytest.raises(UsageError, match=f"is in use by pid {os.getpid()}"):
+        with pytest.raises(UsageError, match=rf"is already held by this process \(pid {os.getpid()}\)"):
             mt.teleportation(Quadratic(n=4, d=3), nodes=4, k=2, rounds=3, lr=0.05,
                              out=tmp_path / "held")
     assert not (tmp_path / "held" / "config.json").exists()
     result = mt.teleportation(Quadratic(n=4, d=3), nodes=4, k=2, rounds=3, lr=0.05,
                               out=tmp_path / "held")
     assert result.k == 2 and not (tmp_path / "held" / lock.RUN_LOCK).exists()
+
+
+@pytest.mark.parametrize("same", ["the same path", "a link to it"])
+def test_one_directory_serves_as_out_and_checkpoint_dir_through_the_api(tmp_path, same):
+    """Issue 31, class 6: before, the run refused it, naming its own pid as the holder."""
+    import mpi_teleport as mt
+    from mpi_teleport.problems.quadratic import Quadratic
+
+    both = tmp_path / "both"
+    both.mkdir()
+    ck = both if same == "the same path" else tmp_path / "link"
+    if ck != both:
+        ck.symlink_to(both)
+    args = dict(nodes=4, k=2, lr=0.05, checkpoint_every=5)
+    mt.teleportation(Quadratic(n=4, d=3), rounds=10, out=both, checkpoint_dir=ck, **args)
+    assert checkpoint.newest(both)[1]["round"] == 10
+    result = mt.teleportation(Quadratic(n=4, d=3), rounds=15, out=both, checkpoint_dir=ck,
+                              resume=both, **args)
+    assert result.summary["rounds_run"] == 15 and checkpoint.newest(both)[1]["round"] == 15
+    assert read_jsonl(both / "metrics.jsonl")[-1]["round"] == 15
+    assert not (both / lock.RUN_LOCK).exists()
+
+
+def test_a_second_run_in_the_same_process_is_not_called_another_job(tmp_path):
+    """A run started from inside another (here: its callback) on the directory the first
+    holds: one line that says so, not 'in use by pid <this process>'."""
+    import mpi_teleport as mt
+    from mpi_teleport.problems.quadratic import Quadratic
+
+    refused = []
+
+    def nested(record):
+        try:
+            mt.dsgd(Quadratic(n=4, d=3), nodes=4, rounds=2, lr=0.05, out=tmp_path / "run")
+        except UsageError as exc:
+            refused.append(str(exc))
+        return True
+
+    mt.teleportation(Quadratic(n=4, d=3), nodes=4, k=2, rounds=3, lr=0.05, log_every=1,
+                     out=tmp_path / "run", callback=nested)
+    assert len(refused) == 1 and "\n" not in refused[0]
+    assert f"is already held by this process (pid {os.getpid()}) for another run" in refused[0]
 
 
 # ----------------------------------------------------------------------------- resume
@@ -135,6 +177,60 @@ def test_resume_from_another_working_directory_writes_next_to_its_run(tmp_path):
     assert sorted(os.listdir(b / "runs" / "x")) == ["config.json"]
     assert read_jsonl(a / "runs" / "x" / "metrics.jsonl")[-1]["round"] == 30
     assert checkpoint.newest(a / "runs" / "x" / "checkpoints")[1]["round"] == 30
+
+
+# Issue 31, class 7: a resume of a run that kept its checkpoints apart (--checkpoint-dir ck
+# --out out), resumed with --resume ck --out out, wrote its new checkpoints into
+# out/checkpoints: ck still ended at round 10 while the run reached 15, silently.
+KEPT_APART = ["--nodes", "4", "--k", "2", "--rounds", "10", "--checkpoint-every", "5",
+              "--checkpoint-dir", "ck", "--out", "out", "--progress", "off"]
+
+
+@pytest.mark.parametrize("algorithm", ["teleportation", "compare"])
+def test_a_resume_keeps_checkpointing_where_its_checkpoints_were_kept(tmp_path, algorithm):
+    assert _sim([*KEPT_APART, "--algorithm", algorithm], tmp_path).returncode == 0
+    for rounds in (15, 20):  # resumed twice: the second finds what the first wrote
+        rest = _sim(["--resume", "ck", "--out", "out", "--rounds", str(rounds)], tmp_path)
+        assert rest.returncode == 0, rest.stderr
+    legs = ["teleportation", "dsgd"] if algorithm == "compare" else [""]
+    for leg in legs:
+        assert checkpoint.newest(tmp_path / "ck" / leg)[1]["round"] == 20
+        assert read_jsonl(tmp_path / "out" / leg / "metrics.jsonl")[-1]["round"] == 20
+        assert not (tmp_path / "out" / leg / "checkpoints").exists()
+
+
+def test_a_resume_given_its_own_checkpoint_dir_writes_there(tmp_path):
+    assert _sim([*KEPT_APART, "--algorithm", "teleportation"], tmp_path).returncode == 0
+    rest = _sim(["--resume", "ck", "--out", "out", "--checkpoint-dir", "ck2", "--rounds", "15"],
+                tmp_path)
+    assert rest.returncode == 0, rest.stderr
+    assert checkpoint.newest(tmp_path / "ck2")[1]["round"] == 15
+    assert checkpoint.newest(tmp_path / "ck")[1]["round"] == 10
+
+
+def test_an_api_resume_keeps_checkpointing_where_its_checkpoints_were_kept(tmp_path):
+    import mpi_teleport as mt
+    from mpi_teleport.problems.quadratic import Quadratic
+
+    args = dict(nodes=4, k=2, lr=0.05, checkpoint_every=5)
+    mt.teleportation(Quadratic(n=4, d=3), rounds=10, out=tmp_path / "out",
+                     checkpoint_dir=tmp_path / "ck", **args)
+    for rounds in (15, 20):
+        mt.teleportation(Quadratic(n=4, d=3), rounds=rounds, out=tmp_path / "out",
+                         resume=tmp_path / "ck", **args)
+    assert checkpoint.newest(tmp_path / "ck")[1]["round"] == 20
+    assert not (tmp_path / "out" / "checkpoints").exists()
+
+
+def test_an_mpi_resume_keeps_checkpointing_where_its_checkpoints_were_kept(tmp_path, mpirun):
+    flags = ["-m", "mpi_teleport.run", "--algorithm", "teleportation", *KEPT_APART[2:]]
+    flags = [str(tmp_path / a) if a in ("ck", "out") else a for a in flags]
+    assert mpirun(4, flags, timeout=120).returncode == 0
+    rest = mpirun(4, ["-m", "mpi_teleport.run", "--resume", str(tmp_path / "ck"), "--out",
+                      str(tmp_path / "out"), "--rounds", "15"], timeout=120)
+    assert rest.returncode == 0, rest.stderr[-2000:]
+    assert checkpoint.newest(tmp_path / "ck")[1]["round"] == 15
+    assert not (tmp_path / "out" / "checkpoints").exists()
 
 
 def test_a_manifest_naming_another_directory_cannot_redirect_writes(tmp_path):

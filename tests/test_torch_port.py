@@ -285,7 +285,8 @@ def test_d_task_is_inferred_where_unambiguous():
                           partition="iid", test=(x, y.astype(np.float32)))
     assert floats.task == "regression"
     with pytest.raises(ValueError, match="partition='iid'"):
-        TorchProblem(lambda: torch.nn.Linear(F, 1), (x, y.astype(np.float32)), nodes=2)
+        TorchProblem(lambda: torch.nn.Linear(F, 1), (x, y.astype(np.float32)), nodes=2,
+                     partition="dirichlet")
     with pytest.raises(ValueError, match="task must be one of"):
         TorchProblem(mlp, (x, y), nodes=2, task="ranking")
 

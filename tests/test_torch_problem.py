@@ -277,7 +277,7 @@ def test_validation_split_and_regression_targets():
     assert set(m) == {"loss", "consensus"} and m["loss"] > 0
     with pytest.raises(ValueError, match="needs integer class labels"):
         TorchProblem(linear, (x, target), nodes=2, loss=torch.nn.functional.mse_loss,
-                     test=(x, target))
+                     test=(x, target), partition="dirichlet")
 
 
 def test_bad_inputs_are_clear_errors():

@@ -14,6 +14,7 @@ import numpy as np
 from .. import elastic, topology as topo
 from ..algorithms import local_step, mix
 from ..checkpoint import LAYOUT_MATRIX, load_matrix, save_matrix
+from ..training import round_means
 
 
 class LocalBackend:
@@ -132,6 +133,10 @@ class LocalBackend:
     def evaluate(self, problem, x: np.ndarray, split: str = "test"):
         """``problem.evaluate(x)`` ("test") or ``problem.validate(x)`` ("validation")."""
         return problem.evaluate(x) if split == "test" else problem.validate(x)
+
+    def training_metrics(self, problem, t: int) -> dict:
+        """Round t's batch values (every node's, computed here) averaged over its holders."""
+        return round_means([problem.training_metrics(t)], np.concatenate(self.phase.roster(t)))
 
     def virtual_time_s(self, r: int) -> float | None:
         if self.oracle is None:

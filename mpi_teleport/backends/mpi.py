@@ -13,10 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import evaluation, plan
+from .. import collective, evaluation, plan
 from ..algorithms import local_step, teleport, weighted_sum
 from ..checkpoint import LAYOUT_TOKENS, load_token, restore_token, save_token, token_arrays
+from ..errors import UsageError
 from ..interfaces import TokenTransport
+from ..training import round_means
 from .compiled import CompiledRounds
 from .tokens import new_state
 
@@ -162,10 +164,25 @@ class MpiBackend:
 
     def _plan_block(self, t0: int) -> _Block:
         """Plan rounds t0 .. t1 - 1 (to the end of the phase at most) in one pass, each
-        round as the record its executor runs."""
+        round as the record its executor runs.
+
+        The plan is a pure function of what every rank shares (the schedule, the topology,
+        the step sizes), computed by every rank at the same round before any message of
+        the block is posted, with every message of the rounds before it received: a
+        refusal found here (a topology function that turns invalid, a step-size function
+        that turns negative, checked here for the whole block since only a round's holders
+        step) is raised by every rank together, as an agreed UsageError that leaves the
+        communicator usable, not an abort (mpi_teleport/DESIGN.md §9.1)."""
+        try:
+            return self._planned(t0)
+        except UsageError as exc:
+            raise collective.agreed(exc)
+
+    def _planned(self, t0: int) -> _Block:
         self._settle()
         phase, top, me = self.phase, self.spec.topology, self.rank
         t1 = max(t0 + 1, min(t0 + BLOCK_ROUNDS, phase.stop))
+        self._check_shared(t0, t1)
         if self._overlap:
             flat = phase.rosters(t0, t1 + 1)
             block = plan.overlap_block_flat(top, flat, self._sizes, me, t0)
@@ -181,6 +198,21 @@ class MpiBackend:
             records = [block.step(i) for i in range(t1 - t0)]
         self._block = _Block(t0, t1, records, after, after_run, after_token)
         return self._block
+
+    def _check_shared(self, t0: int, t1: int) -> None:
+        """The user's functions every rank shares, for every round of the block, in round
+        order (a rank's own plan reads only the rounds it takes part in, and steps only
+        when it holds a token): so every rank meets the same first refusal."""
+        spec = self.spec
+        if callable(spec.lr):
+            for t in range(t0, t1):
+                spec.lr_at(t)
+        if callable(spec.topology):
+            from .. import topology as topo
+
+            for t in range(t0, t1):
+                for k in self._sizes:
+                    topo.mixing(spec.topology, k, t)
 
     # -- the round executor's arithmetic (host numpy or device tensors) --------------------
     def _sum(self, weights, inputs) -> None:  # Alg. 1 line 12 / Alg. 3 line 13
@@ -233,6 +265,15 @@ class MpiBackend:
         """This process's place among the ranks that share an evaluation: its rank (the
         elastic back end: its place among the survivors)."""
         return self.rank
+
+    def training_metrics(self, problem, t: int) -> dict:
+        """Collective: every rank's report of round t's batches (its own node's, when it
+        was active) gathered on the root and averaged over the round's holders (an exact
+        sum: the simulator's numbers whatever the order)."""
+        reports = self.transport.gather(problem.training_metrics(t))
+        if not self.root:
+            return {}
+        return round_means(reports, np.concatenate(self.phase.roster(t)))
 
     def virtual_time_s(self, r: int) -> float | None:
         """The largest logical clock over the ranks (on rank 0) under the latency layer."""

@@ -10,9 +10,9 @@ from .store import DamagedCheckpointError
 
 
 def main(argv=None) -> int:
-    import argparse
+    from ..parsers import OneLineParser
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m mpi_teleport.checkpoint",
         description="Inspect checkpoints. newest: print the newest complete checkpoint "
                     "under DIR (a run, checkpoint or round-* directory); exit 1 if there is "

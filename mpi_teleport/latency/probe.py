@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from ..errors import UsageError
+from ..parsers import OneLineParser
 from .layer import LatencyTransport
 from .model import parse_spec
 
@@ -23,14 +24,13 @@ def probe(argv=None) -> int:
 
         mpirun -n 3 python -m mpi_teleport.latency probe --latency matrix:d.csv --reps 50
     """
-    import argparse
     import json
 
     from mpi4py import MPI
 
     from ..transport import KIND_Y, Transport
 
-    parser = argparse.ArgumentParser(prog="python -m mpi_teleport.latency probe")
+    parser = OneLineParser(prog="python -m mpi_teleport.latency probe")
     parser.add_argument("--latency", required=True)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--dim", type=int, default=50)

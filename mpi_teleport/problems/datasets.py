@@ -10,10 +10,12 @@ package (and the quadratic problem) work without them.
   that are absent raise :class:`DatasetMissingError` with one line naming the directory,
   the files and the remedy. Integrity checks, as torchvision does them:
 
-  - Fashion-MNIST: torchvision only checks that the four *uncompressed* IDX files exist
-    under ``<data_dir>/FashionMNIST/raw/`` (no md5). When only the ``.gz`` files are
-    there (copied by hand), :func:`decompress_fashion_mnist` decompresses them next to
-    themselves -- what torchvision's own download does after fetching them.
+  - Fashion-MNIST: the four files flat in the folder (as Debian's
+    ``dataset-fashion-mnist`` installs them) or in torchvision's
+    ``<data_dir>/FashionMNIST/raw/``, each ``.gz`` or decompressed; ``.gz`` files are
+    decompressed once into a cache, never into the data folder, which may be read-only
+    (:mod:`.fashion_files`, also the search order without ``--data-dir`` and the md5 check
+    of files that claim to be the official release).
   - CIFAR-10: torchvision checks the md5 of ``data_batch_1..5`` and ``test_batch``, and
     of ``batches.meta``. ``verify_md5=True`` (default) keeps these checks;
     ``verify_md5=False`` uses a subclass of ``torchvision.datasets.CIFAR10`` whose
@@ -57,6 +59,7 @@ __all__ = [
     "CIFAR10_MEAN",
     "CIFAR10_STD",
     "load_fashion_mnist",
+    "fashion_mnist_paths",
     "load_cifar10",
     "ImageRows",
     "open_fashion_mnist",
@@ -86,7 +89,9 @@ from .image_rows import ImageRows, _normalise, _read_rows  # noqa: E402,F401  (r
 from .unpacking import (CIFAR10_FILES, CIFAR10_TGZ_MD5, FMNIST_FILES, MAX_UNPACKED, N_CLASSES, UNPACK_LOCK,  # noqa: E402,F401
                         DatasetContentError, _check_arrays, _check_idx_pair, _idx_header,
                         _md5, _one_line, _read, _safe_members, _tmp_name, _unpack_lock,
-                        decompress_fashion_mnist, extract_cifar10)
+                        extract_cifar10)
+from . import fashion_files  # noqa: E402
+from .fashion_files import decompress_fashion_mnist  # noqa: E402,F401  (re-exported)
 
 
 # --------------------------------------------------------------------- Fashion-MNIST
@@ -106,55 +111,76 @@ def _fetch(absent: list, download: bool, missing, what: str, fetch, data_dir: st
     return absent, f"rerun with --download on a machine with internet access, or copy {what} there"
 
 
-def _fashion_mnist_files(data_dir, train: bool, download: bool) -> tuple:
-    """Make sure the Fashion-MNIST files are there (decompressing hand-copied .gz files,
-    fetching with --download); returns (data_dir, raw folder, legacy) where legacy means
-    torchvision's old processed .pt files are what is there."""
-    data_dir = os.path.abspath(os.fspath(data_dir))
+def _fashion_mnist_files(data_dir, train: bool, download: bool, layout: bool = False) -> tuple:
+    """Make sure the Fashion-MNIST files are there (fetching with --download), checked;
+    returns (folder holding the four decompressed files, legacy) where legacy means
+    torchvision's old processed .pt files are what is there (then the folder is
+    ``<data_dir>/FashionMNIST/raw``). ``layout``: the folder must be torchvision's
+    ``.../FashionMNIST/raw`` (a flat folder is then presented through the cache, by links).
+    ``data_dir`` None: :func:`.fashion_files.default_data_dir`. Nothing is written into the
+    data folder (:mod:`.fashion_files`)."""
+    searched = data_dir is None
+    data_dir = os.path.abspath(os.fspath(fashion_files.default_data_dir() if searched else data_dir))
     raw = os.path.join(data_dir, "FashionMNIST", "raw")
     processed = os.path.join(data_dir, "FashionMNIST", "processed")
+    if all(os.path.isfile(os.path.join(processed, f)) for f in ("training.pt", "test.pt")):
+        return raw, True
 
     def missing():
-        return [f for f in FMNIST_FILES if not os.path.isfile(os.path.join(raw, f))]
-
-    legacy = all(os.path.isfile(os.path.join(processed, f)) for f in ("training.pt", "test.pt"))
-    absent = [] if legacy else missing()
-    if absent and any(os.path.isfile(os.path.join(raw, f + ".gz")) for f in absent):
-        decompress_fashion_mnist(data_dir)  # hand-copied .gz files, as torchvision's download would
-        absent = missing()
+        return [f for f in FMNIST_FILES if f not in fashion_files.locate(data_dir)[1]]
 
     def fetch():  # (torchvision is imported only to download)
         from torchvision.datasets import FashionMNIST
 
         FashionMNIST(root=data_dir, train=train, download=True)
 
-    absent, how = _fetch(absent, download, missing, "the files", fetch, data_dir)
+    absent, how = _fetch(missing(), download, missing, "the files", fetch, data_dir)
     if absent:
+        looked = (f"looked in ./data and {fashion_files.DEBIAN_DIR} (no --data-dir given); "
+                  if searched else "")
         raise DatasetMissingError(
-            f"Fashion-MNIST not found: expected {raw}/{{{','.join(FMNIST_FILES)}}} "
-            f"(each raw or .gz; missing: {', '.join(absent)}); {how}"
-        )
-    return data_dir, raw, legacy
+            f"Fashion-MNIST not found: expected {{{','.join(FMNIST_FILES)}}} (each raw or .gz) "
+            f"flat in {data_dir} or in {raw} (missing: {', '.join(absent)}); {looked}"
+            f"apt-get install dataset-fashion-mnist puts them in {fashion_files.DEBIAN_DIR}, "
+            f"or {how}")
+    folder, sources = fashion_files.locate(data_dir)
+    plain = all(not path.endswith(".gz") for path in sources.values())
+    if not plain or (layout and folder != raw):
+        folder, _ = fashion_files.decompressed_folder(folder, sources)
+    prefix = "train" if train else "t10k"  # (the part asked for; the other may be damaged)
+    paths = {f: os.path.join(folder, f) for f in FMNIST_FILES if f.startswith(prefix)}
+    _check_idx_pair(paths[f"{prefix}-images-idx3-ubyte"], paths[f"{prefix}-labels-idx1-ubyte"])
+    fashion_files.check_official(paths)
+    return folder, False
 
 
-def load_fashion_mnist(data_dir, train: bool, download: bool = False):
+def fashion_mnist_paths(data_dir=None) -> dict:
+    """The four decompressed Fashion-MNIST files (name -> path) the reader uses for
+    ``data_dir`` (None: the search order of :func:`.fashion_files.default_data_dir`),
+    after its checks: e.g. for ``fashion_files.data_md5`` in results."""
+    folder, _ = _fashion_mnist_files(data_dir, True, False)
+    _fashion_mnist_files(data_dir, False, False)  # (the test part's checks too)
+    return {f: os.path.join(folder, f) for f in FMNIST_FILES}
+
+
+def load_fashion_mnist(data_dir=None, train: bool = True, download: bool = False):
     """Fashion-MNIST as ``(images float32 (N,1,28,28), labels int64 (N,))``.
 
-    Reads ``<data_dir>/FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``
-    (all four must be present, as torchvision requires; ``.gz`` versions are
-    decompressed in place) with ``torchvision.datasets.FashionMNIST``. ``download=True``
-    fetches them with torchvision (needs internet). Normalised with mean 0.2860, std
-    0.3530. Raises :class:`DatasetMissingError` (one line) when the files are absent and
-    cannot be downloaded.
+    Reads the four files from ``data_dir`` (flat, or torchvision's
+    ``<data_dir>/FashionMNIST/raw/``; each ``.gz`` or decompressed; None: ``./data``, then
+    Debian's ``/usr/share/datasets/fashion-mnist``) with
+    ``torchvision.datasets.FashionMNIST``: ``.gz`` files are decompressed into the cache
+    and a flat folder is presented to torchvision there, never written into
+    (:mod:`.fashion_files`). ``download=True`` fetches them with torchvision (needs
+    internet). Normalised with mean 0.2860, std 0.3530. Raises
+    :class:`DatasetMissingError` (one line) when the files are absent and cannot be
+    downloaded, or fail their checks.
     """
-    data_dir, raw, legacy = _fashion_mnist_files(data_dir, train, download)
+    raw, legacy = _fashion_mnist_files(data_dir, train, download, layout=True)
     from torchvision.datasets import FashionMNIST
 
-    if not legacy:
-        prefix = "train" if train else "t10k"
-        _check_idx_pair(os.path.join(raw, f"{prefix}-images-idx3-ubyte"),
-                        os.path.join(raw, f"{prefix}-labels-idx1-ubyte"))
-    ds = _read("Fashion-MNIST", raw, lambda: FashionMNIST(root=data_dir, train=train, download=False),
+    root = os.path.dirname(os.path.dirname(raw))  # torchvision reads <root>/FashionMNIST/raw
+    ds = _read("Fashion-MNIST", raw, lambda: FashionMNIST(root=root, train=train, download=False),
                "replace them with good copies (--download on a machine with internet access)")
     images = ds.data.numpy()[:, None, :, :]
     labels = ds.targets.numpy().astype(np.int64, copy=False)
@@ -162,21 +188,20 @@ def load_fashion_mnist(data_dir, train: bool, download: bool = False):
     return _normalise(images, FMNIST_MEAN, FMNIST_STD), np.ascontiguousarray(labels)
 
 
-def open_fashion_mnist(data_dir, train: bool, download: bool = False):
+def open_fashion_mnist(data_dir=None, train: bool = True, download: bool = False):
     """Fashion-MNIST as ``(images, labels int64 (N,))`` without reading the images:
     ``images`` is an :class:`ImageRows` over a memory map of the uncompressed IDX file
     (rows read, and normalised as by :func:`load_fashion_mnist`, when indexed). The same
     files, checks and one-line errors as :func:`load_fashion_mnist` (the labels, small,
     are read and checked whole); torchvision's old processed files are loaded whole.
     """
-    data_dir, raw, legacy = _fashion_mnist_files(data_dir, train, download)
+    raw, legacy = _fashion_mnist_files(data_dir, train, download)
     if legacy:
         images, labels = load_fashion_mnist(data_dir, train, download)
         return images, labels
     prefix = "train" if train else "t10k"
     images_path = os.path.join(raw, f"{prefix}-images-idx3-ubyte")
     labels_path = os.path.join(raw, f"{prefix}-labels-idx1-ubyte")
-    _check_idx_pair(images_path, labels_path)
     n, h, w = _idx_header(images_path, 3)
 
     def read():

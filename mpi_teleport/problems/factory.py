@@ -7,7 +7,7 @@ the following its signature names (any of them when it takes ``**kwargs``):
   simulator: None), to load only their data (:class:`~.torch_problem.TorchProblem`
   takes it as is);
 * ``device`` -- resolved from ``--device``: ``"cpu"`` or this rank's ``"cuda:i"``;
-* the data flags ``batch_size``, ``alpha``, ``val_fraction``, ``data_dir``,
+* the data flags ``batch_size``, ``sampling``, ``alpha``, ``val_fraction``, ``data_dir``,
   ``download`` when given on the command line (else the factory's own defaults hold).
 
 A data flag given on the command line that the factory does not take is refused (one
@@ -25,7 +25,7 @@ from ..errors import UsageError
 
 __all__ = ["FLAGS", "from_factory", "arguments", "record"]
 
-FLAGS = ("batch_size", "alpha", "val_fraction", "data_dir", "download", "device")
+FLAGS = ("batch_size", "sampling", "alpha", "val_fraction", "data_dir", "download", "device")
 _BUILT: dict = {}  # (name, arguments) -> problem: one build per process
 
 
@@ -35,14 +35,37 @@ def _function(name: str):
         raise UsageError(f"--problem {name}: give package.module:function")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001  (any failure to import is the user's to fix)
-        raise UsageError(f"--problem {name}: cannot import {module_name!r} "
-                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-                         f"check the name and that it is on PYTHONPATH") from None
+    except SystemExit as exc:  # (else the command would end with its status, having run nothing)
+        raise UsageError(f"--problem {name}: importing {module_name!r} called "
+                         f"sys.exit({exc.code!r}); a module given to --problem must not exit "
+                         f"when imported (put its script code under "
+                         f"if __name__ == '__main__':)") from None
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001  (any failure to import is
+        # the user's to fix; a KeyboardInterrupt here is the module's own: the command's
+        # signal handler turns a real Ctrl-C into a stop, never into this exception)
+        if _not_found(exc, module_name):
+            raise UsageError(f"--problem {name}: cannot import {module_name!r} ({_what(exc)}); "
+                             f"check the name and that it is on PYTHONPATH") from None
+        raise UsageError(f"--problem {name}: cannot import {module_name!r}: importing it "
+                         f"raised {_what(exc)}; fix the module or install what it needs (its "
+                         f"top level runs when imported)") from None
     factory = getattr(module, function_name, None)
     if not callable(factory):
         raise UsageError(f"--problem {name}: {module_name} has no function {function_name!r}")
     return factory
+
+
+def _not_found(exc: BaseException, module_name: str) -> bool:
+    """The module itself (or a package above it) is missing, not something it imports."""
+    missing = getattr(exc, "name", None)
+    return isinstance(exc, ModuleNotFoundError) and bool(missing) and (
+        module_name == missing or module_name.startswith(missing + "."))
+
+
+def _what(exc: BaseException) -> str:
+    """An exception in a few words for a one-line message: its type and first line."""
+    text = str(exc).splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _accepted(factory) -> set | None:
@@ -116,9 +139,8 @@ def from_factory(name: str, *, nodes: int | None = None, seed: int | None = None
     except SystemExit as exc:  # (else the command line would exit with it, having run nothing)
         raise UsageError(f"--problem {name}: the factory called sys.exit({exc.code!r}) instead "
                          f"of returning a Problem") from None
-    except Exception as exc:  # noqa: BLE001
-        raise UsageError(f"--problem {name}: the factory failed ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001  (see _function)
+        raise UsageError(f"--problem {name}: the factory failed ({_what(exc)})") from None
     try:
         with_defaults(problem)
     except TypeError as exc:

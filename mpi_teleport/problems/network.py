@@ -21,20 +21,20 @@ DATASET_SIZES = {"fashion-mnist": 60000, "cifar10": 50000}
 
 def _classifier(model_name: str, train, test, nodes: int, seed: int, *, alpha: float,
                 batch_size: int, val_fraction: float, device, local_nodes, staged,
-                evaluation_part=None):
+                evaluation_part=None, sampling: str = "replacement"):
     from . import models
     from .torch_problem import TorchProblem
 
     models.configure_torch_threads(1)  # before any torch work: bit-reproducible kernels
     return TorchProblem(models.build_model(model_name, seed), train, nodes=nodes, seed=seed,
-                        alpha=alpha, batch_size=batch_size, test=test,
+                        alpha=alpha, batch_size=batch_size, sampling=sampling, test=test,
                         validation_fraction=val_fraction, n_classes=10, device=device,
                         local_nodes=local_nodes, staged=staged, evaluation_part=evaluation_part)
 
 
 def digits(nodes: int, seed: int = 0, *, alpha: float = 0.1, batch_size: int = 32,
            val_fraction: float = 0.1, device="cpu", local_nodes=None, staged=None,
-           evaluation_part=None):
+           evaluation_part=None, sampling: str = "replacement"):
     """DigitsCNN on scikit-learn's 8x8 digits (fixed stratified 80/20 train/test split).
 
     Parameters are those of :class:`~.torch_problem.TorchProblem` (``val_fraction`` is
@@ -46,37 +46,41 @@ def digits(nodes: int, seed: int = 0, *, alpha: float = 0.1, batch_size: int = 3
                        datasets.load_digits_dataset(False, seed=0), nodes, seed, alpha=alpha,
                        batch_size=batch_size, val_fraction=val_fraction, device=device,
                        local_nodes=local_nodes, staged=staged,
-                       evaluation_part=evaluation_part)
+                       evaluation_part=evaluation_part, sampling=sampling)
 
 
-def fashion_mnist(nodes: int, seed: int = 0, *, data_dir="data", download: bool = False,
+def fashion_mnist(nodes: int, seed: int = 0, *, data_dir=None, download: bool = False,
                   alpha: float = 0.1, batch_size: int = 32, val_fraction: float = 0.1,
-                  device="cpu", local_nodes=None, staged=None, evaluation_part=None):
+                  device="cpu", local_nodes=None, staged=None, evaluation_part=None,
+                  sampling: str = "replacement"):
     """LeNet-5 on Fashion-MNIST memory-mapped from ``data_dir``
     (:func:`.datasets.open_fashion_mnist`: with ``local_nodes`` only those nodes' images
     and the evaluation slice are read; raises its one-line DatasetMissingError when the
-    files are absent)."""
+    files are absent). ``data_dir`` None: ``./data`` if it holds the files, else Debian's
+    ``/usr/share/datasets/fashion-mnist`` (:mod:`.fashion_files`)."""
     from . import datasets
 
     return _classifier("lenet5", datasets.open_fashion_mnist(data_dir, True, download=download),
                        datasets.open_fashion_mnist(data_dir, False, download=download), nodes,
                        seed, alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
                        device=device, local_nodes=local_nodes, staged=staged,
-                       evaluation_part=evaluation_part)
+                       evaluation_part=evaluation_part, sampling=sampling)
 
 
-def cifar10(nodes: int, seed: int = 0, *, data_dir="data", download: bool = False,
+def cifar10(nodes: int, seed: int = 0, *, data_dir=None, download: bool = False,
             alpha: float = 0.1, batch_size: int = 32, val_fraction: float = 0.1,
-            device="cpu", local_nodes=None, staged=None, evaluation_part=None):
+            device="cpu", local_nodes=None, staged=None, evaluation_part=None,
+            sampling: str = "replacement"):
     """VGG-11 (GroupNorm) on CIFAR-10 from ``data_dir``, memory-mapped from a one-time
     ``.npy`` copy of the pickles (:func:`.datasets.open_cifar10`)."""
     from . import datasets
 
+    data_dir = "data" if data_dir is None else data_dir
     return _classifier("vgg11", datasets.open_cifar10(data_dir, True, download=download),
                        datasets.open_cifar10(data_dir, False, download=download), nodes, seed,
                        alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
                        device=device, local_nodes=local_nodes, staged=staged,
-                       evaluation_part=evaluation_part)
+                       evaluation_part=evaluation_part, sampling=sampling)
 
 
 FACTORIES = {"digits": digits, "fashion-mnist": fashion_mnist, "cifar10": cifar10}
@@ -86,7 +90,7 @@ def from_config(cfg, device: str = "cpu", staged: bool | None = None, local_node
     """The network problem a Config names (``cfg.problem``, its data and split settings),
     on ``device``. ``staged``, ``local_nodes``: see :class:`~.torch_problem.TorchProblem`."""
     settings = dict(alpha=cfg.alpha, batch_size=cfg.batch_size, val_fraction=cfg.val_fraction,
-                    device=device, staged=staged, local_nodes=local_nodes)
+                    sampling=cfg.sampling, device=device, staged=staged, local_nodes=local_nodes)
     if getattr(cfg, "elastic", False) and local_nodes is not None:
         # elastic mode: the survivors split the evaluation among themselves, so every
         # rank keeps the whole evaluation sets (mpi_teleport/DESIGN.md §11)

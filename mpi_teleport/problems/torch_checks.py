@@ -15,18 +15,26 @@ from .torch_options import resolve_device
 
 
 def usable_device(device) -> str:
-    """``device`` resolved (``auto``: a GPU if visible), or UsageError."""
+    """``device`` resolved (``auto``: the accelerator torch knows, else the CPU), or
+    UsageError: not a torch device, or an accelerator this process does not have."""
     import torch
+
+    from .device import accelerator
 
     name = resolve_device(device)
     try:
         kind = torch.device(name).type
     except (RuntimeError, TypeError, ValueError):
-        raise UsageError(f"device={device!r} is not a torch device: use 'cpu', 'cuda', "
-                         f"'cuda:N' or 'auto'") from None
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"device={device!r} but torch sees no CUDA device "
-                         f"(torch.cuda.is_available() is False): use device='cpu' or 'auto'")
+        raise UsageError(f"device={device!r} is not a torch device: use 'cpu', 'auto', or an "
+                         f"accelerator torch knows ('cuda', 'cuda:N', 'mps', 'xpu', ...)") from None
+    if kind == "meta":
+        raise UsageError("device='meta' holds no data: use 'cpu', 'auto' or an accelerator")
+    found = accelerator()
+    if kind != "cpu" and (found is None or found[0] != kind):
+        have = f"its accelerator is {found[0]}" if found else "it has no accelerator"
+        label = "CUDA" if kind == "cuda" else kind
+        raise UsageError(f"device={device!r} but torch sees no {label} device in this process "
+                         f"({have}): use device='cpu' or 'auto'")
     return name
 
 

@@ -6,6 +6,7 @@ scoped to the problem's own work.
 from __future__ import annotations
 
 import copy
+import os
 
 import numpy as np
 
@@ -76,16 +77,32 @@ def infer_task(task, targets) -> str:
     return "regression"
 
 
-def split_nodes(partition, nodes: int, n_train: int, labels, alpha: float, seed: int) -> list:
-    """Node i's training-sample indices: ``"dirichlet"`` (default, over class labels),
-    ``"iid"``, or the user's index lists (checked)."""
+# The concentration of partition="dirichlet" given without alpha (the paper's 0.1).
+DIRICHLET_ALPHA = 0.1
+
+
+def chosen_partition(partition, alpha):
+    """The partition a TorchProblem uses: as given; else ``"dirichlet"`` when ``alpha`` is
+    given (it means nothing else), else ``"iid"``: a port that names neither trains on
+    equal shuffled shares, as a plain script's one data loader does. With an explicit
+    ``"iid"`` or index lists, ``alpha`` is unused."""
+    if partition is None:
+        return "iid" if alpha is None else "dirichlet"
+    return partition
+
+
+def split_nodes(partition, nodes: int, n_train: int, labels, alpha, seed: int) -> list:
+    """Node i's training-sample indices: ``"iid"`` (default), ``"dirichlet"`` (over class
+    labels; the default when ``alpha`` is given), or the user's index lists (checked)."""
     from . import partitions
 
-    if partition is None or (isinstance(partition, str) and partition == "dirichlet"):
+    partition = chosen_partition(partition, alpha)
+    if isinstance(partition, str) and partition == "dirichlet":
         if labels is None:
-            raise ValueError("the default Dirichlet partition needs integer class labels; for "
+            raise ValueError("the Dirichlet partition needs integer class labels; for "
                              "other targets give partition='iid' or index lists, one per node")
-        return partitions.dirichlet_partition(labels, nodes, alpha, seed)
+        return partitions.dirichlet_partition(labels, nodes,
+                                              DIRICHLET_ALPHA if alpha is None else alpha, seed)
     if isinstance(partition, str):
         if partition != "iid":
             raise ValueError(f"partition must be 'dirichlet', 'iid' or index lists (one per "
@@ -140,14 +157,41 @@ def resolve_device(device) -> str:
     return str(device)
 
 
+def host_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def core_share(ranks_on_host: int) -> int:
+    """threads="auto": this process's share of its host's cores, at least one."""
+    return max(1, host_cores() // max(1, int(ranks_on_host)))
+
+
 class TorchSettings:
     """torch's intra-op threads and deterministic-algorithms flag, set while the problem
     computes (``with settings:``) and put back on exit; nothing is changed when they
-    already are as wanted. ``threads=None`` leaves both alone."""
+    already are as wanted. ``threads=None`` leaves both alone. ``threads="auto"``: this
+    process's share of the host's cores (:func:`core_share`); the run tells it how many
+    ranks share the host (:meth:`share_host`; one in the simulator)."""
 
-    def __init__(self, threads: int | None):
-        self.threads = None if threads is None else positive_int(threads, "threads")
+    def __init__(self, threads):
+        if isinstance(threads, str) and threads == "auto":
+            self.auto, self.threads = True, core_share(1)
+        else:
+            if isinstance(threads, str):
+                raise ValueError(f"threads must be a positive integer, 'auto' or None, got "
+                                 f"{threads!r}")
+            self.auto = False
+            self.threads = None if threads is None else positive_int(threads, "threads")
         self._undo = None
+
+    def share_host(self, ranks_on_host: int) -> None:
+        """Under MPI: ``ranks_on_host`` ranks share this host's cores (threads="auto")."""
+        if self.auto:
+            self.threads = core_share(ranks_on_host)
 
     def __enter__(self):
         if self.threads is None:

@@ -28,6 +28,8 @@ from .torch_checks import check_first_batch, usable_device
 from .torch_metrics import EvalMetric
 from .torch_options import (build, check_token, non_negative, positive_int, regularise,
                             TorchSettings)
+from .sampling import check_sampling, epoch_batch
+from .subsample import fixed_subsample
 from .torch_sets import TRAIN_EVAL_SAMPLES, node_data
 from .torch_state import ModelState, load_into
 
@@ -69,13 +71,22 @@ class TorchProblem:
     eval_loss : callable, optional
         The loss reported by evaluation (default: ``loss``); e.g. plain cross-entropy
         when training with label smoothing.
-    partition : "dirichlet", "iid" or list of index arrays
-        Default "dirichlet": Dirichlet(``alpha``) over the class labels; "iid": equal
-        shuffled shares; or ``partition[i]``, node i's training-sample indices.
-    alpha : float
-        Concentration of the Dirichlet partition (small: few classes per node).
+    partition : "iid", "dirichlet" or list of index arrays
+        Default "iid": equal shuffled shares, as a plain script's one data loader sees
+        the data; "dirichlet": Dirichlet(``alpha``)
+        over the class labels, the paper's non-IID split (the default when ``alpha`` is
+        given); or ``partition[i]``, node i's training-sample indices.
+    alpha : float, optional
+        Concentration of the Dirichlet partition (small: few classes per node; 0.1, the
+        paper's, when ``partition="dirichlet"`` is given without it). Unused by the
+        other partitions.
     batch_size : int
         Samples per node and round.
+    sampling : str
+        How a node draws its batches: ``"replacement"`` (default: each round's batch drawn
+        with replacement, keyed by (seed, node, t)) or ``"epochs"`` (shuffled passes over
+        the node's share, as ``DataLoader(shuffle=True)``; keyed by (seed, node, pass):
+        :mod:`.sampling`).
     weight_decay : float
         L2 penalty: ``weight_decay * w`` added to the trainable parameters' gradient (as
         ``torch.optim.SGD``'s ``weight_decay``). Default 0.
@@ -97,6 +108,10 @@ class TorchProblem:
         Evaluated (averaged model) by :meth:`evaluate`. Default: the validation set,
         else a fixed sample of ``TRAIN_EVAL_SAMPLES`` training samples (seeded): the
         training loss of the averaged model.
+    test_samples : int, optional
+        Evaluate a fixed subsample of this many test samples (chosen by ``seed``, the
+        same at every evaluation and in every process) instead of the whole test set:
+        cheap frequent evaluation, e.g. with ``eval_every``.
     validation, validation_fraction
         Algorithm 2's selection set, given or held out of ``train`` (seeded).
     n_classes : int, optional
@@ -119,10 +134,17 @@ class TorchProblem:
     x0 : array, optional
         Warm start: the initial token (e.g. an earlier run's ``Result.x``) instead of
         the model's state as built; its length must be :attr:`dim`.
-    threads : int or None
-        torch intra-op threads while the problem computes (1: bit-reproducible CPU
-        kernels), with deterministic algorithms (warn-only); both are put back when each
-        call returns. None leaves torch's settings alone.
+    threads : int, "auto" or None
+        torch intra-op threads while the problem computes, with deterministic algorithms
+        (warn-only); both are put back when each call returns. 1 (default): every back
+        end computes the same bits (the simulator equals ``mpirun`` bit for bit, whatever
+        the machine). ``"auto"``: this process's share of its host's cores, cores / ranks
+        on the host (the ranks counted by a shared-memory split of the run's
+        communicator; all cores in the simulator): faster, deterministic for a given
+        number of threads, but CPU kernels split their sums by thread, so results then
+        depend on the threads each process gets (a LeNet gradient differs in the last
+        bits between 1 and 2 threads) and the simulator no longer equals MPI bit for
+        bit. An integer fixes the count; None leaves torch's settings alone.
 
     Examples
     --------
@@ -151,14 +173,15 @@ class TorchProblem:
     dtype = np.float32
 
     def __init__(self, model, train, *, nodes: int, seed: int = 0, task: str | None = None,
-                 loss=None, eval_loss=None, partition=None, alpha: float = 0.1,
-                 batch_size: int = 32, weight_decay: float = 0.0, clip_norm: float | None = None,
+                 loss=None, eval_loss=None, partition=None, alpha: float | None = None,
+                 batch_size: int = 32, sampling: str = "replacement", weight_decay: float = 0.0,
+                 clip_norm: float | None = None,
                  augment=None, collate_fn=None, metrics=None, metric: str | None = None,
                  test=None, validation=None, validation_fraction: float = 0.0,
                  n_classes: int | None = None, device="cpu", local_nodes=None,
                  eval_batch_size: int = EVAL_BATCH_SIZE, staged: bool | None = None,
-                 threads: int | None = 1, evaluation_part=None,
-                 device_tokens: bool | None = None, x0=None):
+                 threads: int | str | None = 1, evaluation_part=None,
+                 device_tokens: bool | None = None, x0=None, test_samples: int | None = None):
         import torch
 
         tm.check_overrides(type(self), TorchProblem)
@@ -166,6 +189,8 @@ class TorchProblem:
         self.n, self.seed = positive_int(nodes, "nodes"), int(seed)
         self.batch_size = positive_int(batch_size, "batch_size")
         self.eval_batch_size = positive_int(eval_batch_size, "eval_batch_size")
+        self.sampling = check_sampling(sampling)
+        self._epoch_orders: dict = {}  # node -> (epoch, its shuffled order): a memo, no state
         for name, fn in (("loss", loss), ("eval_loss", eval_loss), ("augment", augment),
                          ("collate_fn", collate_fn)):
             if fn is not None and not callable(fn):
@@ -173,6 +198,8 @@ class TorchProblem:
         self.weight_decay = non_negative(weight_decay, "weight_decay")
         self.clip_norm = None if clip_norm is None else non_negative(clip_norm, "clip_norm")
         self.augment, self.user_metrics = augment, tm.check_metrics(metrics)
+        if test_samples is not None:  # a fixed subsample: cheap frequent evaluation
+            test = fixed_subsample(test, test_samples, self.seed)
         with self.torch_settings:
             self.data = node_data(train, nodes=self.n, seed=self.seed, task=task,
                                   partition=partition, alpha=alpha, test=test,
@@ -195,6 +222,7 @@ class TorchProblem:
         self.model = self.state.model
         self.n_params, self.n_buffers = self.state.n_params, self.state.n_buffers
         self._pending = None  # last gradient(): nodes, updated buffers, buffers as given
+        self._train_stats: dict = {}  # round -> node -> batch loss (and accuracy)
         on = self.device.type != "cpu" if device_tokens is None else bool(device_tokens)
         self.token_device = str(self.device) if on else None  # read by the MPI back end
         generators = [torch.default_generator]
@@ -260,9 +288,16 @@ class TorchProblem:
         """The initial token (a copy): the model's state as built."""
         return self.state.initial.copy()
 
-    def module(self, x: np.ndarray):
-        """A trained ``nn.Module`` (CPU, a new object) from a token, e.g. ``Result.x``."""
-        return self.state.module(x)
+    def module(self, x: np.ndarray, *, train: bool = False):
+        """A trained ``nn.Module`` (CPU, a new object) from a token, e.g. ``Result.x``.
+
+        In ``eval()`` mode by default, ready for inference as the run's evaluation used it
+        (dropout off, normalisation on its running statistics); ``train=True`` gives it in
+        ``train()`` mode, as a freshly built module is, to train it further in a plain
+        loop. Either way the mode is this argument's, never the problem's last use."""
+        if not isinstance(train, bool):
+            raise TypeError(f"train must be True or False, got {train!r}")
+        return self.state.module(x).train(train)
 
     @staticmethod
     def load_into(model, x: np.ndarray):
@@ -273,13 +308,28 @@ class TorchProblem:
 
     # ---------------------------------------------------------------- training
     def batch(self, node: int, t: int) -> np.ndarray:
-        """Training-sample indices of ``node``'s mini-batch in round ``t``: keyed by
-        (seed, node, t), drawn with replacement from the node's share."""
+        """Training-sample indices of ``node``'s mini-batch in round ``t``, a pure function
+        of (seed, node, t): drawn with replacement from the node's share
+        (``sampling="replacement"``), or batch ``t mod b`` of the node's shuffled pass
+        number ``t div b`` over its share (``sampling="epochs"``, b = its batches per pass;
+        :func:`epoch_batch`)."""
         return self.parts[node][self._draw(node, t)]
 
     def _draw(self, node: int, t: int) -> np.ndarray:
+        size = len(self.parts[node])
+        if self.sampling == "epochs":
+            return epoch_batch(self._epoch_order, node, t, size, self.batch_size)
         gen = rng.scratch_generator(self.seed, rng.STREAM_BATCH, t, node)
-        return gen.integers(0, len(self.parts[node]), size=self.batch_size)
+        return gen.integers(0, size, size=self.batch_size)
+
+    def _epoch_order(self, node: int, epoch: int, size: int) -> np.ndarray:
+        """Node's shuffled order of its share for one pass, keyed by (seed, node, epoch)."""
+        memo = self._epoch_orders.get(node)
+        if memo is None or memo[0] != epoch:
+            gen = rng.scratch_generator(self.seed, rng.STREAM_EPOCH, epoch, node)
+            memo = (epoch, gen.permutation(size))
+            self._epoch_orders[node] = memo
+        return memo[1]
 
     def gradient(self, nodes, x: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """Mini-batch gradients at the rows of ``x`` (``train()`` mode), one row after
@@ -302,7 +352,8 @@ class TorchProblem:
                 if self.augment is not None:
                     xb = self.augment(xb, augment_generator(self._augment_gen, self.seed, node, t))
                 self.state.load(x[r])
-                out[r, :self.n_params] = self._loss_and_grad(xb, yb)
+                out[r, :self.n_params], stats = self._loss_and_grad(xb, yb)
+                self._batch_stats(t)[node] = stats
                 regularise(out[r, :self.n_params], x[r, :self.n_params], self.weight_decay,
                            self.clip_norm)
                 out[r, self.n_params:] = 0.0
@@ -332,12 +383,40 @@ class TorchProblem:
     def _target(self, yb):
         return yb if self.task == "classification" else yb.float()
 
-    def _loss_and_grad(self, xb, yb) -> np.ndarray:
+    def _loss_and_grad(self, xb, yb) -> tuple:
+        """The batch's gradient, and what the forward pass already says of the batch:
+        its loss (and accuracy, classification), for the records (:meth:`training_metrics`)."""
+        import torch
+
         self.state.zero_grad()
         if self.state.flat is None:
             xb, yb = to_device(xb, self.device), yb.to(self.device)
-        self.loss(call_model(self.model, xb), self._target(yb)).backward()
-        return self.state.grad()
+        output = call_model(self.model, xb)
+        target = self._target(yb)
+        loss = self.loss(output, target)
+        loss.backward()
+        stats = {"train_loss": float(loss.detach())}
+        if self.task == "classification" and isinstance(output, torch.Tensor) and output.dim() == 2:
+            with torch.no_grad():
+                stats["train_accuracy"] = float((output.argmax(1) == target).double().mean())
+        return self.state.grad(), stats
+
+    def _batch_stats(self, t: int) -> dict:
+        """Round t's node -> batch facts; only the latest rounds are kept (a record reads
+        the round before it)."""
+        t = int(t)
+        rounds = self._train_stats
+        if t not in rounds:
+            for old in [u for u in rounds if u < t - 1]:
+                del rounds[old]
+            rounds[t] = {}
+        return rounds[t]
+
+    def training_metrics(self, t: int) -> dict:
+        """node -> {"train_loss", "train_accuracy" (classification)} of the mini-batches
+        this process computed in round ``t`` (the training loss in every record,
+        :mod:`mpi_teleport.training`); empty for a round not computed here."""
+        return dict(self._train_stats.get(int(t), {}))
 
     # ---------------------------------------------------------------- evaluation
     @staticmethod
@@ -365,6 +444,16 @@ class TorchProblem:
         metric, pass ``metrics=`` (do not override this: MPI does not call it)."""
         return self.metrics_from_sums(self.evaluation_sums(self.average(x)), x)
 
+    @property
+    def validation_unavailable(self) -> str | None:
+        """Why :meth:`validate` cannot work (no validation set), or None: Algorithm 2
+        refuses the problem at its start with this hint (the Problem contract)."""
+        if "validation" in self._sets:
+            return None
+        return ("the TorchProblem has no validation set: build it with validation=(X, y) or "
+                "validation_fraction=0.1 (Algorithm 2 selects k on held-out data, never on the "
+                "test set)")
+
     def validate(self, x: np.ndarray) -> float:
         """The headline ``metric`` of the averaged model on the validation set:
         Algorithm 2's selection, never on the test set."""
@@ -389,6 +478,7 @@ class TorchProblem:
         frozen = int(sum(p.numel() for p in self.state.layout.frozen))
         return {**facts, "task": self.task, "n_train": self.n_train, "n_params": self.n_params,
                 **({"n_frozen": frozen} if frozen else {}), "evaluated_on": self.evaluated_on,
+                **({"sampling": self.sampling} if self.sampling != "replacement" else {}),
                 "device": str(self.device)}
 
     def __repr__(self) -> str:

@@ -3,7 +3,7 @@
 * Unpacking happens once per data directory whatever the number of ranks: one process at
   a time (an ``flock`` on ``<data_dir>/.mpi_teleport-unpack.lock``), each file written
   under a temporary name and renamed into place, so no rank reads a half-written file.
-  :func:`decompress_fashion_mnist` (the ``.gz`` files next to themselves),
+  :func:`.fashion_files.decompress_fashion_mnist` (into a cache, never the data folder),
   :func:`extract_cifar10` (md5 of the archive, every member checked, tarfile's "data"
   filter: nothing is written outside the data directory).
 * Content checks (:class:`DatasetContentError`, one line): IDX headers, as many labels as
@@ -27,7 +27,7 @@ import numpy as np
 from .. import lock
 from ..errors import DatasetMissingError
 
-__all__ = ["DatasetContentError", "decompress_fashion_mnist", "extract_cifar10"]
+__all__ = ["DatasetContentError", "extract_cifar10"]
 
 FMNIST_FILES = (
     "train-images-idx3-ubyte",
@@ -147,41 +147,6 @@ def _check_idx_pair(images_path: str, labels_path: str) -> None:
 
 
 # --------------------------------------------------------------------- unpacking
-def decompress_fashion_mnist(data_dir) -> list:
-    """Decompress ``<data_dir>/FashionMNIST/raw/*.gz`` whose uncompressed file is absent,
-    once: one process at a time per directory (a lock file), each file written under a
-    temporary name and renamed into place, so that concurrent readers (the other ranks of
-    a node) see it whole or not at all. Returns the files this call wrote."""
-    data_dir = os.path.abspath(os.fspath(data_dir))
-    raw = os.path.join(data_dir, "FashionMNIST", "raw")
-
-    def todo():
-        return [f for f in FMNIST_FILES if not os.path.isfile(os.path.join(raw, f))
-                and os.path.isfile(os.path.join(raw, f + ".gz"))]
-
-    if not todo():  # nothing to do: no lock taken (the directory may be read-only)
-        return []
-    done, current = [], None
-    try:
-        with _unpack_lock(data_dir):
-            for f in todo():  # again: what another process did meanwhile is skipped
-                current = os.path.join(raw, f + ".gz")
-                _gunzip(current, os.path.join(raw, f))
-                done.append(f)
-    except DatasetMissingError:
-        raise
-    except (OSError, EOFError, ValueError, zlib.error) as exc:
-        if current is None:  # the lock file: the directory is not writable
-            raise DatasetMissingError(
-                f"Fashion-MNIST: cannot decompress the .gz files under {raw}: {data_dir} is not "
-                f"writable ({_one_line(exc)}); decompress them there by hand (gunzip -k) or "
-                "give a writable --data-dir") from None
-        raise DatasetMissingError(
-            f"Fashion-MNIST: cannot decompress {current} ({_one_line(exc)}); replace it with a "
-            "good copy, or decompress it by hand (gunzip -k)") from None
-    return done
-
-
 def _gunzip(src: str, dst: str) -> None:
     tmp = _tmp_name(dst)
     try:

@@ -1,0 +1,341 @@
+"""The paper's Figure 3, Fashion-MNIST half, on the real data (Sec. 5.2, App. Table
+"Experimental setups for Fashion MNIST"), resumable.
+
+    python benchmarks/figure3_fashion_mnist.py [--quick] [--workers 2] [--epochs 50]
+        [--select-epochs 10] [--seeds 0 1 2] [--alphas 0.1 10] [--lrs 0.1 0.01 0.001]
+        [--methods teleportation dsgd-ring dsgd-base2] [--data-dir DIR] [--report-only]
+
+Protocol: LeNet-5, n = 25 nodes, Dirichlet alpha in {0.1, 10} over the whole training set
+(--val-fraction 0: no validation split, as the paper trains on all 60,000 images), batch
+32 drawn by shuffled per-node passes (--sampling epochs: the authors' DataLoader), heavy-ball
+momentum 0.9 travelling with the token, the same number of epochs for every method
+(Teleportation with k active nodes runs n/k times more rounds than DSGD), test accuracy of
+the averaged model every ``--eval-epochs`` epochs (default 2). Methods: Teleportation
+(k = 8 active nodes, ring over the tokens: the paper does not state k for Figure 3; 8 is the
+package default min(8, n) and the project's choice since ``jobs/figure3.sbatch``),
+Decentralized SGD on the ring and on the Base-2 Graph.
+
+Step size: from the paper's grid {0.1, 0.01, 0.001}, chosen per (alpha, method) by the final
+test accuracy of a one-seed run (seed 0) of ``--select-epochs`` epochs (phase "select");
+then every seed runs ``--epochs`` epochs with the chosen step size (phase "final").
+
+Every run is the simulator (``python -m mpi_teleport.sim``, the numbers of 25 MPI ranks),
+one process per run, ``--workers`` at a time, trained with ``--latency mod:5 --clock virtual
+--compute-time 20`` (latency changes time, never numbers: the same runs give Figure 4 through
+``benchmarks/bench_figure4.py --problem fashion-mnist``). Resumable: a finished run has its
+summary.json and is skipped; an interrupted one resumes from its newest checkpoint
+(``--checkpoint-every``: every 10 eval intervals; SIGTERM or Ctrl-C to this script makes
+every run in progress write one first and the script exit with status 75); a run's
+checkpoints are deleted once it is done.
+
+Writes ``benchmarks/results/figure3_fashion_mnist_runs/<phase>/alpha<A>/<method>/lr<LR>/seed<S>/``
+(config.json, metrics.jsonl, summary.json) and ``figure3_fashion_mnist.{json,csv,png}``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+METHODS = {
+    "teleportation": ("teleportation", "ring"),
+    "dsgd-ring": ("dsgd", "ring"),
+    "dsgd-base2": ("dsgd", "base2"),
+}
+LABELS = {"teleportation": "Teleportation (k=8, ring)", "dsgd-ring": "Decentralized SGD (ring)",
+          "dsgd-base2": "Decentralized SGD (Base-2 Graph)"}
+N_TRAIN = 60000
+STEM = "figure3_fashion_mnist"
+
+
+def rounds_per_epoch(args, method: str) -> float:
+    active = args.nodes if METHODS[method][0] == "dsgd" else args.k
+    return N_TRAIN / (args.batch_size * active)
+
+
+def run_flags(args, method: str, alpha: float, lr: float, seed: int, epochs: float) -> list[str]:
+    algorithm, topology = METHODS[method]
+    per_epoch = rounds_per_epoch(args, method)
+    log_every = max(1, round(args.eval_epochs * per_epoch))
+    flags = ["--nodes", str(args.nodes), "--problem", "fashion-mnist", "--algorithm", algorithm,
+             "--topology", topology, "--epochs", f"{epochs:g}", "--batch-size",
+             str(args.batch_size), "--sampling", "epochs", "--val-fraction", "0",
+             "--lr", f"{lr:g}", "--momentum", f"{args.momentum:g}", "--alpha", f"{alpha:g}",
+             "--seed", str(seed), "--log-every", str(log_every), "--progress", "off",
+             "--latency", "mod:5", "--clock", "virtual", "--compute-time", "20",
+             "--checkpoint-every", str(5 * log_every), "--keep-checkpoints", "1"]
+    if args.data_dir:
+        flags += ["--data-dir", args.data_dir]
+    if algorithm == "teleportation":
+        flags += ["--k", str(args.k)]
+    return flags
+
+
+def run_dir(args, phase: str, method: str, alpha: float, lr: float, seed: int) -> Path:
+    return Path(args.runs) / phase / f"alpha{alpha:g}" / method / f"lr{lr:g}" / f"seed{seed}"
+
+
+def execute(args, flags: list[str], d: Path, label: str) -> dict:
+    """One run: skipped when finished, resumed from its newest checkpoint when interrupted."""
+    if (d / "summary.json").is_file():
+        return json.loads((d / "summary.json").read_text())
+    resume = (d / "checkpoints").is_dir() and any((d / "checkpoints").glob("round-*"))
+    cmd = [sys.executable, "-m", "mpi_teleport.sim", *flags, "--out", str(d)]
+    if resume:
+        cmd += ["--resume", str(d)]
+    elif d.exists():
+        shutil.rmtree(d)  # a start that wrote no checkpoint yet: start again
+    d.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with open(d.parent / f"{d.name}.log", "a") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        RUNNING.add(proc)
+        try:
+            proc.wait()
+        finally:
+            RUNNING.discard(proc)
+    if STOPPING:
+        raise SystemExit(75)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{label}: mpi_teleport.sim exited {proc.returncode} (log: "
+                           f"{d.parent / (d.name + '.log')})")
+    shutil.rmtree(d / "checkpoints", ignore_errors=True)
+    (d.parent / f"{d.name}.log").unlink(missing_ok=True)
+    s = json.loads((d / "summary.json").read_text())
+    print(f"{label}: final accuracy {100 * s['final_accuracy']:.2f}% "
+          f"({time.perf_counter() - t0:.0f} s{', resumed' if resume else ''})", flush=True)
+    return s
+
+
+RUNNING: set = set()  # the runs in progress
+STOPPING: list = []
+
+
+def _stop(signum, frame) -> None:
+    """SIGTERM/SIGINT: every run in progress writes its checkpoint (the simulator's own
+    handling of SIGTERM, exit 75); the next start resumes them."""
+    STOPPING.append(signum)
+    for proc in list(RUNNING):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+
+def run_all(args, jobs: list) -> list:
+    with ThreadPoolExecutor(max_workers=args.workers) as pool:
+        return list(pool.map(lambda job: execute(args, *job), jobs))
+
+
+def choose_lrs(args) -> dict:
+    """(alpha, method) -> the step size whose one-seed selection run ends best."""
+    jobs, keys = [], []
+    for alpha in args.alphas:
+        for method in args.methods:
+            for lr in args.lrs:
+                d = run_dir(args, "select", method, alpha, lr, args.seeds[0])
+                label = f"select alpha={alpha:g} {method} lr={lr:g}"
+                jobs.append((run_flags(args, method, alpha, lr, args.seeds[0], args.select_epochs), d, label))
+                keys.append((alpha, method, lr))
+    finals = run_all(args, jobs)
+    chosen, table = {}, {}
+    for (alpha, method, lr), s in zip(keys, finals):
+        acc = s.get("final_accuracy")
+        acc = acc if isinstance(acc, (int, float)) and math.isfinite(acc) else -1.0
+        table.setdefault((alpha, method), {})[lr] = acc
+    for key, by_lr in table.items():
+        chosen[key] = max(sorted(by_lr), key=lambda lr: (by_lr[lr], lr))
+    return chosen, table
+
+
+def load_curve(d: Path, per_epoch: float) -> dict:
+    epochs, acc = [], []
+    for line in (d / "metrics.jsonl").read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            a = rec.get("accuracy")
+            if isinstance(a, (int, float)) and math.isfinite(a):
+                epochs.append(round(rec["round"] / per_epoch, 4))
+                acc.append(float(a))
+    return {"epoch": epochs, "accuracy": acc}
+
+
+def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: str = STEM) -> dict:
+    import csv
+
+    runs = []
+    for alpha in args.alphas:
+        for method in args.methods:
+            lr = chosen[(alpha, method)]
+            for seed in args.seeds:
+                d = run_dir(args, "final", method, alpha, lr, seed)
+                if not (d / "summary.json").is_file():
+                    continue
+                s = json.loads((d / "summary.json").read_text())
+                curve = load_curve(d, rounds_per_epoch(args, method))
+                runs.append({"alpha": alpha, "method": method, "seed": seed, "lr": lr,
+                             "k": args.k if METHODS[method][0] == "teleportation" else args.nodes,
+                             "topology": METHODS[method][1], "rounds": s.get("rounds_run"),
+                             "final_accuracy": s.get("final_accuracy"),
+                             "best_accuracy": max(curve["accuracy"]) if curve["accuracy"] else None,
+                             "curve": curve})
+    out = Path(args.out)
+    result = {
+        "figure": "Figure 3 (Fashion-MNIST half), paper Sec. 5.2",
+        "n": args.nodes, "epochs": args.epochs, "select_epochs": args.select_epochs,
+        "batch_size": args.batch_size, "momentum": args.momentum, "sampling": "epochs",
+        "eval_every_epochs": args.eval_epochs, "model": "LeNet-5", "teleportation_k": args.k,
+        "lr_grid": args.lrs, "alphas": args.alphas, "seeds": args.seeds, "methods": args.methods,
+        "lr_selection": {f"alpha={a:g} | {m}": {"chosen": chosen[(a, m)],
+                                                 "final_accuracy_by_lr": {f"{lr:g}": acc for lr, acc in sorted(by_lr.items())}}
+                         for (a, m), by_lr in table.items()},
+        "data_md5": data_md5, "wall_time_s": wall,
+        "runs_dir": os.path.relpath(args.runs, out), "runs": runs,
+    }
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    with open(out / f"{stem}.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["alpha", "method", "seed", "lr", "k", "epoch", "accuracy"])
+        for r in runs:
+            for e, a in zip(r["curve"]["epoch"], r["curve"]["accuracy"]):
+                w.writerow([f"{r['alpha']:g}", r["method"], r["seed"], f"{r['lr']:g}", r["k"], e, f"{a:.6f}"])
+    plot(result, out / f"{stem}.png")
+    return result
+
+
+def summary_table(result: dict) -> list[str]:
+    import numpy as np
+
+    lines = ["| Dirichlet alpha | method | step size | final test accuracy, mean (min..max) over seeds |",
+             "| ---: | --- | ---: | --- |"]
+    for alpha in result["alphas"]:
+        for method in result["methods"]:
+            rs = [r for r in result["runs"] if r["alpha"] == alpha and r["method"] == method]
+            if not rs:
+                continue
+            a = 100 * np.array([r["final_accuracy"] for r in rs], dtype=float)
+            lines.append(f"| {alpha:g} | {LABELS[method]} | {rs[0]['lr']:g} | {a.mean():.2f} % "
+                         f"({a.min():.2f}..{a.max():.2f}, {len(rs)} seeds) |")
+    return lines
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    alphas = sorted(result["alphas"], reverse=True)  # the paper: alpha = 10 first
+    fig, axes = plt.subplots(1, len(alphas), figsize=(6.2 * len(alphas), 4.4), squeeze=False)
+    colors = {"teleportation": "tab:red", "dsgd-ring": "tab:blue", "dsgd-base2": "tab:green"}
+    for ax, alpha in zip(axes[0], alphas):
+        for method in result["methods"]:
+            rs = [r for r in result["runs"] if r["alpha"] == alpha and r["method"] == method]
+            if not rs:
+                continue
+            n = min(len(r["curve"]["accuracy"]) for r in rs)
+            ep = np.array(rs[0]["curve"]["epoch"][:n])
+            acc = 100 * np.array([r["curve"]["accuracy"][:n] for r in rs])
+            ax.plot(ep, acc.mean(0), color=colors.get(method), label=f"{LABELS[method]}, lr {rs[0]['lr']:g}")
+            ax.fill_between(ep, acc.min(0), acc.max(0), color=colors.get(method), alpha=0.2, lw=0)
+        ax.set_title(f"alpha = {alpha:g} ({'homogeneous' if alpha >= 1 else 'heterogeneous'})")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("test accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+    seeds = len(result["seeds"])
+    fig.suptitle(f"Fashion-MNIST, LeNet-5, n = {result['n']} nodes, batch {result['batch_size']}, "
+                 f"momentum {result['momentum']:g}, {result['epochs']:g} epochs\nmean over {seeds} "
+                 f"seed{'s' if seeds > 1 else ''}, shaded min..max", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: 0.2-epoch selection and 0.4-epoch final runs, one seed, "
+                   "alpha 0.1, written under --out as figure3_fashion_mnist_quick.*")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--runs", default=None, help="runs folder (default OUT/figure3_fashion_mnist_runs)")
+    p.add_argument("--data-dir", default=None, help="Fashion-MNIST folder (default: the "
+                   "package's search: ./data, then /usr/share/datasets/fashion-mnist)")
+    p.add_argument("--workers", type=int, default=2, help="runs at a time (default 2)")
+    p.add_argument("--nodes", type=int, default=25)
+    p.add_argument("--k", type=int, default=8)
+    p.add_argument("--epochs", type=float, default=50.0, help="epochs of the final runs "
+                   "(default 50; the paper: 200)")
+    p.add_argument("--select-epochs", type=float, default=10.0,
+                   help="epochs of the one-seed step-size selection runs (default 10)")
+    p.add_argument("--eval-epochs", type=float, default=2.0, help="evaluate every E epochs")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--lrs", type=float, nargs="+", default=[0.1, 0.01, 0.001])
+    p.add_argument("--alphas", type=float, nargs="+", default=[0.1, 10.0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    p.add_argument("--report-only", action="store_true", help="no new runs: the report of "
+                   "the finished ones")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.epochs, args.select_epochs, args.eval_epochs = 0.4, 0.2, 0.1
+        args.seeds, args.alphas = args.seeds[:1], args.alphas[:1]
+    if args.runs is None:
+        args.runs = str(Path(args.out) / (STEM + ("_quick" if args.quick else "") + "_runs"))
+
+    from mpi_teleport.problems import datasets, fashion_files
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    data_md5 = fashion_files.data_md5(datasets.fashion_mnist_paths(args.data_dir))
+    t0 = time.perf_counter()
+    chosen, table = choose_lrs(args) if not args.report_only else _chosen_from_disk(args)
+    for (alpha, method), lr in sorted(chosen.items()):
+        print(f"alpha={alpha:g} {method}: step size {lr:g} (selection: "
+              + ", ".join(f"{l:g} -> {100 * a:.2f}%" for l, a in sorted(table[(alpha, method)].items())) + ")",
+              flush=True)
+    if not args.report_only:
+        jobs = []
+        for seed in args.seeds:
+            for alpha in args.alphas:
+                for method in args.methods:
+                    lr = chosen[(alpha, method)]
+                    d = run_dir(args, "final", method, alpha, lr, seed)
+                    jobs.append((run_flags(args, method, alpha, lr, seed, args.epochs), d,
+                                 f"final alpha={alpha:g} {method} lr={lr:g} seed={seed}"))
+        run_all(args, jobs)
+    result = report(args, chosen, table, data_md5, time.perf_counter() - t0,
+                    STEM + ("_quick" if args.quick else ""))
+    print("\n".join(summary_table(result)))
+    return 0
+
+
+def _chosen_from_disk(args) -> tuple:
+    table = {}
+    for alpha in args.alphas:
+        for method in args.methods:
+            for lr in args.lrs:
+                f = run_dir(args, "select", method, alpha, lr, args.seeds[0]) / "summary.json"
+                if f.is_file():
+                    acc = json.loads(f.read_text()).get("final_accuracy")
+                    table.setdefault((alpha, method), {})[lr] = acc if isinstance(acc, (int, float)) else -1.0
+    return {key: max(sorted(v), key=lambda lr: (v[lr], lr)) for key, v in table.items()}, table
+
+
+if __name__ == "__main__":
+    sys.exit(main())

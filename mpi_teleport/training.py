@@ -1,0 +1,44 @@
+"""The training loss a record carries, from the gradient computations already made.
+
+A problem that reports its batches (``training_metrics(t)``: node -> {name: value} for
+the rows it computed in round t, e.g. :class:`~mpi_teleport.TorchProblem`'s
+``train_loss`` and ``train_accuracy``) gives every record of round r the mean over
+round r - 1's active nodes of their batch values: the latest round's mini-batches, as a
+plain PyTorch loop prints ``loss.item()`` of its latest batch. No forward pass is added.
+
+The mean is a pure function of round r - 1 (keyed batches, keyed holders), so a resumed
+run and an uninterrupted one record the same values; its sum is ``math.fsum`` (exact,
+rounded once), so the order in which ranks report does not matter: the simulator and
+MPI agree bit for bit.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["round_means", "latest_mean"]
+
+
+def round_means(reports: list, holders) -> dict:
+    """The mean of each reported value over ``holders`` (every run's active nodes of one
+    round), from the processes' ``reports`` (node -> {name: value} dicts; a node is
+    computed by one process). Empty when some holder was not reported (a problem that
+    does not report its batches)."""
+    merged: dict = {}
+    for report in reports:
+        if report:
+            merged.update(report)
+    nodes = [int(h) for h in np.asarray(holders).reshape(-1)]
+    if not nodes or any(h not in merged for h in nodes):
+        return {}
+    names = list(merged[nodes[0]])
+    return {name: math.fsum(float(merged[h][name]) for h in nodes) / len(nodes)
+            for name in names}
+
+
+def latest_mean(report: dict) -> float | None:
+    """The mean ``train_loss`` of the batches this process computed last (the progress
+    bar's text between records: under MPI the root's own batches only)."""
+    values = [v["train_loss"] for v in report.values() if "train_loss" in v]
+    return math.fsum(values) / len(values) if values else None

@@ -1,0 +1,215 @@
+"""Fashion-MNIST as it is installed (issue 29): the four files flat in a folder, .gz or
+decompressed, the folder never written to (decompressed copies go to the cache), the md5 of
+files that claim to be the official release, the search order without --data-dir, the
+shuffled per-node passes (sampling="epochs"); and the real files of Debian's
+``dataset-fashion-mnist`` where installed: read, trained on, simulator == mpirun -n 5."""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpi_teleport import sim
+from mpi_teleport.problems import fashion_files
+from mpi_teleport.problems.datasets import (FMNIST_FILES, DatasetContentError,
+                                            DatasetMissingError, fashion_mnist_paths)
+from mpi_teleport.problems.sampling import batches_per_pass, epoch_batch
+from helpers import without_time
+
+REAL = Path(fashion_files.DEBIAN_DIR)
+HAVE_REAL = all((REAL / (f + ".gz")).is_file() or (REAL / f).is_file() for f in FMNIST_FILES)
+NEEDS_REAL = pytest.mark.skipif(not HAVE_REAL, reason=f"the real Fashion-MNIST is not installed "
+                                f"in {REAL} (apt-get install dataset-fashion-mnist)")
+
+
+def _idx(arr: np.ndarray) -> bytes:
+    head = struct.pack(">I", 0x0800 + arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape)
+    return head + np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
+
+
+def _flat(folder: Path, n_train=60, n_test=20, gz=("train",), labels=None) -> dict:
+    """The four files flat in ``folder``; the parts named in ``gz`` compressed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    g = np.random.default_rng(0)
+    data = {}
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        x = g.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        y = g.integers(0, 10, size=n, dtype=np.uint8) if labels is None else labels[prefix]
+        for kind, arr in (("images-idx3-ubyte", x), ("labels-idx1-ubyte", y)):
+            name = f"{prefix}-{kind}"
+            if prefix in gz:
+                (folder / (name + ".gz")).write_bytes(gzip.compress(_idx(arr), compresslevel=1))
+            else:
+                (folder / name).write_bytes(_idx(arr))
+        data[prefix] = (x, y)
+    return data
+
+
+def _snapshot(root: Path) -> dict:
+    """Every path under root -> (size, mtime_ns, mode): what "unchanged" means for a folder."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            st = os.lstat(os.path.join(dirpath, name))
+            out[os.path.join(dirpath, name)] = (st.st_size, st.st_mtime_ns, st.st_mode)
+    return out
+
+
+# ------------------------------------------------------------------------- the reader
+@pytest.mark.parametrize("gz", [(), ("train",), ("train", "t10k")], ids=["raw", "mixed", "gz"])
+def test_a_flat_folder_is_read_as_it_is_and_never_written(tmp_path, gz):
+    pytest.importorskip("torchvision")
+    from mpi_teleport.problems.datasets import load_fashion_mnist, open_fashion_mnist
+
+    folder = tmp_path / "fashion"
+    data = _flat(folder, gz=gz)
+    before = _snapshot(folder)
+    for train, prefix in ((True, "train"), (False, "t10k")):
+        x, y = load_fashion_mnist(folder, train=train)  # torchvision's reader
+        rows, labels = open_fashion_mnist(folder, train=train)  # the memory-mapped one
+        assert np.array_equal(y, data[prefix][1]) and np.array_equal(labels, y)
+        assert np.array_equal(rows[np.arange(len(y))], x)
+    assert _snapshot(folder) == before
+
+
+def test_a_damaged_official_file_fails_its_md5_in_one_line(tmp_path):
+    """A labels file of the official size (60,000 labels) whose bytes are not the official
+    ones: refused by its md5; other sizes (the tests' files) are checked by header only."""
+    labels = {"train": np.zeros(60000, np.uint8), "t10k": np.zeros(20, np.uint8)}
+    folder = tmp_path / "fashion"
+    _flat(folder, n_train=60000, gz=(), labels=labels)
+    (folder / "train-images-idx3-ubyte").write_bytes(_idx(np.zeros((60000, 28, 28), np.uint8)))
+    with pytest.raises(DatasetContentError) as e:
+        fashion_mnist_paths(folder)
+    msg = str(e.value)
+    assert "\n" not in msg and "md5" in msg and "expected" in msg
+    assert "official" in msg and "dataset-fashion-mnist" in msg
+
+
+def test_missing_files_say_where_they_were_looked_for(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(fashion_files, "DEBIAN_DIR", str(tmp_path / "not-installed"))
+    with pytest.raises(DatasetMissingError) as e:
+        fashion_mnist_paths(None)
+    msg = str(e.value)
+    assert "\n" not in msg and "apt-get install dataset-fashion-mnist" in msg
+    assert "no --data-dir given" in msg and str(tmp_path / "data") in msg
+
+
+def test_search_order_without_data_dir(tmp_path, monkeypatch):
+    debian = tmp_path / "debian"
+    _flat(debian, gz=("train", "t10k"))
+    monkeypatch.setattr(fashion_files, "DEBIAN_DIR", str(debian))
+    work = tmp_path / "work"
+    work.mkdir()
+    assert fashion_files.default_data_dir(str(work)) == str(debian)  # no ./data: Debian's
+    _flat(work / "data" / "FashionMNIST" / "raw", gz=())
+    assert fashion_files.default_data_dir(str(work)) == str(work / "data")  # ./data first
+    monkeypatch.setattr(fashion_files, "DEBIAN_DIR", str(tmp_path / "absent"))
+    assert fashion_files.default_data_dir(str(tmp_path / "elsewhere")) == str(tmp_path / "elsewhere" / "data")
+
+
+def test_the_cache_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPI_TELEPORT_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "fashion"
+    _flat(folder, gz=("train", "t10k"))
+    paths = fashion_mnist_paths(folder)
+    assert all(p.startswith(str(tmp_path / "cache")) for p in paths.values())
+    monkeypatch.delenv("MPI_TELEPORT_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert fashion_files.cache_root() == str(tmp_path / "xdg" / "mpi_teleport")
+
+
+# ----------------------------------------------------------------- shuffled passes
+@pytest.mark.parametrize("size,batch", [(96, 32), (100, 32), (5, 32), (1, 1)])
+def test_a_pass_visits_every_sample_once(size, batch):
+    """Rounds 0..b-1 of one pass partition the node's share; the next pass is another
+    order; the same (seed, node, pass) gives the same order."""
+    from mpi_teleport import rng
+
+    def order(node, epoch, n):
+        return rng.generator(7, rng.STREAM_EPOCH, epoch, node).permutation(n)
+
+    per_pass = batches_per_pass(size, batch)
+    seen = np.concatenate([epoch_batch(order, 3, t, size, batch) for t in range(per_pass)])
+    assert sorted(seen.tolist()) == list(range(size))
+    assert all(len(epoch_batch(order, 3, t, size, batch)) <= batch for t in range(per_pass))
+    second = np.concatenate([epoch_batch(order, 3, t, size, batch) for t in range(per_pass, 2 * per_pass)])
+    assert sorted(second.tolist()) == list(range(size))
+    if size > 5:
+        assert not np.array_equal(seen, second)
+    assert np.array_equal(epoch_batch(order, 3, 1, size, batch), epoch_batch(order, 3, 1, size, batch))
+
+
+def test_torch_problem_draws_shuffled_passes_by_round():
+    torch = pytest.importorskip("torch")
+    import mpi_teleport as mt
+
+    X = np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    build = lambda: torch.nn.Linear(4, 2)  # noqa: E731
+    p = mt.TorchProblem(build, (X, y), nodes=4, seed=1, batch_size=16, sampling="epochs",
+                        partition="iid")
+    for node in range(4):
+        share = p.parts[node]
+        per_pass = batches_per_pass(len(share), 16)
+        seen = np.concatenate([p.batch(node, t) for t in range(per_pass)])
+        assert sorted(seen.tolist()) == sorted(share.tolist())  # each sample once a pass
+    again = mt.TorchProblem(build, (X, y), nodes=4, seed=1, batch_size=16, sampling="epochs",
+                            partition="iid", local_nodes=[2])
+    assert all(np.array_equal(p.batch(2, t), again.batch(2, t)) for t in (0, 5, 40, 7))
+    with pytest.raises(ValueError, match="sampling must be one of 'replacement', 'epochs'"):
+        mt.TorchProblem(build, (X, y), nodes=4, sampling="shuffle")
+
+
+def test_the_command_line_refuses_an_unknown_sampling(capsys):
+    assert sim.main(["--nodes", "4", "--problem", "digits", "--sampling", "shuffled"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--sampling" in err[0] and "epochs" in err[0]
+
+
+def test_val_fraction_zero_with_k_auto_is_refused(capsys):
+    assert sim.main(["--nodes", "4", "--problem", "digits", "--k", "auto", "--val-fraction", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--val-fraction" in err[0]
+
+
+# ------------------------------------------------------------------------ the real data
+FLAGS = ["--nodes", "5", "--problem", "fashion-mnist", "--algorithm", "teleportation", "--k", "2",
+         "--rounds", "6", "--lr", "0.01", "--momentum", "0.9", "--alpha", "0.1", "--sampling",
+         "epochs", "--val-fraction", "0", "--log-every", "3", "--progress", "off"]
+
+
+@NEEDS_REAL
+def test_the_real_files_are_read_in_place_and_trained_on(tmp_path):
+    """Found without --data-dir, checked against the official md5s, folder unchanged."""
+    pytest.importorskip("torch")
+    before = _snapshot(REAL)
+    paths = fashion_mnist_paths(None)
+    assert fashion_files.data_md5(paths) == {k: v[1] for k, v in sorted(fashion_files.OFFICIAL.items())}
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert sim.main([*FLAGS, "--out", str(tmp_path / "sim")]) == 0
+    records = [json.loads(line) for line in (tmp_path / "sim" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [0, 3, 6] and all(0 <= r["accuracy"] <= 1 for r in records)
+    assert _snapshot(REAL) == before
+
+
+@NEEDS_REAL
+def test_simulator_and_mpirun_agree_on_the_real_data(tmp_path, mpirun):
+    pytest.importorskip("torch")
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert sim.main([*FLAGS, "--out", str(tmp_path / "sim")]) == 0
+    proc = mpirun(5, ["-m", "mpi_teleport.run", *FLAGS, "--out", str(tmp_path / "mpi")], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    def records(d):
+        return without_time([json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()])
+
+    assert records(tmp_path / "mpi") == records(tmp_path / "sim")
