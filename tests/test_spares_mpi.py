@@ -233,7 +233,7 @@ def test_digits_network_with_rank_0_replaced_equals_the_simulator(tmp_path):
     out = tmp_path / "mpi"
     res = run_mpi(5, ["-m", "mpi_teleport.run", "--rounds", "12", "--log-every", "4",
                       "--lr", "0.05", *args, "--elastic", "--spares", "1", "--out", str(out)],
-                  timeout=180, env={**os.environ, "MPI_TELEPORT_TEST_DIE": "0@6"})
+                  timeout=300, env={**os.environ, "MPI_TELEPORT_TEST_DIE": "0@6"})
     assert res.returncode == 0, res.stderr[-3000:]
     sim = tmp_path / "sim"
     assert sim_main(["--nodes", "4", "--rounds", "12", "--log-every", "4", "--lr", "0.05", *args,
