@@ -179,6 +179,7 @@ def _spares_apart(cfg, comm):
         raise UsageError(problem)
     pool = SparePool(comm, cfg.nodes)
     local = pool.local_rank() if needs_local_rank(cfg) else 0  # (collective: all ranks)
+    pool.host_nodes = pool.nodes_on_host()  # (collective: all ranks)
     node_comm, _ = pool.node_comm()
     return pool, local, Transport(node_comm) if node_comm is not None else None
 

@@ -124,6 +124,8 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
     from .transport import ElasticTransport
 
     problem = with_defaults(problem)
+    if pool.host_nodes:  # (threads="auto": the share its neighbours on this host took)
+        share_cores(problem, None, max(1, pool.host_nodes))
     _, replaced, comm, living = reformed
     transport = ElasticTransport(comm, pool, living, joined=True)
     transport.shrunk, transport.replaced = True, dict(replaced)
@@ -146,14 +148,17 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
     return result
 
 
-def share_cores(problem, transport) -> None:
+def share_cores(problem, transport, ranks_on_host: int | None = None) -> None:
     """A problem computing with threads="auto" (TorchProblem) learns how many ranks share
     its host (a shared-memory split of the run's communicator, collective; every rank
     builds the same problem, so all or none take part); in the simulator it keeps all
-    the host's cores."""
+    the host's cores. ``ranks_on_host``: known already (a hot spare taking a node over)."""
     settings = getattr(getattr(problem, "problem", problem), "torch_settings", None)
-    if (settings is not None and getattr(settings, "auto", False) and transport is not None
-            and hasattr(transport, "ranks_on_host")):
+    if settings is None or not getattr(settings, "auto", False):
+        return
+    if ranks_on_host is not None:
+        settings.share_host(ranks_on_host)
+    elif transport is not None and hasattr(transport, "ranks_on_host"):
         settings.share_host(transport.ranks_on_host())
 
 

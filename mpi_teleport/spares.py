@@ -2,7 +2,7 @@
 
 The S spare ranks hold no node and take no part in the rounds: each waits in
 :meth:`SparePool.wait <mpi_teleport.transport.SparePool.wait>` (asleep between looks for
-a message: no CPU to speak of) until the nodes release it at the end of the run, or until
+a message: about 0.4 % of a core) until the nodes release it at the end of the run, or until
 it is woken because nodes died. Then every living process re-forms the job
 (:meth:`SparePool.reform`); the lowest waiting spare becomes the lowest dead node: it
 builds that node's problem (its data shard, ``--problem`` factories and TorchProblem
