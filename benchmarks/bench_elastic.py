@@ -15,7 +15,9 @@ and last round only) with three back ends on the same rounds:
   (:mod:`mpi_teleport.algorithms.teleport`, per-round Isend/Irecv): what elastic mode runs;
 * ``elastic`` -- :class:`~mpi_teleport.backends.elastic.ElasticBackend`: the round
   executor plus, every round, the copy of the held token (x and momentum) and an
-  MPI_Comm_agree over the ranks.
+  MPI_Comm_agree over the ranks;
+* ``spaced`` -- the same with ``--agree-every A`` (``--agree-every``, default 8): the copy
+  and the agreement every A rounds only (issue 32).
 
 The three are timed in one job under ``mpirun --with-ft ulfm`` (ULFM on for all, so the
 comparison isolates what elastic mode adds), in turns, ``--repeats`` times; per-round time
@@ -44,6 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+AGREE_EVERY = 8  # (--agree-every: the "spaced" back end's)
+
+
 def _spec(n: int, rounds: int):
     from mpi_teleport.spec import RunSpec
 
@@ -65,9 +70,10 @@ def _run(backend_name: str, comm, d: int, rounds: int, probe=None) -> float:
     n = comm.Get_size()
     spec, logging = _spec(n, rounds), Logging(every=rounds)
     problem = with_defaults(Quadratic(n=n, d=d, sigma2=10.0, zeta2=10.0, seed=0))
-    if backend_name == "elastic":
+    if backend_name in ("elastic", "spaced"):
         transport = ElasticTransport(comm)
-        backend = ElasticBackend(problem, spec, transport)
+        backend = ElasticBackend(problem, spec, transport,
+                                 agree_every=AGREE_EVERY if backend_name == "spaced" else 1)
     else:
         transport = Transport.duplicate(comm)
         backend = MpiBackend(problem, spec, transport, compiled=backend_name == "compiled")
@@ -76,7 +82,7 @@ def _run(backend_name: str, comm, d: int, rounds: int, probe=None) -> float:
     recorder = Recorder(spec, logging, problem, RunFiles(None))
     result = engine.execute(problem, spec, logging, backend, recorder)
     backend.close()
-    if backend_name != "elastic" or transport.living == list(range(n)):
+    if backend_name not in ("elastic", "spaced") or transport.living == list(range(n)):
         transport.free()
     return result.records[-1]["time_s"] / rounds
 
@@ -90,10 +96,10 @@ def worker(args) -> int:
     if args.kill_at is None:  # per-round cost: the three back ends in turns
         for d in args.ds:
             d = int(d)
-            times = {name: [] for name in ("compiled", "canonical", "elastic")}
+            times = {name: [] for name in ("compiled", "canonical", "elastic", "spaced")}
             for rep in range(args.repeats):
                 names = list(times)
-                names = names[rep % 3:] + names[:rep % 3]
+                names = names[rep % 4:] + names[:rep % 4]
                 for name in names:
                     times[name].append(_run(name, comm, d, args.rounds))
             rows.append({"d": d, **{f"{name}_us": 1e6 * statistics.median(v)
@@ -132,7 +138,8 @@ def _launch(args, extra: list[str], env: dict | None = None) -> list[dict]:
     out = Path(args.out) / f".bench_elastic_worker_{os.getpid()}.json"
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--worker-out", str(out),
             "--rounds", str(args.rounds), "--repeats", str(args.repeats),
-            "--ds", *[str(d) for d in args.ds], *extra, "--elastic"]  # (--elastic: ULFM on)
+            "--ds", *[str(d) for d in args.ds], "--agree-every", str(args.agree_every),
+            *extra, "--elastic"]  # (--elastic: ULFM on)
     cmd = mpirun_command(args.ranks, argv)
     subprocess.run(cmd, env={**mpi_env(), "PYTHONPATH": str(ROOT), **(env or {})},
                    timeout=args.timeout, check=False, cwd=ROOT)
@@ -155,6 +162,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="rounds per run (default 300)")
     parser.add_argument("--repeats", type=int, default=None, help="runs per back end (default 3)")
     parser.add_argument("--kills", type=int, default=3, help="recovery jobs (default 3)")
+    parser.add_argument("--agree-every", type=int, default=8,
+                        help="the spaced back end's agreement interval (default 8)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -165,6 +174,8 @@ def main(argv=None) -> int:
     args.ds = args.ds or ([1e2, 1e4] if args.quick else [1e2, 1e4, 1e5])
     args.rounds = args.rounds or (100 if args.quick else 300)
     args.repeats = args.repeats or (2 if args.quick else 3)
+    global AGREE_EVERY
+    AGREE_EVERY = args.agree_every
     if args.worker:
         return worker(args)
     out = Path(args.out)
@@ -182,7 +193,9 @@ def main(argv=None) -> int:
         row["elastic_over_compiled"] = row["elastic_us"] / row["compiled_us"]
         row["elastic_over_canonical"] = row["elastic_us"] / row["canonical_us"]
         row["elastic_minus_canonical_us"] = row["elastic_us"] - row["canonical_us"]
+        row["spaced_over_compiled"] = row["spaced_us"] / row["compiled_us"]
     result = {"started": started, "loadavg_at_start": load, "ranks": args.ranks,
+              "agree_every": args.agree_every,
               "k": max(1, args.ranks // 2), "rounds": args.rounds, "repeats": args.repeats,
               "per_round": costs, "recovery_s": recoveries, "recovery_d": 10000,
               "recovery_median_s": statistics.median(recoveries)}
@@ -195,7 +208,8 @@ def main(argv=None) -> int:
     _plot(result, out / "bench_elastic.png")
     for row in costs:
         print(f"d={row['d']:>8}: compiled {row['compiled_us']:8.1f} us  canonical "
-              f"{row['canonical_us']:8.1f} us  elastic {row['elastic_us']:8.1f} us/round")
+              f"{row['canonical_us']:8.1f} us  elastic {row['elastic_us']:8.1f}  spaced "
+              f"{row['spaced_us']:8.1f} us/round")
     print(f"kill -> next completed round: {', '.join(f'{s * 1e3:.0f} ms' for s in recoveries)}")
     print(f"wrote {out / 'bench_elastic.json'}, .csv, .png")
     return 0
@@ -210,8 +224,9 @@ def _plot(result: dict, path: Path) -> None:
     rows = result["per_round"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     ds = [r["d"] for r in rows]
-    for name in ("compiled", "canonical", "elastic"):
-        a.plot(ds, [r[f"{name}_us"] for r in rows], marker="o", label=name)
+    for name in ("compiled", "canonical", "elastic", "spaced"):
+        label = f"elastic, --agree-every {result.get('agree_every', 8)}" if name == "spaced" else name
+        a.plot(ds, [r[f"{name}_us"] for r in rows], marker="o", label=label)
     a.set_xscale("log")
     a.set_yscale("log")
     a.set_xlabel("d (float64 elements per token)")

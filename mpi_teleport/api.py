@@ -67,7 +67,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                   latency: str | Latency = Default("none"),
                   clock: str = Default("real"),
                   compute_time: float | None = Default(None),
-                  elastic: bool = False, fail=None) -> engine.Result:
+                  elastic: bool = False, fail=None, spares: int = 0) -> engine.Result:
     """Train with Teleportation (Takezawa & Stich, ICLR 2025).
 
     In each round only k of the n nodes are active: they take the models (tokens) of the
@@ -165,6 +165,10 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         job started with ``mpirun --with-ft ulfm``) the run goes on with the survivors
         when ranks die; ``fail`` (the simulator): the failure plan, ``["NODE@ROUND",
         ...]``, giving the numbers an elastic MPI run with those losses computes.
+    spares : int
+        Hot spares (simulator, with ``fail``): the lowest waiting spare takes over a dead
+        node (ids ``nodes`` .. ``nodes + spares - 1`` in ``fail`` name the spares); under
+        MPI spare ranks are the command line's (``python -m mpi_teleport.run --spares``).
     checkpoints : Checkpoints, optional
         Checkpoints grouped: ``Checkpoints(every=0, dir=None, keep=2, resume=None)``, the
         same as ``checkpoint_every``, ``checkpoint_dir``, ``keep_checkpoints``, ``resume``.
@@ -246,7 +250,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                                          checkpoint_dir=checkpoint_dir,
                                          keep_checkpoints=keep_checkpoints, resume=resume),
                        latency=merge_latency(latency, clock, compute_time),
-                       elastic=elastic, fail=fail)
+                       elastic=elastic, fail=fail, spares=spares)
 
 
 def dsgd(problem, *, nodes: int, rounds: int | None = None,
@@ -271,7 +275,7 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
          latency: str | Latency = Default("none"),
          clock: str = Default("real"),
          compute_time: float | None = Default(None),
-         elastic: bool = False, fail=None) -> engine.Result:
+         elastic: bool = False, fail=None, spares: int = 0) -> engine.Result:
     """Train with Decentralized SGD: every node active every round, node m always holds
     replica m, gossip over ``topology`` among all n nodes.
 
@@ -301,7 +305,7 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
                                          checkpoint_dir=checkpoint_dir,
                                          keep_checkpoints=keep_checkpoints, resume=resume),
                        latency=merge_latency(latency, clock, compute_time),
-                       elastic=elastic, fail=fail)
+                       elastic=elastic, fail=fail, spares=spares)
 
 
 def search_k(problem, *, nodes: int, rounds: int | None = None,

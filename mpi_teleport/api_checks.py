@@ -53,7 +53,7 @@ class _Files:
 
 def run_checked(problem, spec: RunSpec, *, nesterov, comm, out, records: Records,
                 checkpoints: Checkpoints, latency: Latency, elastic: bool = False,
-                fail=None) -> engine.Result:
+                fail=None, spares: int = 0) -> engine.Result:
     """Check every argument (:mod:`mpi_teleport.settings`, the command line's rules), check
     the inputs on disk on every process (a resumed checkpoint against these settings and
     file by file, the checkpoint directory free of another run's), then train; a refusal
@@ -71,7 +71,11 @@ def run_checked(problem, spec: RunSpec, *, nesterov, comm, out, records: Records
     plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep)
     from .elastic import parse_failures
 
-    failures = parse_failures(fail, spec.nodes)  # (elastic mode, mpi_teleport/DESIGN.md §11)
+    spares = check_values({"spares": spares}, API)["spares"]
+    if spares and not (elastic or fail):
+        raise UsageError("spares= needs elastic=True (MPI) or fail= (the simulator's failure "
+                         "plan)")
+    failures = parse_failures(fail, spec.nodes, spares)  # (elastic mode, mpi_teleport/DESIGN.md §11)
     refused = None
     try:
         _check_disk(spec, latency_settings, record, plan, files)
@@ -83,7 +87,8 @@ def run_checked(problem, spec: RunSpec, *, nesterov, comm, out, records: Records
                         plan=plan, settings=record, progress=files.progress,
                         config_record={**record, **problem.describe()}, hold=files.held,
                         refused=refused, callback=records.callback,
-                        elastic=bool(elastic) or bool(failures), failures=failures)
+                        elastic=bool(elastic) or bool(failures), failures=failures,
+                        spares=spares)
 
 
 def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: Checkpoints,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 from .config import OPTIONS, Config, UsageError, from_toml
 from .signals import EXIT_USAGE
@@ -91,20 +92,32 @@ def run_spec(cfg, algorithm: str, k):
                    cfg.variant, cfg.seed, cfg.k_select)
 
 
-def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=None,
-               terminator=None, problem=None) -> dict | None:
-    """One run of a Config (one algorithm of ``compare``) through the engine; returns the
-    summary on the root (None elsewhere). ``transport``: the MPI runtime's; None: the
-    simulator."""
-    from . import preflight, runner
+@dataclass
+class RunInputs:
+    """What the engine needs of one run of a Config (``run_config``; the same for a hot
+    spare that takes a node over mid-run, ``join_config``)."""
+
+    spec: object
+    logging: object
+    latency: object
+    plan: object
+    record: dict
+    phases: dict
+    failures: tuple
+
+
+def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
+    """The spec, logging, checkpoint plan and config.json record of one run of ``cfg``."""
+    from . import preflight
+    from .elastic import parse_failures
     from .problems import describe, factory, is_factory, with_epochs
     from .spec import LatencySettings, Logging
 
     rounds_given = cfg.rounds
-    used = factory.record(cfg.problem, cfg, transport is not None) if is_factory(cfg.problem) else None
+    used = factory.record(cfg.problem, cfg, mpi) if is_factory(cfg.problem) else None
     cfg = with_epochs(cfg, algorithm, k, problem)  # (a factory's problem: its batch size)
     spec = run_spec(cfg, algorithm, k)
-    backend = "sim" if transport is None else "mpi"
+    backend = "mpi" if mpi else "sim"
     k_shown = cfg.nodes if algorithm == "dsgd" else k
     phases = {}
     if k == "auto":  # how many rounds each phase runs, and why (--epochs or --rounds)
@@ -120,12 +133,37 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
     logging = Logging(cfg.log_every, cfg.target, cfg.stop_at_target)
     latency = LatencySettings(cfg.latency, cfg.clock, cfg.compute_time)
     plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None
-    from .elastic import parse_failures
+    failures = parse_failures(list(cfg.fail or ()), cfg.nodes, cfg.spares)
+    return RunInputs(spec, logging, latency, plan, record, phases, failures)
 
-    failures = parse_failures(list(cfg.fail or ()), cfg.nodes)
-    result = runner.train(problem, spec, logging, latency, transport=transport, plan=plan,
-                          settings=cfg.to_dict(), progress=progress or False,
+
+def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=None,
+               terminator=None, problem=None, pool=None) -> dict | None:
+    """One run of a Config (one algorithm of ``compare``) through the engine; returns the
+    summary on the root (None elsewhere). ``transport``: the MPI runtime's; None: the
+    simulator. ``pool``: the job's hot spares (MPI, ``--spares``)."""
+    from . import runner
+
+    got = run_inputs(cfg, algorithm, k, problem, transport is not None)
+    result = runner.train(problem, got.spec, got.logging, got.latency, transport=transport,
+                          plan=got.plan, settings=cfg.to_dict(), progress=progress or False,
                           terminator=terminator, resume_from=cfg.out, problem_name=cfg.problem,
-                          files=files, config_record=record, summary_extra=phases,  # (rounds per phase: also summary.json)
-                          elastic=bool(cfg.elastic or failures), failures=failures)
+                          files=files, config_record=got.record,
+                          summary_extra=got.phases,  # (rounds per phase: also summary.json)
+                          elastic=bool(cfg.elastic or got.failures), failures=got.failures,
+                          spares=cfg.spares, pool=pool, agree_every=cfg.agree_every)
+    return result.summary
+
+
+def join_config(cfg, algorithm: str, k, problem, pool, reformed, out, terminator=None):
+    """A hot spare that took a node over (``reformed``: what ``pool.reform`` returned):
+    the rest of the run of ``cfg`` as that node; returns the summary."""
+    from . import runner
+
+    got = run_inputs(cfg, algorithm, k, problem, True)
+    r = pool.round  # (the survivors' round, from the message that woke this spare)
+    result = runner.join(problem, got.spec, got.logging, pool, r, reformed, out=out,
+                         plan=got.plan, settings=cfg.to_dict(), terminator=terminator,
+                         resume_from=cfg.out, problem_name=cfg.problem,
+                         summary_extra=got.phases, agree_every=cfg.agree_every)
     return result.summary

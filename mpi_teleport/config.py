@@ -84,6 +84,8 @@ class Config:
     resume: str | None = None
     elastic: bool = False
     fail: tuple | None = None
+    spares: int = 0
+    agree_every: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -192,8 +194,18 @@ OPTIONS = (
            "ULFM: Open MPI under mpirun --with-ft ulfm, which python -m mpi_teleport.launch "
            "adds); Teleportation or DSGD, per-round executor (mpi_teleport/DESIGN.md §11)"),
     Option("fail", "fails", "simulator: node NODE is lost at the start of round ROUND "
-           "(repeatable), the numbers an elastic MPI run with that loss computes",
+           "(repeatable), the numbers an elastic MPI run with that loss computes; with "
+           "--spares, ids n.. name the spares' processes (waiting: the spare is gone; once it "
+           "took a node over: that node dies)",
            metavar="NODE@ROUND"),
+    Option("agree_every", "int", "with --elastic: the survivors agree that no rank died "
+           "every A rounds (and at every record and checkpoint) instead of every round; a "
+           "loss seen at an agreement takes effect at the previous one, the rounds since "
+           "are redone (default 1)", metavar="A"),
+    Option("spares", "int", "hot spares, with --elastic (MPI: the job has n + S ranks) or "
+           "--fail (simulator): the lowest waiting spare becomes a dead node (same id, its "
+           "data rebuilt, its tokens restored) and all n nodes stay in the run (default 0)",
+           metavar="S"),
 )
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -318,6 +330,8 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
     values = {name: value for name, value in cfg.to_dict().items()
               if not (name in ("nodes", "k") and value is None)}
     cfg = cfg.replace(**check_values(values, CLI))
+    if world_size is not None and cfg.spares:  # (the spare ranks hold no node)
+        world_size = _nodes_beside_spares(cfg, world_size)
     if world_size is not None:
         if cfg.nodes is not None and cfg.nodes != world_size and not given_nodes:
             raise UsageError(f"--resume {cfg.resume}: the checkpoint has n={cfg.nodes} nodes but "
@@ -353,15 +367,38 @@ def field_names() -> list[str]:
     return [f.name for f in fields(Config)]
 
 
+def _nodes_beside_spares(cfg: Config, world_size: int) -> int:
+    """The ranks that hold a node when ``cfg.spares`` of the job's ranks are spares."""
+    if not cfg.elastic:
+        raise UsageError("--spares needs --elastic (a spare takes over a rank that died, "
+                         "which only elastic mode survives)")
+    nodes = world_size - cfg.spares
+    if nodes < 1:
+        raise UsageError(f"--spares {cfg.spares} leaves no rank for the nodes of the "
+                         f"{world_size} MPI ranks; launch n + {cfg.spares} ranks")
+    if cfg.nodes is not None and cfg.nodes != nodes:
+        raise UsageError(f"--nodes {cfg.nodes} with --spares {cfg.spares} needs "
+                         f"{cfg.nodes + cfg.spares} MPI ranks, not {world_size}; launch with "
+                         f"mpirun -n {cfg.nodes + cfg.spares}")
+    return nodes
+
+
 def _check_elastic(cfg: Config, world_size: int | None) -> None:
-    """--elastic (MPI) and --fail (the simulator's failure plan): what they cannot do."""
+    """--elastic (MPI), --fail (the simulator's failure plan) and --spares: what they
+    cannot do."""
+    if cfg.agree_every != 1 and not (cfg.elastic or cfg.fail):
+        raise UsageError("--agree-every needs --elastic (it spaces elastic mode's agreements; "
+                         "the simulator accepts it beside --fail, where it changes nothing)")
+    if cfg.spares and not (cfg.elastic or cfg.fail):
+        raise UsageError("--spares needs --elastic (MPI) or --fail (the simulator's "
+                         "failure plan)")
     if cfg.fail:
         if world_size is not None:
             raise UsageError("--fail is the simulator's failure plan; under MPI use --elastic "
                              "(lost ranks are detected)")
         from .elastic import parse_failures
 
-        parse_failures(list(cfg.fail), cfg.nodes)
+        parse_failures(list(cfg.fail), cfg.nodes, cfg.spares)
     if cfg.elastic or cfg.fail:
         flag = "--elastic" if cfg.elastic else "--fail"
         if cfg.k == "auto":

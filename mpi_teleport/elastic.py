@@ -11,7 +11,10 @@ so that both compute the same numbers:
 * the **loss** of nodes at round r (:func:`restore`): the state is that at the start of
   round r (before round r's record); a Teleportation token whose holder died is restored
   as the mean of the surviving tokens (summed in token order in float64, rounded once, as
-  ``engine.average``), its momentum set to zero; a DSGD replica is dropped.
+  ``engine.average``), its momentum set to zero; a DSGD replica is dropped;
+* **hot spares** (:func:`assign`): while a spare waits, a dead node is not lost but
+  replaced: the lowest waiting spare becomes that node (same id, its data shard rebuilt),
+  its tokens (a DSGD replica too) restored by the same rule, and the living set stays.
 
 Nothing here talks MPI.
 """
@@ -59,9 +62,10 @@ class Failure:
     round: int
 
 
-def parse_failures(texts, nodes: int | None = None) -> tuple[Failure, ...]:
+def parse_failures(texts, nodes: int | None = None, spares: int = 0) -> tuple[Failure, ...]:
     """``["NODE@ROUND", ...]`` (or one comma-separated string) -> failures sorted by round;
-    UsageError naming the bad entry."""
+    UsageError naming the bad entry. With ``spares``, ids nodes .. nodes + spares - 1 name
+    the spares (a spare that dies while it waits)."""
     if texts is None:
         return ()
     if isinstance(texts, str):
@@ -76,8 +80,11 @@ def parse_failures(texts, nodes: int | None = None) -> tuple[Failure, ...]:
                 raise UsageError(f"--fail {part!r}: expected NODE@ROUND, e.g. --fail 3@20 "
                                  "(node 3 lost at the start of round 20)")
             node, r = int(m.group(1)), int(m.group(2))
-            if nodes is not None and node >= nodes:
-                raise UsageError(f"--fail {part.strip()}: node {node} does not exist (n={nodes})")
+            if nodes is not None and node >= nodes + spares:
+                also = (f", spares {nodes}..{nodes + spares - 1}" if spares > 1 else
+                        f", spare {nodes}" if spares else "")
+                raise UsageError(f"--fail {part.strip()}: node {node} does not exist "
+                                 f"(n={nodes}{also})")
             out.append(Failure(node, r))
     if len({f.node for f in out}) != len(out):
         raise UsageError("--fail: a node can be lost only once")
@@ -87,19 +94,22 @@ def parse_failures(texts, nodes: int | None = None) -> tuple[Failure, ...]:
 @dataclass
 class Living:
     """The living set and what was lost: ``losses`` as recorded ({"node", "round",
-    "tokens": the restored tokens})."""
+    "tokens": the restored tokens}), ``replaced`` the nodes a spare took over ({"node",
+    "round", "spare", "tokens"})."""
 
     nodes: tuple[int, ...]
     losses: list = field(default_factory=list)
+    replaced: list = field(default_factory=list)
 
     @classmethod
     def everyone(cls, n: int) -> "Living":
         return cls(tuple(range(n)))
 
     @classmethod
-    def from_losses(cls, n: int, losses) -> "Living":
+    def from_losses(cls, n: int, losses, replaced=()) -> "Living":
         dead = {int(loss["node"]) for loss in losses or ()}
-        return cls(tuple(i for i in range(n) if i not in dead), [dict(x) for x in losses or ()])
+        return cls(tuple(i for i in range(n) if i not in dead), [dict(x) for x in losses or ()],
+                   [dict(x) for x in replaced or ()])
 
     @classmethod
     def from_manifest(cls, n: int, manifest: dict | None) -> "Living":
@@ -107,17 +117,49 @@ class Living:
         after a too-few-survivors checkpoint (the job was requeued to get nodes back:
         every node is in again; the losses stay in the records)."""
         losses = (manifest or {}).get("lost") or []
+        replaced = (manifest or {}).get("replaced") or []
         if (manifest or {}).get("reason") == "too-few-survivors":
-            return cls(tuple(range(n)), [dict(x) for x in losses])
-        return cls.from_losses(n, losses)
+            return cls(tuple(range(n)), [dict(x) for x in losses], [dict(x) for x in replaced])
+        return cls.from_losses(n, losses, replaced)
 
     def without(self, dead) -> "Living":
         dead = set(dead)
-        return Living(tuple(i for i in self.nodes if i not in dead), list(self.losses))
+        return Living(tuple(i for i in self.nodes if i not in dead), list(self.losses),
+                      list(self.replaced))
 
     def record(self) -> list[list[int]]:
         """[[node, round], ...]: what a metrics.jsonl record carries after a loss."""
         return [[int(x["node"]), int(x["round"])] for x in self.losses]
+
+    def record_replaced(self) -> list[list[int]]:
+        """[[node, round, spare], ...]: what a metrics.jsonl record carries after a spare
+        took a node over."""
+        return [[int(x["node"]), int(x["round"]), int(x["spare"])] for x in self.replaced]
+
+
+# ------------------------------------------------------------------------------- hot spares
+def spare_ids(nodes: int, spares: int) -> tuple[int, ...]:
+    """The spares' ids: the ranks after the nodes' (n .. n + S - 1), as in the MPI job."""
+    return tuple(range(nodes, nodes + spares))
+
+
+def assign(dead, waiting) -> tuple[dict[int, int], list[int]]:
+    """Which dead nodes the waiting spares take over: the lowest dead node gets the lowest
+    spare, and so on while spares are left. Returns ({node: spare}, the nodes lost)."""
+    dead, waiting = sorted(int(i) for i in dead), sorted(int(s) for s in waiting)
+    replaced = dict(zip(dead, waiting))
+    return replaced, [i for i in dead if i not in replaced]
+
+
+def replacement_records(spec, r: int, entry: np.ndarray, replaced: dict) -> list[dict]:
+    """What the records keep of a spare taking node i over at round r: per node, the spare,
+    the tokens the node held (a DSGD replica too), restored as the mean of the survivors'."""
+    out = []
+    for i in sorted(replaced):
+        tokens = lost_tokens(entry, [i])
+        out.append({"node": int(i), "round": int(r), "spare": int(replaced[i]),
+                    "tokens": tokens, "restored": RESTORE_SOURCE if tokens else None})
+    return out
 
 
 def living_holders_block(seed: int, living: np.ndarray, k: int, t0: int, count: int) -> np.ndarray:
@@ -185,22 +227,26 @@ def mean_of(rows: np.ndarray) -> np.ndarray:
     return (np.add.reduce(rows.astype(np.float64), axis=0) / len(rows)).astype(rows.dtype)
 
 
-def restore(spec, x: np.ndarray, v: np.ndarray | None, entry: np.ndarray, dead):
-    """The token matrices after losing ``dead`` at a round's start: ``x``, ``v`` (rows in
-    token order, sitting with ``entry``). Teleportation: lost rows become the mean of the
-    surviving rows (zero momentum); DSGD: the lost replicas are dropped. Returns (x, v,
-    the restored or dropped tokens)."""
+def restore(spec, x: np.ndarray, v: np.ndarray | None, entry: np.ndarray, dead, replaced=()):
+    """The token matrices after ``dead`` died at a round's start: ``x``, ``v`` (rows in
+    token order, sitting with ``entry``); ``replaced``: the dead nodes a spare takes over.
+    Teleportation: every dead holder's row becomes the mean of the surviving rows (zero
+    momentum); DSGD: a replaced node's replica too, a lost node's replica is dropped.
+    Returns (x, v, the restored or dropped tokens)."""
     lost = lost_tokens(entry, dead)
     if not lost:
         return x, v, lost
     keep = [m for m in range(len(x)) if m not in set(lost)]
-    if spec.algorithm == "dsgd":
-        return x[keep].copy(), None if v is None else v[keep].copy(), lost
-    if not keep:  # every holder died at once: no token left to restore from
+    refill = lost if spec.algorithm != "dsgd" else lost_tokens(entry, replaced)
+    if refill and not keep:  # every holder died at once: no token left to restore from
         raise TooFewSurvivors(-1, 0, spec.k, all_lost=True)
-    x = x.copy()
-    x[lost] = mean_of(x[keep])
-    if v is not None:
-        v = v.copy()
-        v[lost] = 0
+    if refill:
+        x = x.copy()
+        x[refill] = mean_of(x[keep])
+        if v is not None:
+            v = v.copy()
+            v[refill] = 0
+    if spec.algorithm == "dsgd":  # the lost replicas are dropped (the replaced ones stay)
+        rows = [m for m in range(len(x)) if m in set(keep) or m in set(refill)]
+        return x[rows].copy(), None if v is None else v[rows].copy(), lost
     return x, v, lost

@@ -98,10 +98,36 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
                 stopped = _log(index, r, backend, recorder, spec, callback, trained=True,
                                evaluate=logging.is_eval_round(r, phase.start, phase.stop))
             keeper.after_round(r, stopped, spec.total_rounds)
+    return _finish(backend, recorder, keeper, start_clock, summary_extra)
+
+
+def join(problem, spec, logging, backend: Backend, recorder: RunRecorder, r: int, *,
+         plan: CheckpointPlan | None = None, settings: dict | None = None, terminator=None,
+         resume_from=None, summary_extra: dict | None = None) -> Result:
+    """A hot spare that took a node over at round r (mpi_teleport/DESIGN.md §11.1): it
+    enters the survivors' recovery of round r (where it receives the tokens and the
+    records), then runs the rounds as any node. Returns as :func:`execute`."""
+    plan = plan or CheckpointPlan(None, 0, 2)
+    keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
+                    log_every=logging.every, stop_at_target=logging.stop_at_target,
+                    resume_from=resume_from)
+    phase = spec.phases()[0]
+    backend.begin(phase, r, problem.initial(), None)  # (buffers; the tokens come in recovery)
+    backend.join(r)
+    start_clock = time.perf_counter()
+    _elastic_rounds(0, phase, r, True, backend, recorder, spec, logging, keeper, None,
+                    joining=True)
+    return _finish(backend, recorder, keeper, start_clock, summary_extra)
+
+
+def _finish(backend, recorder, keeper, start_clock, summary_extra) -> Result:
+    """The summary (root), the final checkpoint, and the whole result on every process."""
     wall = time.perf_counter() - start_clock
     summary = None
     if backend.root:
         lost = {"lost": list(backend.losses)} if backend.elastic else {}
+        if backend.elastic and (backend.spares or backend.replacements):  # (hot spares)
+            lost.update(replaced=list(backend.replacements), spares=backend.spares)
         summary = recorder.summary(wall, {"backend": backend.name, **(summary_extra or {}), **lost})
     keeper.finish(summary)
     final = recorder.final_tokens() if backend.root else None
@@ -113,32 +139,70 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
 
 
 def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logging,
-                    keeper, callback=None) -> bool:
+                    keeper, callback=None, joining: bool = False) -> bool:
     """The rounds of an elastic run (mpi_teleport/elastic.py): boundary r (round r's
     record and checkpoint), then round r, then the agreement that nothing failed. When
     something did, the survivors go back to round r's start without the lost nodes
-    (``backend.recover``) and redo boundary r and round r. Returns whether it stopped."""
+    (``backend.recover``; hot spares take dead nodes over there) and redo boundary r and
+    round r. ``joining``: a spare that took a node over at round ``first``, which starts
+    in that recovery (the root hands it ``first``, ``resuming`` and the records). Returns
+    whether it stopped."""
     from .elastic import TooFewSurvivors
     from .errors import RankLost
 
+    where = {"first": first, "resuming": resuming}
+
+    def export():  # (the root's, for a spare taking a node over)
+        return {**where, "recorder": recorder.state(), "run_id": keeper.run_id,
+                "last_round": keeper._last_round}
+
+    def take(state):
+        where.update(first=state["first"], resuming=state["resuming"])
+        recorder.restore(state["recorder"])
+        keeper.run_id, keeper._last_round = state["run_id"], state["last_round"]
+
+    if getattr(backend, "spares", 0):
+        backend.handover = (export, take)
     rounds = keeper.rounds(phase.start, phase.stop)
-    last = rounds.stop if len(rounds) else first
+    every = max(1, int(getattr(backend, "agree_every", 1)))
+
+    def agreed_boundary(t: int) -> bool:
+        """Boundaries the survivors agree at and keep the tokens of: every ``every``-th
+        (``--agree-every``), and every one with a collective (a record, a checkpoint, the
+        signal check at logging rounds) or the run's end."""
+        return (every == 1 or t == where["first"] or (t - where["first"]) % every == 0
+                or t % logging.every == 0 or logging.is_log_round(t, phase.start, phase.stop)
+                or keeper.plan.due(t, spec.total_rounds) or t >= last)
+
     r, stopped = first, False
+    kept = r
+    lost = joining
     while True:
-        backend.keep(r)
-        ok = True
-        try:
-            if (r == first and not resuming) or (
-                    r > first and logging.is_log_round(r, phase.start, phase.stop)):
-                stopped = _log(index, r, backend, recorder, spec, callback, follow=True,
-                               evaluate=logging.is_eval_round(r, phase.start, phase.stop))
-            if r > first:
-                keeper.after_round(r, stopped, spec.total_rounds)
-            if r < last and not stopped:
-                backend.step(r)
-        except RankLost:
-            ok = False
-        if not backend.settle(r, ok):
+        if not lost:
+            first, resuming = where["first"], where["resuming"]
+            last = rounds.stop if len(rounds) else first
+            if agreed_boundary(r):
+                backend.keep(r)
+                kept = r
+            else:
+                backend.enter(r)
+            ok = True
+            try:
+                if (r == first and not resuming) or (
+                        r > first and logging.is_log_round(r, phase.start, phase.stop)):
+                    stopped = _log(index, r, backend, recorder, spec, callback, follow=True,
+                                   evaluate=logging.is_eval_round(r, phase.start, phase.stop))
+                if r > first:
+                    keeper.after_round(r, stopped, spec.total_rounds)
+                if r < last and not stopped:
+                    backend.step(r)
+            except RankLost:
+                ok = False
+            if not ok or stopped or agreed_boundary(r + 1):  # (between them: no agreement)
+                lost = not backend.settle(r, ok)
+        if lost:
+            lost = False
+            r = kept  # (the survivors go back to the last boundary agreed on)
             try:
                 backend.recover(r)
             except RankLost:  # another loss during the recovery: the next agreement sees it
@@ -187,6 +251,8 @@ def _log(phase: int, r: int, backend, recorder, spec, callback=None,
             extra["virtual_time_s"] = vt
         if backend.losses:
             extra["lost"] = [[x["node"], x["round"]] for x in backend.losses]
+        if backend.replacements:  # [[node, round, spare], ...]: a spare took the node over
+            extra["replaced"] = [[x["node"], x["round"], x["spare"]] for x in backend.replacements]
         evaluated = _evaluate(backend, recorder, phase, r, mats) if evaluate else None
 
         def on_root() -> bool:

@@ -154,6 +154,8 @@ class Backend(Protocol):
     checks_every_round: bool  # signals are looked at every round (else at logging rounds)
     elastic: bool  # lost nodes are survived: keep/settle/recover (mpi_teleport/elastic.py)
     losses: Any  # the nodes lost so far, as recorded (elastic.loss_records); empty otherwise
+    replacements: Any  # the nodes a spare took over (elastic.replacement_records); empty otherwise
+    spares: int  # the spares the run started with (0: none)
 
     def begin(self, phase, start: int, x0: np.ndarray, restore=None) -> None:
         """Place the tokens of round ``start`` of ``phase`` (a schedule.Phase): x0 on every

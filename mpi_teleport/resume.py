@@ -37,11 +37,14 @@ RESUMABLE_CHANGES = frozenset({
     "eval_every", "data_dir", "download", "device",
     "algorithm", "k",  # (compared apart: compare's legs; k in the manifest itself)
     "elastic",  # (the manifest's losses, not the flag, decide who is left out)
+    "spares",  # (a requeued job may have another number of spare ranks)
+    "agree_every",  # (when a loss is seen; the checkpoint's losses say what was lost)
 })
 # Settings never taken from the checkpoint (they describe this invocation only). Where a
 # resumed run writes is taken from where its checkpoint lies on disk, never from the
 # manifest's text, so a manifest cannot direct writes into another run's directory.
-_NOT_INHERITED = frozenset({"resume", "progress", "out", "checkpoint_dir"})
+_NOT_INHERITED = frozenset({"resume", "progress", "out", "checkpoint_dir",
+                            "spares"})  # (spare ranks: this job's allocation)
 OBJECT = "object "  # a problem given as a Python object: "object module.Class"
 _LR_PROBES = (0, 1, 2, 10, 100, 1000)
 

@@ -29,12 +29,14 @@ PROG = "mpirun -n N python -m mpi_teleport.run"
 
 
 def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
-                 terminator=None) -> dict | None:
+                 terminator=None, pool=None, local=None) -> dict | None:
     """One run over the communicator; rank 0 writes the files and returns the summary.
     A problem that cannot be built on some rank (node-local data missing, no GPU) stops
-    every rank with one line: the ranks agree on it before anything else."""
+    every rank with one line: the ranks agree on it before anything else. ``pool``: the
+    job's hot spares (``--spares``); ``local``: this rank's index on its host, when known."""
     problem, error, stopped = None, None, 0
-    local = transport.local_rank() if needs_local_rank(cfg) else 0  # collective: before failing
+    if local is None:  # (collective: before failing)
+        local = transport.local_rank() if needs_local_rank(cfg) else 0
     try:
         with signals.interruptible():  # (a slow factory: a signal need not wait for it)
             problem = make_problem(cfg, local, local_nodes=[transport.rank])  # its data only
@@ -53,7 +55,7 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
     # (elastic: every rank knows the directory, so that the lowest survivor can take over)
     files = RunFiles(report.out_dir(cfg, algorithm) if root or cfg.elastic else None, writes=root)
     return cli.run_config(cfg, algorithm, k, transport=transport, files=files,
-                          progress=progress, terminator=terminator, problem=problem)
+                          progress=progress, terminator=terminator, problem=problem, pool=pool)
 
 
 def main(argv=None) -> int:
@@ -71,7 +73,7 @@ def main(argv=None) -> int:
         "--topology base2 --out runs/x\n"
         "Outputs (with --out, written by rank 0): config.json, metrics.jsonl, summary.json.",
     )
-    cfg, error, release = None, None, lambda: None
+    cfg, error, release, pool = None, None, lambda: None, None
     try:
         quiet = contextlib.redirect_stdout(io.StringIO()) if rank else contextlib.nullcontext()
         with quiet, warnings.catch_warnings():  # --help prints once; no warning ahead of a refusal
@@ -91,15 +93,28 @@ def main(argv=None) -> int:
         # (another job holds them) in the same collective, so none waits for the others
         # (the API's path too: a refusal is a UsageError on every rank, reported below).
         release = runner.hold_agreed(paths.lock_dirs(cfg), transport, rank == 0) or release
-        summaries = []
-        for algorithm, k in report.runs_requested(cfg):
-            progress = Progress.for_run(cfg, algorithm, rank0=rank == 0)
-            summaries.append(run_on_ranks(cfg, algorithm, k, transport, progress, terminator))
-        lost = {x["node"] for summary in summaries if summary for x in summary.get("lost") or ()}
-        if rank == min(set(range(comm.Get_size())) - lost):  # (comparison.json too: while held)
+        summaries, local = [], None
+        if cfg.elastic and cfg.spares:  # hot spares: S ranks wait outside the rounds
+            pool, local, transport = _spares_apart(cfg, comm)
+        if pool is not None and pool.node is None:
+            from . import spares
+
+            summary = spares.serve(cfg, pool, local, terminator, report.out_dir(cfg, cfg.algorithm))
+            if summary is None:  # released by the nodes (or a signal): this spare ends here
+                _leave(pool.released)
+            summaries.append(summary)
+        else:
+            for algorithm, k in report.runs_requested(cfg):
+                progress = Progress.for_run(cfg, algorithm, rank0=rank == 0)
+                summaries.append(run_on_ranks(cfg, algorithm, k, transport, progress, terminator,
+                                              pool, local))
+        if _prints(comm, summaries, pool):  # (comparison.json too: while held)
             text = report.finish(cfg, summaries, report.header(cfg, f"MPI, n={cfg.nodes} ranks"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:  # every rank alike
-        status = cli.fail(PROG, str(exc), show=rank == 0)
+        status = cli.fail(PROG, str(exc), show=rank == 0 if pool is None else pool.root)
+        if pool is not None:  # (the spares wait for the nodes' word)
+            release()
+            _end_with_spares(pool, status, exc, transport)
         if isinstance(exc, NonFiniteError) and cfg is not None and cfg.elastic:
             _leave(status)  # (ranks may have died: MPI_Finalize could wait for them)
         return status
@@ -109,14 +124,19 @@ def main(argv=None) -> int:
         comm.Abort(1)
         return 1
     except signals.Terminated as exc:  # every rank, at the same round
-        if rank == 0:
+        if rank == 0 if pool is None else pool.root:
             print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
+        if pool is not None:
+            release()
+            _end_with_spares(pool, signals.exit_status(exc), exc, transport)
         return signals.exit_status(exc)
     except TooFewSurvivors as exc:  # elastic: every survivor, at the same round
         release()
         if getattr(exc, "root", rank == 0):
             print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         getattr(exc, "meet", lambda: None)()  # (no survivor leaves before the line is out)
+        if pool is not None:
+            pool.release(signals.EXIT_CHECKPOINTED)
         _leave(signals.EXIT_CHECKPOINTED)
     except BaseException:  # any failure on any rank ends the whole job, shown once
         sys.stderr.write(f"[rank {rank}] {traceback.format_exc()}")
@@ -125,12 +145,56 @@ def main(argv=None) -> int:
         return 1
     finally:
         release()
-    lost = {x["node"] for summary in summaries if summary for x in summary.get("lost") or ()}
-    if rank == min(set(range(comm.Get_size())) - lost):  # (elastic: the lowest survivor)
+    if _prints(comm, summaries, pool):  # (elastic: the lowest survivor)
         print(text, flush=True)
+    if pool is not None:  # the waiting spares end with the run
+        pool.release(0)
+        _leave(0)
     if lost:
         _leave(0)
     return 0
+
+
+def _end_with_spares(pool, status: int, exc, transport) -> None:
+    """A run with hot spares ends early (a refusal, a signal's checkpoint): the root (its
+    line is out already) releases the waiting spares, the nodes meet, and every process
+    leaves with ``status`` (none leaves first: under mpirun an early exit may end the
+    others before the root's line and release)."""
+    pool.release(status)
+    meet = getattr(exc, "meet", None)
+    if meet is not None:
+        meet()
+    elif transport is not None:  # (before the run: the nodes' first communicator)
+        try:
+            transport.barrier()
+        except Exception:  # noqa: BLE001  (leaving anyway)
+            pass
+    _leave(status)
+
+
+def _spares_apart(cfg, comm):
+    """``--spares``: the job's ranks as nodes (the first n) and spares (the last S): the
+    pool, this rank's index on its host, and the nodes' transport (None on a spare).
+    Every rank refuses alike, before the split, an MPI without ULFM."""
+    from .transport import SparePool, ulfm_problem
+
+    problem = ulfm_problem()
+    if problem:
+        raise UsageError(problem)
+    pool = SparePool(comm, cfg.nodes)
+    local = pool.local_rank() if needs_local_rank(cfg) else 0  # (collective: all ranks)
+    pool.host_nodes = pool.nodes_on_host()  # (collective: all ranks)
+    node_comm, _ = pool.node_comm()
+    return pool, local, Transport(node_comm) if node_comm is not None else None
+
+
+def _prints(comm, summaries, pool) -> bool:
+    """Whether this process prints the table: rank 0, or in elastic mode the lowest
+    survivor (with spares: the nodes' root)."""
+    if pool is not None:
+        return pool.root
+    lost = {x["node"] for summary in summaries if summary for x in summary.get("lost") or ()}
+    return comm.Get_rank() == min(set(range(comm.Get_size())) - lost)
 
 
 def _leave(status: int) -> None:

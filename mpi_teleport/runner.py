@@ -29,7 +29,7 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
           resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
           config_record: dict | None = None, hold=(), summary_extra: dict | None = None,
           refused: str | None = None, callback=None, elastic: bool = False,
-          failures=()) -> engine.Result:
+          failures=(), spares: int = 0, pool=None, agree_every: int = 1) -> engine.Result:
     """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
     the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
     communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
@@ -38,7 +38,9 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
     every process). ``refused``: this process's one-line reason not to run (its checks of
     the inputs against the disk failed); every process learns the first process's reason
     in the same collective as the locks, so all stop together with it (UsageError).
-    ``callback(record)``: on the root after each logged round (:func:`engine.execute`)."""
+    ``callback(record)``: on the root after each logged round (:func:`engine.execute`).
+    ``spares``: hot spares (elastic mode); under MPI ``pool``, the
+    :class:`~mpi_teleport.transport.SparePool` of the job (the command line's)."""
     from .metrics import Recorder
     from .search import SearchRecorder
 
@@ -49,12 +51,14 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
                          "yet; drop latency=/clock=/compute_time= or use SGD (momentum=)")
     if elastic:
         check_elastic(spec, latency, transport is not None or comm is not None, failures,
-                      logging.naming)
+                      logging.naming, spares, pool)
     if elastic and (transport is not None or comm is not None):
         from .transport import ElasticTransport
 
         # (a communicator of its own that survives lost ranks; the caller's is left alone)
-        transport = own_transport = ElasticTransport(transport.comm if transport is not None else comm)
+        transport = own_transport = ElasticTransport(
+            transport.comm if transport is not None else comm, pool,
+            None if pool is None else pool.node_order())
     elif transport is None and comm is not None:
         from .transport import Transport
 
@@ -79,7 +83,8 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
             bar.total = max(1, spec.total_rounds)
             recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
             recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
-            backend = _backend(problem, spec, latency, transport, elastic, failures)
+            backend = _backend(problem, spec, latency, transport, elastic, failures, spares,
+                               agree_every)
             # Overflow to inf/NaN is the run's to report (one line at the next logging
             # round), not numpy's: no RuntimeWarning ahead of that line.
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -91,26 +96,73 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
                 except TooFewSurvivors as exc:  # (every survivor at the same round)
                     exc.meet = lambda: _survivors_meet(own_transport)  # (after the root's line)
                     raise collective.agreed(exc)
+                except Exception as exc:  # hot spares: the nodes meet before they leave
+                    if pool is not None:
+                        meeting = own_transport  # (kept for the meeting, not freed below)
+                        exc.meet = lambda: _survivors_meet(meeting)
+                        own_transport = None
+                    raise
             backend.close()
-            if own_transport is not None and elastic and own_transport.living != list(range(spec.nodes)):
+            if own_transport is not None and elastic and own_transport.shrunk:
                 _survivors_meet(own_transport)  # (freeing a communicator with dead ranks may hang)
                 own_transport = None
             return result
     finally:
         if release is not None:
             release()
-        if own_transport is not None and not (elastic and own_transport.living != list(range(spec.nodes))):
+        if own_transport is not None and not (elastic and own_transport.shrunk):
             own_transport.free()  # (after a loss and an error: left alone, the job aborts)
 
 
-def share_cores(problem, transport) -> None:
+def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
+         out: Path | None = None, plan: CheckpointPlan | None = None,
+         settings: dict | None = None, terminator=None, resume_from=None,
+         problem_name: str | None = None, summary_extra: dict | None = None,
+         agree_every: int = 1) -> engine.Result:
+    """A hot spare that took a node over at round r (``reformed``: what ``pool.reform``
+    returned: the dead, {node: spare}, the nodes' communicator and order): the rest of the
+    run as that node
+    (:func:`engine.join`). The job then ends as after any loss (the survivors meet)."""
+    from .backends.elastic import ElasticBackend
+    from .metrics import Recorder
+    from .transport import ElasticTransport
+
+    problem = with_defaults(problem)
+    if pool.host_nodes:  # (threads="auto": the share its neighbours on this host took)
+        share_cores(problem, None, max(1, pool.host_nodes))
+    _, replaced, comm, living = reformed
+    transport = ElasticTransport(comm, pool, living, joined=True)
+    transport.shrunk, transport.replaced = True, dict(replaced)
+    files = RunFiles(out, writes=False)  # (it writes once it is the lowest survivor)
+    recorder = Recorder(spec, logging, problem, files, None, problem_name)
+    backend = ElasticBackend(problem, spec, transport, agree_every=agree_every)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        try:
+            result = engine.join(problem, spec, logging, backend, recorder, r, plan=plan,
+                                 settings=settings, terminator=terminator,
+                                 resume_from=resume_from, summary_extra=summary_extra)
+        except TooFewSurvivors as exc:
+            exc.meet = lambda: _survivors_meet(transport)
+            raise collective.agreed(exc)
+        except Exception as exc:  # (the nodes meet before they leave)
+            exc.meet = lambda: _survivors_meet(transport)
+            raise
+    backend.close()
+    _survivors_meet(transport)
+    return result
+
+
+def share_cores(problem, transport, ranks_on_host: int | None = None) -> None:
     """A problem computing with threads="auto" (TorchProblem) learns how many ranks share
     its host (a shared-memory split of the run's communicator, collective; every rank
     builds the same problem, so all or none take part); in the simulator it keeps all
-    the host's cores."""
+    the host's cores. ``ranks_on_host``: known already (a hot spare taking a node over)."""
     settings = getattr(getattr(problem, "problem", problem), "torch_settings", None)
-    if (settings is not None and getattr(settings, "auto", False) and transport is not None
-            and hasattr(transport, "ranks_on_host")):
+    if settings is None or not getattr(settings, "auto", False):
+        return
+    if ranks_on_host is not None:
+        settings.share_host(ranks_on_host)
+    elif transport is not None and hasattr(transport, "ranks_on_host"):
         settings.share_host(transport.ranks_on_host())
 
 
@@ -126,11 +178,15 @@ def _survivors_meet(transport) -> None:
 
 
 def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures,
-                  naming: Naming = CLI) -> None:
+                  naming: Naming = CLI, spares: int = 0, pool=None) -> None:
     """What elastic mode cannot do, refused with what to do (UsageError), its settings
     spelt as the entry point spells them (``--elastic`` or ``elastic``)."""
     n = naming.name
     mode = f"elastic mode ({n('elastic')}, {n('fail')})"
+    if mpi and spares and pool is None:
+        raise UsageError("spares under MPI: the spare ranks wait outside the run, which only "
+                         "the command line arranges; use mpirun -n N+S python -m "
+                         "mpi_teleport.run --elastic --spares S")
     if spec.algorithm == "search":
         raise UsageError(f"{mode} runs Teleportation or DSGD, not "
                          f"{'--k auto' if naming.cli else 'search_k'}; choose k")
@@ -178,7 +234,7 @@ def hold_agreed(dirs, transport, root: bool, refused: str | None = None):
 
 
 def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elastic=False,
-             failures=()):
+             failures=(), spares=0, agree_every=1):
     if transport is None:
         from .backends.local import LocalBackend
 
@@ -187,11 +243,11 @@ def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elasti
             from .virtual_clock import for_run
 
             oracle = for_run(spec, latency, problem.dim, problem.dtype.itemsize)
-        return LocalBackend(problem, spec, oracle, failures, elastic=elastic)
+        return LocalBackend(problem, spec, oracle, failures, elastic=elastic, spares=spares)
     if elastic:
         from .backends.elastic import ElasticBackend
 
-        return ElasticBackend(problem, spec, transport)
+        return ElasticBackend(problem, spec, transport, agree_every=agree_every)
     from .backends.mpi import MpiBackend
 
     if latency.active:

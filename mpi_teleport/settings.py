@@ -219,6 +219,8 @@ RULES: dict[str, Callable] = {
     "dim": at_least(1),
     "checkpoint_every": at_least(0, " (0 = no periodic checkpoints)"),
     "keep_checkpoints": at_least(1),
+    "spares": at_least(0, " (0 = no hot spares)"),
+    "agree_every": at_least(1, " (1 = every round)"),
     "seed": seed,
     "lr": step_size,
     "momentum": momentum,

@@ -292,17 +292,26 @@ class ElasticTransport(Transport):
 
     has_channels = False
 
-    def __init__(self, comm):
+    def __init__(self, comm, pool: "SparePool | None" = None, living=None, joined=False):
         import mpi4py
 
         mpi4py.rc.fast_reduce = False  # (the pickled reductions deadlock after a revoke otherwise)
-        comm = comm.Dup()
+        # (a spare that took a node over gets the reformed communicator itself: the others
+        # hold it already, a Dup would wait for them)
+        comm = comm if joined else comm.Dup()
         super().__init__(comm, owned=True)
         comm.Set_errhandler(self._mpi.ERRORS_RETURN)
-        self.living = list(range(self.size))
-        self.index = self.rank
+        # With hot spares the nodes' communicator is the pool's, in its order (a spare that
+        # took a node over has that node's id as ``rank``)
+        self.pool = pool
+        self.living = list(living) if living is not None else list(range(self.size))
+        if pool is not None:
+            self.rank = pool.node
+        self.index = self.comm.Get_rank()
         self._peer = {node: i for i, node in enumerate(self.living)}
         self.failed = False  # a request of this round failed (agreed on by settle)
+        self.shrunk = False  # ranks died (the job then ends with os._exit: see runner)
+        self.replaced: dict[int, int] = {}  # the last shrink's {node: spare}
 
     # -- per-round messages: never raise, remember -----------------------------------------
     def post_recvs(self, recvs, pending: Pending | None = None) -> Pending:
@@ -353,10 +362,21 @@ class ElasticTransport(Transport):
         except self._mpi.Exception:
             return False
 
-    def shrink(self) -> list[int]:
+    def shrink(self, r: int = -1) -> list[int]:
         """Acknowledge the failures, continue on a communicator of the survivors; returns
-        the nodes lost (the same on every survivor: read from the shrunk group)."""
+        the nodes that died (the same on every survivor: read from the shrunk group). With
+        a pool, spares take over dead nodes (``replaced``) and join the communicator."""
         MPI = self._mpi
+        self.shrunk = True
+        if self.pool is not None:
+            self.pool.wake(r)
+            dead, self.replaced, comm, living = self.pool.reform()
+            self.comm, self.living = comm, living
+            self._peer = {node: i for i, node in enumerate(living)}
+            self.index, self.size = comm.Get_rank(), comm.Get_size()
+            self._local.clear()
+            self.failed = False
+            return dead
         old = self.comm
         try:
             old.Ack_failed()
@@ -441,3 +461,185 @@ class ElasticTransport(Transport):
 
     def barrier(self) -> None:
         self._guard(self.comm.Barrier)
+
+
+# ------------------------------------------------------------------ hot spares (ULFM)
+TAG_WAKE, TAG_DONE = 1, 2  # (on the pool's own communicator: no other message shares it)
+SPARE_POLL_S = 0.02  # a waiting spare looks for a message this often (see SparePool.wait)
+
+
+class SparePool:
+    """The job's processes as nodes and hot spares (mpi_teleport/DESIGN.md §11.1).
+
+    Every process of the job is in ``world`` (a duplicate of the job's communicator,
+    errors returned); ``roles`` maps a process (its rank in the job, its id for good) to
+    the node it holds, or None while it is a spare. The nodes run on their own
+    communicator (:meth:`node_comm`); the spares wait outside the rounds (:meth:`wait`).
+    When nodes died, the surviving nodes wake every waiting spare (:meth:`wake`) and all
+    living processes shrink ``world`` together (:meth:`reform`): the shrunk group says,
+    the same everywhere, which nodes and spares died, and the lowest waiting spare takes
+    over the lowest dead node (``elastic.assign``)."""
+
+    def __init__(self, comm, nodes: int):
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self.world = comm.Dup()
+        self.world.Set_errhandler(MPI.ERRORS_RETURN)
+        self.me = self.world.Get_rank()
+        self.ids = list(range(self.world.Get_size()))  # world rank -> process id
+        self.roles: dict[int, int | None] = {p: (p if p < nodes else None) for p in self.ids}
+        self.since = {p: 0 for p in self.ids}  # the reform a process became a node at
+        self.reforms = 0
+        self.round = None  # a spare: the round of the recovery it was woken for
+        self.released = None  # a spare: the exit status the nodes released it with
+        self.host_nodes = None  # node ranks on this host (set at start: nodes_on_host)
+        self.spares = len(self.ids) - nodes
+
+    @property
+    def node(self) -> int | None:
+        """The node this process holds (None: a spare)."""
+        return self.roles.get(self.me)
+
+    def waiting(self) -> list[int]:
+        """The spares not known to be dead, lowest first."""
+        return sorted(p for p in self.ids if self.roles[p] is None)
+
+    def _order(self) -> list[int]:
+        """The node processes in communicator order: the oldest nodes first (the root,
+        index 0, has kept every record), then by node id."""
+        nodes = [p for p in self.ids if self.roles[p] is not None]
+        return sorted(nodes, key=lambda p: (self.since[p], self.roles[p]))
+
+    @property
+    def root(self) -> bool:
+        """This process is the nodes' root (it writes the files)."""
+        order = self._order()
+        return bool(order) and order[0] == self.me
+
+    def node_order(self) -> list[int]:
+        """The node ids in the nodes' communicator order."""
+        return [self.roles[p] for p in self._order()]
+
+    def node_comm(self):
+        """(communicator of the nodes, node ids in its rank order): collective over
+        ``world``; a spare gets (None, the same list)."""
+        order = self._order()
+        role = self.node
+        color = 0 if role is not None else self._mpi.UNDEFINED
+        key = order.index(self.me) if role is not None else 0
+        comm = self.world.Split(color, key)
+        living = [self.roles[p] for p in order]
+        if comm == self._mpi.COMM_NULL:
+            return None, living
+        comm.Set_errhandler(self._mpi.ERRORS_RETURN)
+        return comm, living
+
+    def local_rank(self) -> int:
+        """This process's index among the job's processes on its host (collective)."""
+        shared = self.world.Split_type(self._mpi.COMM_TYPE_SHARED)
+        try:
+            return shared.Get_rank()
+        finally:
+            shared.Free()
+
+    def nodes_on_host(self) -> int:
+        """How many node ranks share this process's host (collective over every process,
+        spares included): a spare that becomes a node there takes the same share of the
+        host's cores as its neighbours (``runner.share_cores``)."""
+        shared = self.world.Split_type(self._mpi.COMM_TYPE_SHARED)
+        try:
+            return int(shared.allreduce(1 if self.node is not None else 0))
+        finally:
+            shared.Free()
+
+    def _send_all(self, tag: int, *values: int, synchronous: bool = False) -> None:
+        """A small message to every waiting spare; one that died is skipped (errors kept
+        from every request alone, as the rounds do). ``synchronous``: each completes only
+        once the spare has it (the sender is about to exit, which could drop a message
+        still buffered)."""
+        buf = np.array([*values, 0, 0][:2], dtype=np.int64)
+        send = self.world.Issend if synchronous else self.world.Isend
+        for p in self.waiting():
+            try:
+                send(buf, self.ids.index(p), tag).Wait()
+            except self._mpi.Exception:
+                pass
+
+    def wake(self, r: int) -> None:
+        """Nodes died at round r: every waiting spare joins :meth:`reform` (every surviving
+        node sends, as none knows yet which of them is the lowest survivor)."""
+        self._send_all(TAG_WAKE, self.reforms, r)
+
+    def reform(self):
+        """Collective over the living processes: shrink ``world``, learn who died, let the
+        waiting spares take over dead nodes. Returns (dead nodes, {node: spare}, node
+        communicator or None, node ids in its order)."""
+        from .elastic import assign
+
+        MPI, old = self._mpi, self.world
+        try:
+            old.Ack_failed()
+        except (MPI.Exception, AttributeError):
+            pass
+        new = old.Shrink()
+        new.Set_errhandler(MPI.ERRORS_RETURN)
+        where = MPI.Group.Translate_ranks(new.Get_group(), list(range(new.Get_size())),
+                                          old.Get_group())
+        alive = [self.ids[i] for i in where]
+        dead = sorted(self.roles[p] for p in self.ids if p not in alive and self.roles[p] is not None)
+        waiting = [p for p in self.waiting() if p in alive]
+        replaced, _ = assign(dead, waiting)
+        self.reforms += 1
+        self.roles = {p: self.roles[p] for p in alive}
+        self.since = {p: self.since[p] for p in alive}
+        for node, spare in replaced.items():
+            self.roles[spare], self.since[spare] = node, self.reforms
+        self.world, self.ids = new, alive  # (the old communicator is left alone: it has the dead)
+        comm, living = self.node_comm()
+        return dead, replaced, comm, living
+
+    def wait(self, stopped=lambda: False):
+        """A spare's life outside the rounds: sleep between looks for a message (a blocking
+        receive polls in Open MPI's progress loop: 4-8 % of a core measured, against about
+        0.4 % so), acknowledge failures that
+        interrupt the look (another spare died: nothing to do), join every
+        :meth:`reform` it is woken for. Returns ("node", (reform output)) once this process
+        took a node over, ("done", status) when the nodes release it, ("signal", None)
+        when ``stopped()``."""
+        import time
+
+        MPI = self._mpi
+        buf = np.zeros(2, dtype=np.int64)
+        while True:
+            if stopped():
+                return "signal", None
+            status = MPI.Status()
+            try:
+                found = self.world.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            except MPI.Exception:  # a failure was noticed (of a node or a spare)
+                try:
+                    self.world.Ack_failed()
+                except MPI.Exception:
+                    pass
+                found = False
+            if not found:
+                time.sleep(SPARE_POLL_S)
+                continue
+            try:
+                self.world.Recv(buf, status.Get_source(), status.Get_tag())
+            except MPI.Exception:
+                continue
+            if status.Get_tag() == TAG_DONE:
+                return "done", int(buf[0])
+            if status.Get_tag() == TAG_WAKE and int(buf[0]) == self.reforms:
+                self.round = int(buf[1])  # (the round the nodes recover at)
+                out = self.reform()
+                if self.node is not None:
+                    return "node", out
+
+    def release(self, status: int) -> None:
+        """The run is over: every waiting spare ends with ``status`` (the nodes' root tells
+        them, once: a spare leaves at the first word)."""
+        if self.root:
+            self._send_all(TAG_DONE, status, synchronous=True)

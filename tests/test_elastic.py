@@ -166,6 +166,7 @@ def test_dsgd_resume_after_a_loss_equals_uninterrupted(tmp_path):
     (["--algorithm", "teleportation", "--fail", "7@3"], "node 7 does not exist"),
     (["--algorithm", "teleportation", "--fail", "x"], "expected NODE@ROUND"),
     (["--algorithm", "teleportation", "--fail", "1@2", "--latency", "const:5"], "latency"),
+    (["--algorithm", "teleportation", "--agree-every", "4"], "--agree-every needs --elastic"),
 ])
 def test_refusals_are_one_line(argv, message, capsys):
     assert sim_main(["--nodes", "5", "--rounds", "5", *argv]) == 2

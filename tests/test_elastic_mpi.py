@@ -94,6 +94,18 @@ def test_two_failures_at_the_same_round(tmp_path):
     assert [(x["node"], x["round"]) for x in s["lost"]] == [(0, 8), (2, 8)]
 
 
+@pytest.mark.parametrize("variant", ["overlap", "simple"])
+def test_agreeing_every_few_rounds_rolls_back_to_the_last_agreement(tmp_path, variant):
+    """--agree-every 8 (records every 20): the survivors agree at rounds 0, 8, 16, 20, 24,
+    32, 40; a holder killed at round 13 is seen at 16's agreement and the run goes back to
+    round 8: it equals the simulator told of the loss at round 8."""
+    node = int(schedule.holders(0, 4, 2, 13)[0])
+    args = ["--algorithm", "teleportation", "--k", "2", "--variant", variant, "--momentum",
+            "0.5", "--agree-every", "8", "--rounds", "40", "--log-every", "20"]
+    s = assert_equal_runs(tmp_path, 4, args, f"{node}@13", [f"{node}@8"])
+    assert [(x["node"], x["round"]) for x in s["lost"]] == [(node, 8)]
+
+
 def test_dsgd_re_forms_over_the_survivors(tmp_path):
     s = assert_equal_runs(tmp_path, 4, ["--algorithm", "dsgd"], "2@9", ["2@9"])
     assert s["lost"][0]["restored"] == "dropped"

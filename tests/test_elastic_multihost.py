@@ -100,3 +100,23 @@ def test_a_whole_host_lost(bed, openmpi, tmp_path, daemon):  # noqa: F811
     assert sorted(node for node, _ in lost) == [2, 3], lost
     assert summary["rounds_run"] == rounds
     assert records(out / "metrics.jsonl") == records(simulated(tmp_path, rounds, lost) / "metrics.jsonl")
+
+
+def test_a_spare_on_one_host_replaces_a_node_lost_on_the_other(bed, openmpi, tmp_path,  # noqa: F811
+                                                                monkeypatch):
+    """Hot spares (issue 32): 4 nodes and 2 spares, three ranks a host (nodes 0-2 on
+    mtp-h0; node 3 and spares 4, 5 on mtp-h1). Node 1 dies on mtp-h0 at round 30 and spare
+    4 on mtp-h1 becomes node 1 (its data, its tokens), equal to the simulator."""
+    out = tmp_path / "run"
+    monkeypatch.setenv("MPI_TELEPORT_TEST_DIE", "1@30")
+    proc = start(openmpi, 6, ["-m", "mpi_teleport.run", "--rounds", "80", *ARGS, "--spares", "2",
+                              "--out", str(out)], tmp_path)
+    status, _, err = finish(proc, tmp_path, timeout=180)
+    assert status == 0, err[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(x["node"], x["round"], x["spare"]) for x in summary["replaced"]] == [(1, 30, 4)]
+    sim = tmp_path / "sim"
+    argv = ["--nodes", "4", "--rounds", "80", *[a for a in ARGS if a != "--elastic"],
+            "--spares", "2", "--fail", "1@30", "--out", str(sim)]
+    assert sim_main(argv) == 0
+    assert records(out / "metrics.jsonl") == records(sim / "metrics.jsonl")

@@ -29,6 +29,7 @@ from ..interfaces import KIND_SPARE
 from .mpi import MpiBackend
 
 TEST_DIE = "MPI_TELEPORT_TEST_DIE"  # NODE@ROUND[:save|:stop],...: tests kill a rank there
+TEST_DIE_ONCE = "MPI_TELEPORT_TEST_DIE_ONCE"  # a directory: each entry above fires once
 
 
 def _test_hook(node: int, r: int, where: str) -> None:
@@ -39,6 +40,12 @@ def _test_hook(node: int, r: int, where: str) -> None:
         who, _, when = spot.partition("@")
         at = "save" if how == "save" else "start"
         if int(who) == node and int(when) == r and at == where:
+            once = os.environ.get(TEST_DIE_ONCE)
+            if once:  # each entry kills one process (rounds redone after a rollback: not again)
+                mark = os.path.join(once, f"died-{item.replace(':', '-')}")
+                if os.path.exists(mark):
+                    continue
+                open(mark, "w").close()
             os.kill(os.getpid(), signal.SIGSTOP if how == "stop" else signal.SIGKILL)
 
 
@@ -49,15 +56,26 @@ class ElasticBackend(MpiBackend):
 
     elastic = True
 
-    def __init__(self, problem, spec, transport, token_device=None):
+    def __init__(self, problem, spec, transport, token_device=None, agree_every: int = 1):
         if spec.algorithm not in ("teleportation", "dsgd"):
             raise ValueError("elastic mode runs Teleportation or DSGD")
         super().__init__(problem, spec, transport, token_device, compiled=False)
         self.living = elastic.Living.everyone(spec.nodes)
-        self.losses = self.living.losses
+        self.losses, self.replacements = self.living.losses, self.living.replaced
+        pool = getattr(transport, "pool", None)
+        self.spares = pool.spares if pool is not None else 0
         self._kept = None
         self._orphans: dict = {}  # tokens the root writes in a too-few checkpoint
         self._kept_living, self._kept_round = self.living, None
+        self._gone: dict = {}  # nodes dead since round r's start -> the spare taking over (or None)
+        # Hot spares: what the engine hands a spare that takes a node over (the root's
+        # export) and how the spare takes it (set by engine._elastic_rounds)
+        self.handover = (lambda: None, lambda state: None)
+        self._joining = False
+        # --agree-every A: the survivors agree (and keep the tokens) every A rounds, not
+        # every round; a loss seen at an agreement rolls back to the last one (DESIGN §11)
+        self.agree_every = max(1, int(agree_every))
+        self._joined_at = None  # (tests' hooks: a spare is not killed again at its first round)
 
     @property
     def root(self) -> bool:
@@ -70,7 +88,7 @@ class ElasticBackend(MpiBackend):
 
     def begin(self, phase, start: int, x0: np.ndarray, restore=None) -> None:
         self.living = elastic.Living.from_manifest(self.spec.nodes, restore and restore[1])
-        self.losses = self.living.losses
+        self.losses, self.replacements = self.living.losses, self.living.replaced
         if len(self.living.nodes) < self.spec.nodes:
             phase = elastic.living_phase(self.spec, self.living.nodes, start, True)
         super().begin(phase, start, x0, restore)
@@ -87,6 +105,17 @@ class ElasticBackend(MpiBackend):
         self._kept = (m, self.holding[0].copy(), s.x.copy() if m >= 0 else None,
                       s.v.copy() if m >= 0 and s.v is not None else None)
         self._kept_living, self._kept_round = self.living, r
+        self._gone = {}
+
+    def enter(self, r: int) -> None:
+        """Round r's start between agreements: nothing kept (tests' hook only)."""
+        _test_hook(self.rank, r, "start")
+
+    def join(self, r: int) -> None:
+        """A spare that took a node over at round r: it holds nothing yet; :meth:`recover`,
+        which it enters beside the survivors, hands it round r's start."""
+        self._joining, self._kept_round, self._joined_at = True, r, r
+        self._gone = dict(self.transport.replaced)
 
     def settle(self, r: int, ok: bool = True) -> bool:
         return self.transport.settle(ok)
@@ -94,27 +123,40 @@ class ElasticBackend(MpiBackend):
     def recover(self, r: int) -> None:
         """The survivors go on from round r's start without the lost nodes."""
         tr, spec = self.transport, self.spec
-        tr.shrink()
+        if not self._joining:
+            for node in tr.shrink(r):  # (with spares: {node: spare} in tr.replaced)
+                self._gone[node] = tr.replaced.get(node)
+        if any(s is not None for s in self._gone.values()):
+            self._hand_over(r)  # (collective: a spare took a node over since r's start)
         m, entry, x, v = self._kept
-        # every node lost since round r's start (all of them restored from that state)
-        dead = [i for i in self._kept_living.nodes if i not in set(tr.living)]
-        self.living = self._kept_living.without(dead)
-        self.living.losses += elastic.loss_records(spec, r, entry, dead)
-        self.losses = self.living.losses
+        # every node dead since round r's start (all of them restored from that state): the
+        # ones a spare took over stay in the run
+        dead = sorted(self._gone)
+        replaced = {i: s for i, s in self._gone.items() if s is not None}
+        gone = [i for i in dead if i not in replaced]
+        self.living = self._kept_living.without(gone)
+        self.living.losses += elastic.loss_records(spec, r, entry, gone)
+        self.living.replaced += elastic.replacement_records(spec, r, entry, replaced)
+        self.losses, self.replacements = self.living.losses, self.living.replaced
         lost = elastic.lost_tokens(entry, dead)
         keep = [j for j in range(len(entry)) if j not in set(lost)]
+        refill = lost if spec.algorithm != "dsgd" else elastic.lost_tokens(entry, replaced)
         mean = None
-        if lost and not keep and spec.algorithm != "dsgd":  # nothing to restore from
+        if refill and not keep:  # nothing to restore from
             raise elastic.TooFewSurvivors(r, len(self.living.nodes), spec.k, all_lost=True)
-        if lost and spec.algorithm != "dsgd":  # the mean of the surviving tokens, everywhere
+        if refill:  # the mean of the surviving tokens, everywhere
             rows = tr.gather_rows(x if m in keep else None, entry[keep], len(self.state.x),
                                   self.state.x.dtype)
             mean = elastic.mean_of(rows) if self.root else np.empty_like(self.state.x)
             tr.bcast_array(mean)
         # token j of the run over the survivors comes from old token sources[j] (None:
-        # restored): Teleportation keeps its k tokens, DSGD its surviving replicas
-        sources = keep if spec.algorithm == "dsgd" else [None if j in lost else j
-                                                         for j in range(len(entry))]
+        # restored): Teleportation keeps its k tokens, DSGD its surviving replicas and
+        # the replaced nodes' (restored)
+        if spec.algorithm == "dsgd":
+            sources = [j if j in keep else None for j in range(len(entry))
+                       if j in keep or j in refill]
+        else:
+            sources = [None if j in lost else j for j in range(len(entry))]
         try:
             elastic.check_enough(spec, r, self.living.nodes)
         except elastic.TooFewSurvivors:
@@ -126,6 +168,26 @@ class ElasticBackend(MpiBackend):
             from ..errors import RankLost
 
             raise RankLost("a rank died during the recovery: it starts again")
+
+    def _hand_over(self, r: int) -> None:
+        """The root gives the spares that took nodes over what the survivors know: round r's
+        start (where the tokens sat, who lived), the nodes gone since, and the engine's
+        part (the records); a spare takes it, the others pass."""
+        state = None
+        if self.root:
+            living = self._kept_living
+            state = {"entry": self._kept[1], "nodes": living.nodes, "losses": living.losses,
+                     "replaced": living.replaced, "gone": self._gone,
+                     "engine": self.handover[0]()}
+        state = self.transport.bcast(state)
+        if not self._joining:
+            return
+        self._kept = (-1, np.asarray(state["entry"]), None, None)
+        self._kept_living = elastic.Living(tuple(state["nodes"]), list(state["losses"]),
+                                           list(state["replaced"]))
+        self._gone = dict(state["gone"])
+        self.handover[1](state["engine"])
+        self._joining = False
 
     def _place(self, r, new_phase, entry, sources, m, x, v, mean) -> None:
         """Every token to its holder at round r over the living set: from its holder at
@@ -185,7 +247,8 @@ class ElasticBackend(MpiBackend):
         return self.transport.index
 
     def save(self, directory):
-        _test_hook(self.rank, self._round_of(directory), "save")
+        if self._round_of(directory) != self._joined_at:
+            _test_hook(self.rank, self._round_of(directory), "save")
         names = super().save(directory)
         for j, mean in self._orphans.items():
             arrays = {"x": mean}

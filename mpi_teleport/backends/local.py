@@ -26,13 +26,18 @@ class LocalBackend:
     name = "sim"
     layout = LAYOUT_MATRIX
 
-    def __init__(self, problem, spec, oracle=None, failures=(), elastic=False):
+    def __init__(self, problem, spec, oracle=None, failures=(), elastic=False, spares=0):
         self.problem, self.spec, self.oracle = problem, spec, oracle
         # Elastic mode (mpi_teleport/elastic.py): the failure plan the MPI runtime would
-        # detect; ``losses`` what was lost so far (the records say so).
+        # detect; ``losses`` what was lost so far, ``replacements`` the nodes a spare took
+        # over (the records say so); ``_waiting`` the spares not used nor dead yet.
         self.failures = tuple(failures)
         self.elastic = bool(self.failures) or elastic
         self.losses: list = []
+        self.replacements: list = []
+        self.spares = int(spares)
+        self._waiting = list(range(spec.nodes, spec.nodes + self.spares))  # (their ids)
+        self._became: dict[int, int] = {}  # spare -> the node it took over
         self._living = None
         self._kept, self._kept_round = None, None
         self.xs: list[np.ndarray] = []
@@ -48,7 +53,7 @@ class LocalBackend:
         slots = self.spec.state_slots  # (momentum: 1; Adam: 2 state vectors per token)
         if self.elastic:
             self._living = elastic.Living.from_manifest(self.spec.nodes, restore and restore[1])
-            self.losses = self._living.losses
+            self.losses, self.replacements = self._living.losses, self._living.replaced
             if len(self._living.nodes) < self.spec.nodes:
                 phase = self.phase = elastic.living_phase(self.spec, self._living.nodes, start, True)
         ks = [len(h) for h in phase.roster(start)]
@@ -76,9 +81,12 @@ class LocalBackend:
 
     # -- elastic mode: the failure plan's losses (mpi_teleport/elastic.py) -----------------
     def keep(self, r: int) -> None:
-        """The tokens at round r's start (a loss at r restores from them)."""
+        """The tokens at round r's start (a loss at r restores from them); a spare the plan
+        kills at r leaves the waiting spares first."""
         if self._kept is not None and self._kept_round == r:
             return
+        dead = {f.node for f in self.failures if f.round == r and f.node >= self.spec.nodes}
+        self._waiting = [s for s in self._waiting if s not in dead]
         self._kept_round = r
         self._kept = (self.xs[0].copy(), None if self.vs[0] is None else self.vs[0].copy())
 
@@ -88,24 +96,32 @@ class LocalBackend:
 
     def _dying(self, r: int) -> list[int]:
         living = set(self._living.nodes)
-        done = {(x["node"], x["round"]) for x in self.losses}  # (a resume re-admitted them)
-        return [f.node for f in self.failures
-                if f.round == r and f.node in living and (f.node, f.round) not in done]
+        # (a resume re-admitted them, or its checkpoint was written after the loss)
+        done = {(x["node"], x["round"]) for x in self.losses + self.replacements}
+        # (a spare's id names its process: once it took node i over, node i dies)
+        nodes = [self._became.get(f.node, f.node) for f in self.failures if f.round == r]
+        return sorted(i for i in nodes if i in living and i < self.spec.nodes
+                      and (i, r) not in done)
 
     def recover(self, r: int) -> None:
-        """Lose the plan's nodes of round r: back to round r's start, restore their
-        tokens, continue over the survivors (TooFewSurvivors when fewer than k)."""
+        """The plan's nodes of round r die: back to round r's start, the waiting spares
+        take over the lowest of them, restore their tokens, continue over the survivors
+        (TooFewSurvivors when fewer than k)."""
         dead = self._dying(r)
+        replaced, lost = elastic.assign(dead, self._waiting)
+        self._waiting = [s for s in self._waiting if s not in set(replaced.values())]
+        self._became.update({s: i for i, s in replaced.items()})
         entry = elastic.entry_roster(self.phase, r, self.spec.moves)
         x, v = self._kept
-        self._living = self._living.without(dead)
+        self._living = self._living.without(lost)
         try:
-            x, v, _ = elastic.restore(self.spec, x, v, entry, dead)
+            x, v, _ = elastic.restore(self.spec, x, v, entry, dead, replaced)
         except elastic.TooFewSurvivors:
             raise elastic.TooFewSurvivors(r, len(self._living.nodes), self.spec.k,
                                           all_lost=True) from None
-        self._living.losses += elastic.loss_records(self.spec, r, entry, dead)
-        self.losses = self._living.losses
+        self._living.losses += elastic.loss_records(self.spec, r, entry, lost)
+        self._living.replaced += elastic.replacement_records(self.spec, r, entry, replaced)
+        self.losses, self.replacements = self._living.losses, self._living.replaced
         self.xs, self.vs = [x], [v]
         self._spare, self._ybuf = [np.empty_like(x)], [np.empty_like(x)]
         elastic.check_enough(self.spec, r, self._living.nodes)

@@ -61,6 +61,8 @@ class MpiBackend:
     checks_every_round = False  # signals are agreed on at logging and checkpoint rounds
     elastic = False  # ElasticBackend (backends/elastic.py) survives lost ranks
     losses: tuple = ()
+    replacements: tuple = ()
+    spares = 0
 
     def __init__(self, problem, spec, transport: TokenTransport, token_device=None,
                  compiled: bool | None = None):

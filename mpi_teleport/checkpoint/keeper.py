@@ -184,6 +184,8 @@ class Keeper:
             }
             if backend.elastic:  # a resumed run leaves the lost nodes out (elastic.Living)
                 manifest["lost"] = list(backend.losses)
+                if backend.replacements:  # (nodes a spare took over: in the run, tokens restored)
+                    manifest["replaced"] = list(backend.replacements)
                 if spec.algorithm == "dsgd":  # (the lost nodes' replicas were dropped)
                     manifest["tokens"] = spec.tokens - len(backend.losses)
             if self.rec is not None:
