@@ -145,6 +145,7 @@ def main(argv=None) -> int:
         return 1
     finally:
         release()
+    lost = {x["node"] for summary in summaries if summary for x in summary.get("lost") or ()}
     if _prints(comm, summaries, pool):  # (elastic: the lowest survivor)
         print(text, flush=True)
     if pool is not None:  # the waiting spares end with the run
