@@ -134,12 +134,16 @@ def virtual_times(run_cfg: dict, rounds: list[int], tau_us: float, compute_us: f
 
 
 def measure_compute_us(repeats: int = 5, calls: int = 200) -> float:
-    """One digits gradient step (batch 32, one node) on this machine: the 25th percentile of
-    the per-call times, the smallest over a few repeats (background load only adds time)."""
+    """One digits gradient step (batch 32, one node) on this machine (:func:`step_time_us`)."""
     from mpi_teleport.config import resolve
     from mpi_teleport.problems import make_problem
 
-    problem = make_problem(resolve({"nodes": 25, "problem": "digits"}))
+    return step_time_us(make_problem(resolve({"nodes": 25, "problem": "digits"})), repeats, calls)
+
+
+def step_time_us(problem, repeats: int = 5, calls: int = 200, nodes: int = 25) -> float:
+    """One gradient step of ``problem`` (one node) on this machine: the 25th percentile of
+    the per-call times, the smallest over a few repeats (background load only adds time)."""
     x = problem.initial()[None, :]
     out = np.zeros_like(x)
     quartiles = []
@@ -147,7 +151,7 @@ def measure_compute_us(repeats: int = 5, calls: int = 200) -> float:
         times = []
         for t in range(calls):
             start = time.perf_counter()
-            problem.gradient([t % 25], x, t, out=out)
+            problem.gradient([t % nodes], x, t, out=out)
             times.append(time.perf_counter() - start)
         quartiles.append(float(np.percentile(times, 25)))
     return round(min(quartiles) * 1e6, 1)

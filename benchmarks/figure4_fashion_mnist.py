@@ -27,7 +27,6 @@ import argparse
 import csv
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -48,23 +47,13 @@ REFERENCE = bench_figure4.REFERENCE  # the clock every training run recorded
 
 
 def measure_compute_us(data_dir=None, repeats: int = 5, calls: int = 100) -> float:
-    """One LeNet gradient step (batch 32, one node) on this machine: the 25th percentile of
-    the per-call times, the smallest over a few repeats (background load only adds time)."""
+    """One LeNet gradient step (batch 32, one node) on this machine
+    (``bench_figure4.step_time_us``)."""
     from mpi_teleport.problems import network
 
     problem = network.fashion_mnist(nodes=25, seed=0, data_dir=data_dir, alpha=10.0,
                                     val_fraction=0.0, sampling="epochs")
-    x = problem.initial()[None, :]
-    out = np.zeros_like(x)
-    quartiles = []
-    for _ in range(repeats):
-        times = []
-        for t in range(calls):
-            start = time.perf_counter()
-            problem.gradient([t % 25], x, t, out=out)
-            times.append(time.perf_counter() - start)
-        quartiles.append(float(np.percentile(times, 25)))
-    return round(min(quartiles) * 1e6, 1)
+    return bench_figure4.step_time_us(problem, repeats, calls)
 
 
 def load(d: Path) -> dict:
