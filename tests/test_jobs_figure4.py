@@ -17,7 +17,7 @@ from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 import subprocess
 
-from test_jobs_slurm import Job, _start_slurm, session_finish  # noqa: F401  (stops the SLURM this session started)
+from test_jobs_slurm import Job, _start_slurm, early_dir, session_finish, take_early  # noqa: F401  (stops the SLURM this session started)
 from helpers import ROOT, without_time
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1500)]
@@ -36,13 +36,10 @@ def started_flags(logs: str) -> dict:
     return found
 
 
-EARLY: dict[str, Job] = {}  # the job, when start_early submitted it
-
-
-def start_early(config, items) -> None:
+def start_early(config, names: list[str]) -> None:
     """Submit the quick job as soon as the tests are collected, where SLURM is already up
     (tests/conftest.py calls this; as test_jobs_slurm.start_early): it runs on the core the
-    serial tests before this module leave idle."""
+    other tests leave idle."""
     if config.option.collectonly or not (ROOT / "jobs" / "figure4.sbatch").exists():
         return
     try:
@@ -52,17 +49,15 @@ def start_early(config, items) -> None:
         env = _start_slurm()["env"]  # (already up: returns at once)
     except (OSError, subprocess.SubprocessError, pytest.skip.Exception):
         return
-    base = config._tmp_path_factory.mktemp("figure4-early")
-    EARLY["figure4"] = Job("figure4", "figure4.sbatch", ["-n", "4"], {**env, "QUICK": "1"},
-                           base / "job")
+    Job("figure4", "figure4.sbatch", ["-n", "4"], {**env, "QUICK": "1"}, early_dir(config) / "figure4")
 
 
-def test_figure4_job_quick_mode_equals_the_simulator(tmp_path):
+def test_figure4_job_quick_mode_equals_the_simulator(tmp_path, pytestconfig):
     if not (ROOT / "jobs" / "figure4.sbatch").exists():
         pytest.skip("jobs/figure4.sbatch does not exist")
-    job = EARLY.pop("figure4", None)
+    env = _start_slurm()["env"]
+    job = take_early(pytestconfig, "figure4", env)
     if job is None:
-        env = _start_slurm()["env"]
         job = Job("figure4", "figure4.sbatch", ["-n", "4"], {**env, "QUICK": "1"}, tmp_path / "job")
     try:
         status = job.wait(timeout=1200)

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -86,39 +87,59 @@ def python_for(name: str) -> str | None:
 
 
 class Job:
-    """One ``sbatch --wait`` in the background; :meth:`wait` collects it."""
+    """One ``sbatch --wait`` in the background; :meth:`wait` collects it. Its state is on
+    disk (the exit status in ``sbatch.status``), so a job submitted by one process (the
+    pytest-xdist controller, at collection) is collected by another (the worker running its
+    test): :meth:`adopt`."""
 
     def __init__(self, name: str, script: str, sbatch_args: list[str], env: dict, tmp: Path):
         self.name, self.tmp = name, tmp
         tmp.mkdir(parents=True, exist_ok=True)
         self.env = {**env, "RUNS": str(tmp / "runs"), "OUT_DIR": str(tmp / "out")}
-        self._out = open(tmp / "sbatch.stdout", "w")
-        self._err = open(tmp / "sbatch.stderr", "w")
-        self.proc = subprocess.Popen(
-            ["sbatch", "--wait", "--parsable", f"--output={tmp}/slurm-%j.out", *sbatch_args,
-             f"jobs/{script}"],
-            cwd=ROOT, env=self.env, stdout=self._out, stderr=self._err, text=True)
         self.status = None
+        with open(tmp / "sbatch.stdout", "w") as out, open(tmp / "sbatch.stderr", "w") as err:
+            self.proc = subprocess.Popen(
+                ["sh", "-c", 'sbatch "$@"; echo $? > "$0.part" && mv "$0.part" "$0"',
+                 str(tmp / "sbatch.status"), "--wait", "--parsable",
+                 f"--output={tmp}/slurm-%j.out", *sbatch_args, f"jobs/{script}"],
+                cwd=ROOT, env=self.env, stdout=out, stderr=err, text=True)
+
+    @classmethod
+    def adopt(cls, name: str, tmp: Path, env: dict) -> "Job":
+        """The job another process submitted into ``tmp``."""
+        job = cls.__new__(cls)
+        job.name, job.tmp, job.status, job.proc = name, tmp, None, None
+        job.env = {**env, "RUNS": str(tmp / "runs"), "OUT_DIR": str(tmp / "out")}
+        return job
 
     @property
     def job_id(self) -> str | None:
         text = (self.tmp / "sbatch.stdout").read_text().split()
         return text[0].split(";")[0] if text else None
 
+    def _status(self) -> int | None:
+        path = self.tmp / "sbatch.status"
+        return int(path.read_text().strip() or -1) if path.exists() else None
+
     def wait(self, timeout: float) -> int:
-        if self.status is None:
-            try:
-                self.status = self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + timeout
+        while self.status is None:
+            self.status = self._status()
+            if self.status is None and time.monotonic() > deadline:
                 self.cancel()
-                self.proc.wait(timeout=60)
                 pytest.fail(f"job {self.name} ({self.job_id}) did not end within {timeout}s\n"
                             f"{self.logs()[-3000:]}")
+            if self.status is None:
+                time.sleep(0.2)
+        if self.proc is not None:
+            self.proc.wait(timeout=60)
         return self.status
 
     def cancel(self) -> None:
-        if self.proc.poll() is None and self.job_id:
+        if self._status() is None and self.job_id:
             subprocess.run(["scancel", self.job_id], env=self.env, capture_output=True, timeout=30)
+            if self.proc is not None:
+                self.proc.wait(timeout=60)
 
     def run_dirs(self) -> list[Path]:
         runs = self.tmp / "runs"
@@ -154,17 +175,28 @@ def limit_job(name: str, info: dict, base: Path) -> Job:
                base / re.sub(r"\W", "_", name))
 
 
-EARLY: dict[str, Job] = {}  # the jobs start_early submitted (time-limit and quick-mode)
+def early_dir(config) -> Path:
+    """Where start_early submits its jobs: the session's base temporary folder, which the
+    pytest-xdist workers' own folders lie in."""
+    base = config._tmp_path_factory.getbasetemp()
+    return (base.parent if hasattr(config, "workerinput") else base) / "slurm-early"
 
 
-def start_early(config, items) -> None:
-    """Submit the selected jobs as soon as the tests are collected (tests/conftest.py calls
-    this when a test of this module is selected), where SLURM is already up (.ci/run starts
-    it first): the time-limit jobs mostly wait for their one-minute limit and the quick-mode
-    jobs use the core that the serial tests before this module leave idle, so both overlap
-    those tests. Elsewhere the module fixture submits them, as before."""
-    if config.option.collectonly or not any(item.name.startswith(("test_time_limit", "test_job_script"))
-                                            for item in items):
+def take_early(config, name: str, env: dict) -> "Job | None":
+    """The job start_early submitted as ``name``, if it did."""
+    tmp = early_dir(config) / re.sub(r"\W", "_", name)
+    return Job.adopt(name, tmp, env) if (tmp / "sbatch.stdout").exists() else None
+
+
+def start_early(config, names: list[str]) -> None:
+    """Submit the selected jobs (``names``: the selected tests of this module) as soon as the
+    tests are collected (tests/conftest.py calls this: in the pytest-xdist controller, else
+    in pytest itself), where SLURM is already up (.ci/run starts it first): the time-limit
+    jobs mostly wait for their one-minute limit and the quick-mode jobs use the core that
+    the other tests leave idle, so both overlap them. Elsewhere the module fixture submits
+    them, as before."""
+    if config.option.collectonly or not any(n.startswith(("test_time_limit", "test_job_script"))
+                                            for n in names):
         return
     try:
         if not _slurm_up():
@@ -172,19 +204,15 @@ def start_early(config, items) -> None:
         info = _start_slurm()  # (already up: returns at once with its SLURM_CONF)
     except (OSError, subprocess.SubprocessError, pytest.skip.Exception):
         return
-    base = config._tmp_path_factory.mktemp("slurm-early")
-    selected = {item.name.split("[")[0] for item in items}
+    base = early_dir(config)
+    selected = {n.split("[")[0] for n in names}
     for name in LIMIT_JOBS:
         if python_for(name) and "test_time_limit_requeue_resumes_and_equals_an_uninterrupted_run" in selected:
-            EARLY[name] = limit_job(name, info, base)
+            limit_job(name, info, base)
     if "test_job_script_runs_to_completion_in_quick_mode" not in selected:
         return
-    # the quick-mode jobs too: they run on the core the serial tests before this module
-    # leave idle (pytest runs one test at a time)
     for name in QUICK:
-        job = quick_job(name, info, base)
-        if job is not None:
-            EARLY[name] = job
+        quick_job(name, info, base)
 
 
 def session_finish(session) -> None:
@@ -210,18 +238,19 @@ def quick_job(name: str, info: dict, base: Path) -> "Job | None":
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(request, tmp_path_factory):
     info = _start_slurm()
     base = tmp_path_factory.mktemp("slurm")
     jobs = {}
     # the long ones first, so that the quick ones run meanwhile
     for name in LIMIT_JOBS:
-        if name in EARLY:
-            jobs[name] = EARLY.pop(name)
-        elif python_for(name):
-            jobs[name] = limit_job(name, info, base)
+        job = take_early(request.config, name, info["env"])
+        if job is None and python_for(name):
+            job = limit_job(name, info, base)
+        if job is not None:
+            jobs[name] = job
     for name in QUICK:
-        job = EARLY.pop(name, None) or quick_job(name, info, base)
+        job = take_early(request.config, name, info["env"]) or quick_job(name, info, base)
         if job is not None:
             jobs[name] = job
     yield jobs
