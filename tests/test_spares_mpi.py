@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from conftest import ROOT, run_mpi
-from launch_helpers import implementation, this_venv_impl
+from conftest import ROOT, rank_stacks, run_mpi
+from launch_helpers import implementation, kill_tagged, new_tag, this_venv_impl
 
 from mpi_teleport import schedule
 from mpi_teleport.sim import main as sim_main
@@ -272,7 +272,8 @@ def test_sigusr1_to_mpirun_checkpoints_and_ends_the_spares_too(tmp_path):
                            "--rounds", "100000000", "--lr", "0.01", "--log-every", "50",
                            "--dim", "8", "--elastic", "--spares", "1", "--checkpoint-every",
                            "10000000", "--out", str(out)])
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=impl.env(None, None), stdout=subprocess.PIPE,
+    tag = new_tag()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=impl.env(None, tag), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -280,10 +281,14 @@ def test_sigusr1_to_mpirun_checkpoints_and_ends_the_spares_too(tmp_path):
             time.sleep(0.2)
         time.sleep(1)
         proc.send_signal(__import__("signal").SIGUSR1)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # where each process is, before they are killed
+            pytest.fail(f"the job did not end within 60 s of SIGUSR1\n{rank_stacks(tag)}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
+            kill_tagged(tag)
             proc.wait()
     assert proc.returncode == 75, err[-3000:]
     ours = [line for line in err.splitlines() if "mpi_teleport.run: stopped by" in line]
