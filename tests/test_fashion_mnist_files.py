@@ -93,6 +93,34 @@ def test_a_damaged_official_file_fails_its_md5_in_one_line(tmp_path):
     assert "official" in msg and "dataset-fashion-mnist" in msg
 
 
+def test_an_md5_checked_once_is_kept_in_the_cache_and_a_changed_file_checked_again(
+        tmp_path, monkeypatch):
+    """Every rank of every job checked the official files' md5 (47 MB read each): the
+    result is kept in the cache per (path, size, mtime), so the next process skips it; a
+    file whose bytes changed (another mtime) is checked again, and refused if damaged."""
+    folder = tmp_path / "fashion"
+    _flat(folder, gz=())
+    labels = folder / "train-labels-idx1-ubyte"
+    good = fashion_files._md5(str(labels))
+    monkeypatch.setitem(fashion_files.OFFICIAL, "train-labels-idx1-ubyte", (labels.stat().st_size, good))
+    monkeypatch.setenv("MPI_TELEPORT_CACHE", str(tmp_path / "cache"))
+    reads = []
+    real_md5 = fashion_files._md5
+    monkeypatch.setattr(fashion_files, "_md5", lambda path: reads.append(path) or real_md5(path))
+    for process in range(3):  # each a new process: nothing remembered in memory
+        monkeypatch.setattr(fashion_files, "_CHECKED", {})
+        fashion_mnist_paths(folder)
+    assert len(reads) == 1 and list((tmp_path / "cache" / "fashion-mnist" / "checked").iterdir())
+    data = bytearray(labels.read_bytes())
+    data[-1] ^= 1  # other bytes, same size, a later mtime
+    labels.write_bytes(bytes(data))
+    os.utime(labels, ns=(labels.stat().st_atime_ns, labels.stat().st_mtime_ns + 10**9))
+    monkeypatch.setattr(fashion_files, "_CHECKED", {})
+    with pytest.raises(DatasetContentError, match="md5"):
+        fashion_mnist_paths(folder)
+    assert len(reads) == 2
+
+
 def test_missing_files_say_where_they_were_looked_for(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(fashion_files, "DEBIAN_DIR", str(tmp_path / "not-installed"))
