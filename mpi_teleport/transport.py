@@ -29,6 +29,18 @@ import numpy as np
 from .interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_SPARE, KIND_Y, N_KINDS  # noqa: F401
 
 
+def on_host(comm, read):
+    """``read`` of the communicator of this process's host (a shared-memory split of
+    ``comm``, collective), which is freed after."""
+    from mpi4py import MPI
+
+    host = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return read(host)
+    finally:
+        host.Free()
+
+
 @dataclass
 class Pending:
     """Requests of one exchange, completed together by :meth:`Transport.wait`."""
@@ -235,20 +247,12 @@ class Transport:
 
     def local_rank(self) -> int:
         """This rank's index among the ranks of its host (a shared-memory split)."""
-        shared = self.comm.Split_type(self._mpi.COMM_TYPE_SHARED)
-        try:
-            return shared.Get_rank()
-        finally:
-            shared.Free()
+        return on_host(self.comm, lambda host: host.Get_rank())
 
     def ranks_on_host(self) -> int:
         """How many ranks of the communicator share this rank's host (a shared-memory
         split, collective): each rank's share of the host's cores is cores / this."""
-        shared = self.comm.Split_type(self._mpi.COMM_TYPE_SHARED)
-        try:
-            return shared.Get_size()
-        finally:
-            shared.Free()
+        return on_host(self.comm, lambda host: host.Get_size())
 
     def barrier(self) -> None:
         self.comm.Barrier()
@@ -537,21 +541,14 @@ class SparePool:
 
     def local_rank(self) -> int:
         """This process's index among the job's processes on its host (collective)."""
-        shared = self.world.Split_type(self._mpi.COMM_TYPE_SHARED)
-        try:
-            return shared.Get_rank()
-        finally:
-            shared.Free()
+        return on_host(self.world, lambda host: host.Get_rank())
 
     def nodes_on_host(self) -> int:
         """How many node ranks share this process's host (collective over every process,
         spares included): a spare that becomes a node there takes the same share of the
         host's cores as its neighbours (``runner.share_cores``)."""
-        shared = self.world.Split_type(self._mpi.COMM_TYPE_SHARED)
-        try:
-            return int(shared.allreduce(1 if self.node is not None else 0))
-        finally:
-            shared.Free()
+        mine = 1 if self.node is not None else 0
+        return on_host(self.world, lambda host: int(host.allreduce(mine)))
 
     def _send_all(self, tag: int, *values: int, synchronous: bool = False) -> None:
         """A small message to every waiting spare; one that died is skipped (errors kept
