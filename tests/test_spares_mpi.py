@@ -20,17 +20,7 @@ from launch_helpers import implementation, kill_tagged, new_tag, this_venv_impl
 from mpi_teleport import schedule
 from mpi_teleport.sim import main as sim_main
 
-BASE = ["--rounds", "24", "--lr", "0.05", "--log-every", "5", "--dim", "8"]
-
-
-def records(path):
-    return [{k: v for k, v in json.loads(line).items() if k != "time_s"}
-            for line in open(path) if line.strip()]
-
-
-def summary(path):
-    data = json.loads(path.read_text())
-    return {k: v for k, v in data.items() if k not in ("wall_time_s", "backend")}
+from test_elastic_mpi import BASE, records, summary  # (the elastic tests' runs and readers)
 
 
 def spare_run(tmp_path, n, spares, args, die, timeout=120, name="mpi", extra_env=None):
