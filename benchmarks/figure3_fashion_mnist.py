@@ -53,11 +53,8 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-METHODS = {
-    "teleportation": ("teleportation", "ring"),
-    "dsgd-ring": ("dsgd", "ring"),
-    "dsgd-base2": ("dsgd", "base2"),
-}
+from digits_curve import METHODS  # noqa: E402  (the methods of the paper's Figure 3)
+
 LABELS = {"teleportation": "Teleportation (k=8, ring)", "dsgd-ring": "Decentralized SGD (ring)",
           "dsgd-base2": "Decentralized SGD (Base-2 Graph)"}
 N_TRAIN = 60000
