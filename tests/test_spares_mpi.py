@@ -15,7 +15,8 @@ import time
 import pytest
 
 from conftest import ROOT, rank_stacks, run_mpi
-from launch_helpers import implementation, kill_tagged, new_tag, this_venv_impl
+from launch_helpers import (implementation, is_python, kill_tagged, new_tag, tagged_pids,
+                            this_venv_impl)
 
 from mpi_teleport import schedule
 from mpi_teleport.sim import main as sim_main
@@ -262,9 +263,11 @@ def test_sigusr1_to_mpirun_checkpoints_and_ends_the_spares_too(tmp_path):
                            "--rounds", "100000000", "--lr", "0.01", "--log-every", "50",
                            "--dim", "8", "--elastic", "--spares", "1", "--checkpoint-every",
                            "10000000", "--out", str(out)])
-    tag = new_tag()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=impl.env(None, tag), stdout=subprocess.PIPE,
+    tag, spare_log = new_tag(), tmp_path / "spares"
+    env = {**os.environ, "MPI_TELEPORT_SPARE_LOG": str(spare_log)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=impl.env(env, tag), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    launcher_hung = False
     try:
         deadline = time.monotonic() + 60
         while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:
@@ -273,15 +276,27 @@ def test_sigusr1_to_mpirun_checkpoints_and_ends_the_spares_too(tmp_path):
         proc.send_signal(__import__("signal").SIGUSR1)
         try:
             _, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:  # where each process is, before they are killed
-            pytest.fail(f"the job did not end within 60 s of SIGUSR1\n{rank_stacks(tag)}")
+        except subprocess.TimeoutExpired:
+            if [p for p in tagged_pids(tag) if is_python(p)]:  # ours: where each rank is
+                pytest.fail(f"the job did not end within 60 s of SIGUSR1\n{rank_stacks(tag)}")
+            # Every rank has exited and mpirun has not: Open MPI 5's launcher sometimes
+            # hangs after its processes are gone (PRRTE issue 1839; here 2 of about 45 such
+            # runs under load). What the ranks had to do is checked below all the same.
+            launcher_hung = True
+            os.killpg(proc.pid, 9)
+            _, err = proc.communicate()
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
             kill_tagged(tag)
             proc.wait()
-    assert proc.returncode == 75, err[-3000:]
     ours = [line for line in err.splitlines() if "mpi_teleport.run: stopped by" in line]
     assert len(ours) == 1 and "stopped by SIGUSR1" in ours[0], err[-3000:]
     _, manifest = checkpoint.locate(out)
     assert manifest["reason"] == "signal"
+    waits = [json.loads(p.read_text()) for p in spare_log.glob("spare-*.json")]
+    assert [w["outcome"] for w in waits] == ["done"], waits  # released by the nodes
+    if launcher_hung:
+        pytest.xfail("mpirun (Open MPI 5, PRRTE) hung after every rank had exited: "
+                     "https://github.com/openpmix/prrte/issues/1839")
+    assert proc.returncode == 75, err[-3000:]
