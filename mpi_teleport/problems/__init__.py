@@ -50,6 +50,20 @@ def make_problem(cfg, local_rank: int = 0, local_nodes=None):
         raise NotEnoughSamplesError(f"--problem {cfg.problem}: {exc}") from None
 
 
+def prepare(cfg) -> None:
+    """Import what building ``cfg``'s problem needs and build nothing: a hot spare does it
+    before it waits (spares.serve), so that taking a node over does not start with
+    importing torch (about 1 s). A network problem only; a ``module:function`` factory's
+    module is imported when it is built, where its errors are reported."""
+    if not is_factory(cfg.problem) and cfg.problem != "quadratic":
+        try:
+            import torchvision  # noqa: F401  (the data sets' readers)
+
+            from . import datasets, models, torch_problem  # noqa: F401  (torch)
+        except ImportError:  # (no torch: the build says so, in its words)
+            pass
+
+
 def is_factory(name: str) -> bool:
     """``package.module:function`` names a user's problem factory."""
     return ":" in str(name)
