@@ -25,6 +25,8 @@ Two facts make records reusable across rounds:
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..algorithms import local_step, weighted_sum
@@ -33,6 +35,36 @@ from ..interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_Y, ChannelTransport
 # Compiled round records kept (by pattern); a run with more distinct patterns rebuilds
 # records (cheap: table lookups), it never grows without bound.
 RECORDS_KEPT = 1 << 14
+
+
+class OverlapRecord(NamedTuple):
+    """One round of Algorithm 3 as channels and arrays (``CompiledRounds.overlap``)."""
+
+    recvs: list  # line 12: channels filling the gossip inputs (and the arriving momentum)
+    sends: list  # lines 8-9: y to the gossip peers (and the momentum on its hop)
+    both: list  # recvs + sends, completed together
+    step_args: tuple | None  # (x, v, y) row views of local_step; None: no token to step
+    inputs: list  # line 13: the gossip sum's inputs, in ascending token order
+    weights: np.ndarray  # their weights, in the token's dtype
+    swap: bool  # a momentum arrived: v and v_in swap after the sum
+
+
+class SimpleRecord(NamedTuple):
+    """One round of Algorithm 1 as channels and arrays (``CompiledRounds.simple``)."""
+
+    fetch: list  # line 8: the model (and momentum) moving to this round's holder
+    moved: bool  # a model arrived: x and y (v and v_in) swap before the step
+    step_args: tuple | None  # (x, v, y) row views of local_step; None: no token to step
+    gossip: list  # line 11: gossip receives and sends, completed together
+    inputs: list  # line 12: the gossip sum's inputs, in ascending token order
+    weights: np.ndarray  # their weights, in the token's dtype
+
+
+# A node's plan row for one round, as compiled (``CompiledRounds.records``): the four role
+# columns (HEAD), the counts of gossip destinations and sources, then y_to and y_from
+# padded to the block's width, the weights (as int64 bits, width), and the arrangement's
+# parity last.
+HEAD, N_TO, N_FROM, LISTS = slice(0, 4), 4, 5, 6
 
 
 def _row_keys(rows: np.ndarray) -> list[bytes]:
@@ -53,7 +85,7 @@ class CompiledRounds:
         self.problem, self.spec, self.transport, self.rank = problem, spec, transport, rank
         self.state, self._alg3 = state, overlap
         self._nodes = [rank]  # local_step's holders: this node alone
-        self._records: dict[bytes, tuple] = {}
+        self._records: dict[bytes, OverlapRecord | SimpleRecord] = {}
         s = state
         x, y, v, v_in = s.x, s.y, s.v, s.v_in
         swapped = [x, y, v_in, v] if overlap else [y, x, v_in, v]
@@ -110,10 +142,10 @@ class CompiledRounds:
                     record = get(key)
                     if record is None:
                         row = rows[i].tolist()
-                        y_to = row[6:6 + row[4]]
-                        y_from = row[6 + width:6 + width + row[5]]
-                        record = cache[key] = make(row[:4], y_to, y_from,
-                                                   token_weights[i, :row[5]], row[-1])
+                        y_to = row[LISTS:LISTS + row[N_TO]]
+                        y_from = row[LISTS + width:LISTS + width + row[N_FROM]]
+                        record = cache[key] = make(row[HEAD], y_to, y_from,
+                                                   token_weights[i, :row[N_FROM]], row[-1])
                     records[i] = record
         return records
 
@@ -130,7 +162,7 @@ class CompiledRounds:
                 recvs.append(tr.recv_channel(inbox[i], src, KIND_Y))
         return inputs, recvs
 
-    def _overlap_record(self, head, y_to, y_from, weights, parity) -> tuple:
+    def _overlap_record(self, head, y_to, y_from, weights, parity) -> OverlapRecord:
         """A round of Alg. 3 (algorithms.teleport.overlap_round) as channels and arrays."""
         token, momentum_to, next_token, momentum_from = head
         tr, me = self.transport, self.rank
@@ -148,9 +180,9 @@ class CompiledRounds:
                 sends.append(tr.send_channel(v, momentum_to, KIND_MOMENTUM))
             xv, yv, vv, _ = self._views[parity]
             step_args = (xv, vv, yv)
-        return recvs, sends, recvs + sends, step_args, inputs, weights, swap
+        return OverlapRecord(recvs, sends, recvs + sends, step_args, inputs, weights, swap)
 
-    def _simple_record(self, head, y_to, y_from, weights, parity) -> tuple:
+    def _simple_record(self, head, y_to, y_from, weights, parity) -> SimpleRecord:
         """A round of Alg. 1 (algorithms.teleport.simple_round) as channels and arrays. A
         token that stays put is not copied; an arriving model lands in y and the two swap
         (its momentum alike)."""
@@ -174,10 +206,10 @@ class CompiledRounds:
             gossip += [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]
             xv, yv, vv, _ = self._views[parity]
             step_args = (xv, vv, yv)
-        return fetch, moved, step_args, gossip, inputs, weights
+        return SimpleRecord(fetch, moved, step_args, gossip, inputs, weights)
 
     # -- running -----------------------------------------------------------------------
-    def overlap(self, t: int, record) -> None:
+    def overlap(self, t: int, record: OverlapRecord) -> None:
         """Round t of Algorithm 3 from its record."""
         recvs, sends, both, step_args, inputs, weights, swap = record
         tr = self.transport
@@ -197,7 +229,7 @@ class CompiledRounds:
             if swap:
                 s.v, s.v_in = s.v_in, s.v
 
-    def simple(self, t: int, record) -> None:
+    def simple(self, t: int, record: SimpleRecord) -> None:
         """Round t of Algorithm 1 from its record."""
         fetch, moved, step_args, gossip, inputs, weights = record
         tr, s = self.transport, self.state
