@@ -25,6 +25,8 @@ Two facts make records reusable across rounds:
 """
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from ..algorithms import local_step, weighted_sum
@@ -37,7 +39,8 @@ RECORDS_KEPT = 1 << 14
 
 def _row_keys(rows: np.ndarray) -> list[bytes]:
     """Each row of an int64 matrix as its bytes (one numpy call for the whole block)."""
-    return rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
+    keys = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
+    return cast(list[bytes], keys)  # (numpy's stubs: a void item may be a tuple; not here)
 
 
 class CompiledRounds:
@@ -135,7 +138,10 @@ class CompiledRounds:
         token, momentum_to, next_token, momentum_from = head
         tr, me = self.transport, self.rank
         x, y, v, v_in = self._arrangements[parity]
-        recvs, sends, inputs, swap = [], [], [], False
+        recvs: list = []  # channels
+        sends: list = []
+        inputs: list = []  # arrays
+        swap = False
         if next_token >= 0:  # line 12
             inputs, recvs = self._gossip_inputs(y_from, y)
             if v is not None and momentum_from != me:
@@ -168,7 +174,9 @@ class CompiledRounds:
                 fetch.append(tr.recv_channel(v_in, model_from, KIND_MOMENTUM))
             parity = 1 - parity  # the roles after the swap
             x, y, v, v_in = self._arrangements[parity]
-        gossip, inputs, step_args = [], [], None
+        gossip: list = []  # channels
+        inputs: list = []  # arrays
+        step_args = None
         if token >= 0:  # lines 10-11
             inputs, gossip = self._gossip_inputs(y_from, y)
             gossip += [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]
