@@ -33,14 +33,23 @@ What a call does when something is wrong (details: ``mpi_teleport/DESIGN.md`` se
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from . import engine
 from .api_checks import run_checked
 from .loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
-from .options import Checkpoints, Default, Latency, Records, merge, merge_latency
+from .options import Checkpoints, Latency, Records, merge, merge_latency
 from .schedulers import step_size
 from .spec import RunSpec
+
+if TYPE_CHECKING:
+    _T = TypeVar("_T")
+
+    def Default(value: _T) -> _T:
+        """For the type checker, a keyword's Default(...) reads as its value (at run time
+        it is options.Default, the sentinel: see mpi_teleport/options.py)."""
+else:
+    from .options import Default
 
 __all__ = ["teleportation", "dsgd", "search_k"]
 

@@ -123,7 +123,7 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
                    spec.optimizer)
     logging = Logging(values["log_every"], values["target"], values["stop_at_target"],
                       naming=API, eval_every=values["eval_every"])
-    latency = LatencySettings(values["latency"], values["clock"], values["compute_time"])
+    settings = LatencySettings(values["latency"], values["clock"], values["compute_time"])
 
     def where(name):
         return None if values[name] is None else Path(absolute(name, values[name], API))
@@ -135,7 +135,7 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
         ck_dir = out / "checkpoints"
     files = _Files(out, ck_dir, values["checkpoint_every"], values["keep_checkpoints"],
                    resume, progress)
-    return spec, logging, latency, files
+    return spec, logging, settings, files
 
 
 def _continued_dir(resume: Path, algorithm: str) -> Path | None:

@@ -6,9 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .config import OPTIONS, Config, UsageError, from_toml
 from .signals import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from .checkpoint import CheckpointPlan
+    from .spec import LatencySettings, Logging, RunSpec
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,7 +33,7 @@ def build_parser(prog: str, description: str, epilog: str = "") -> argparse.Argu
                         help="read settings from a TOML file (keys as the flags, e.g. "
                              "lr = 0.05, log-every = 10); flags given here override it")
     for opt in OPTIONS:
-        kwargs = {"help": opt.help, "dest": opt.name}
+        kwargs: dict[str, Any] = {"help": opt.help, "dest": opt.name}
         if opt.kind == "bool":
             kwargs["action"] = argparse.BooleanOptionalAction
         elif opt.kind == "fails":
@@ -75,7 +80,9 @@ def stopped_in_setup(cfg, algorithm: str, k, signum: int, terminator=None):
         terminator.commit()
     plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None
     resumed = plan is not None and plan.manifest is not None
-    return Terminated(signum, plan.start if resumed else 0, plan.source if resumed else None,
+    # (resumed: a plan; `and plan is not None` repeats it for the type checker)
+    return Terminated(signum, plan.start if resumed and plan is not None else 0,
+                      plan.source if resumed and plan is not None else None,
                       cfg.out if cfg.out is None else Path(cfg.out), before_start=True)
 
 
@@ -97,10 +104,10 @@ class RunInputs:
     """What the engine needs of one run of a Config (``run_config``; the same for a hot
     spare that takes a node over mid-run, ``join_config``)."""
 
-    spec: object
-    logging: object
-    latency: object
-    plan: object
+    spec: RunSpec
+    logging: Logging
+    latency: LatencySettings
+    plan: CheckpointPlan | None
     record: dict
     phases: dict
     failures: tuple

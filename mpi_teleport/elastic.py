@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -35,6 +36,10 @@ _FAIL_RE = re.compile(r"^\s*(\d+)\s*@\s*(\d+)\s*$")
 
 class TooFewSurvivors(RuntimeError):
     """Fewer living nodes than tokens: the run cannot go on (checkpoint, exit 75)."""
+
+    # Set by the runtime where it is caught (absent until then: read with getattr).
+    root: bool  # this process is the survivors' root (it prints the message)
+    meet: Callable[[], None]  # the survivors meet before they leave
 
     def __init__(self, r: int, living: int, k: int, checkpoint=None, resume_from=None,
                  all_lost: bool = False):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from .checkpoint import Keeper, CheckpointPlan
 from .evaluation import Evaluations
 from .interfaces import Backend, RunRecorder
 from .training import latest_mean
+
+if TYPE_CHECKING:
+    from .backends.elastic import ElasticBackend
 
 
 @dataclass
@@ -101,7 +105,7 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
     return _finish(backend, recorder, keeper, start_clock, summary_extra)
 
 
-def join(problem, spec, logging, backend: Backend, recorder: RunRecorder, r: int, *,
+def join(problem, spec, logging, backend: ElasticBackend, recorder: RunRecorder, r: int, *,
          plan: CheckpointPlan | None = None, settings: dict | None = None, terminator=None,
          resume_from=None, summary_extra: dict | None = None) -> Result:
     """A hot spare that took a node over at round r (mpi_teleport/DESIGN.md §11.1): it

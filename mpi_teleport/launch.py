@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from mpi_teleport.parsers import OneLineParser
@@ -58,7 +59,7 @@ def ranks_per_host(n: int, hosts: str | None) -> int:
 
 def mpirun_command(n: int, argv: list[str], mpirun: str | None = None,
                    flavor: Flavor | None = None, hosts: str | None = None,
-                   rsh_agent: str | None = None, env: dict | None = None) -> list[str]:
+                   rsh_agent: str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
     """mpirun -n N [what this implementation needs for N ranks here] <argv>; with `hosts`
     ("host:slots,..."), ranks go there, started through `rsh_agent` (default: ssh), and the
     variables of FORWARDED_ENV set in `env` (default os.environ) go with them."""

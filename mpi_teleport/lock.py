@@ -50,6 +50,8 @@ class LockedError(LockError):
 class RunLock:
     """A held run-directory lock; :meth:`release` is idempotent (also a context manager)."""
 
+    _fd: int | None  # None once released
+
     def __init__(self, path: str, fd: int):
         self.path, self._fd, self._pid = path, fd, os.getpid()
         atexit.register(self.release)
@@ -102,7 +104,7 @@ def _describe(info: dict | None) -> str:
 
 
 def _is_this_process(info: dict | None) -> bool:
-    return bool(info) and info.get("host") == socket.gethostname() and info.get("pid") == os.getpid()
+    return bool(info and info.get("host") == socket.gethostname() and info.get("pid") == os.getpid())
 
 
 def _alive(pid) -> bool:

@@ -152,7 +152,7 @@ def from_torch(optimizer, trainable: int | None = None) -> dict:
             raise UsageError(f"optimizer={name}(amsgrad=True) is not supported; use "
                              "amsgrad=False")
         decoupled = isinstance(opt, torch.optim.AdamW) or bool(h.get("decoupled_weight_decay"))
-        rule = Adam(tuple(float(b) for b in h["betas"]), float(h["eps"]),
+        rule: Adam | SgdDecay | None = Adam(tuple(float(b) for b in h["betas"]), float(h["eps"]),
                     float(h["weight_decay"]), decoupled, trainable)
         return {"lr": float(h["lr"]), "momentum": 0.0, "nesterov": False, "rule": rule}
     if type(opt) is torch.optim.SGD:

@@ -108,7 +108,7 @@ class RunFiles:
         self._lines: list[str] = []
         self._flush_seconds = flush_seconds
         self._last_flush = time.monotonic()
-        self._config = None  # config.json's content until the first record is written
+        self._config: dict | None = None  # config.json's content until the first record is written
         if self.out is not None:
             try:
                 self.out.mkdir(parents=True, exist_ok=True)
@@ -121,7 +121,8 @@ class RunFiles:
             self._config = cfg
 
     def _write_config(self) -> None:
-        if self._config is not None and self.writes:
+        # (a config is kept only with an output directory: config())
+        if self._config is not None and self.writes and self.out is not None:
             write_json(self.out / "config.json", self._config)
             self._config = None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from .errors import UsageError
 
@@ -170,11 +171,11 @@ def hold(cfg):
     return hold_dirs(lock_dirs(cfg))
 
 
-def hold_dirs(dirs) -> "callable":
+def hold_dirs(dirs) -> Callable[[], None]:
     """Lock each (path, flag) of ``dirs`` (see :func:`hold`)."""
     from . import lock
 
-    held = []
+    held: list = []  # lock.RunLock
 
     def release():
         while held:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -160,6 +161,7 @@ def round_messages(topology: str, variant: str, prev: list[np.ndarray] | None,
         for rows, sources, _ in w.slots():
             groups.append((senders[sources], receivers[rows]))
     if variant == "simple":
+        prev = cast(list[np.ndarray], prev)  # (Alg. 1 rounds are given their previous holders)
         fetch = (np.concatenate(prev) if len(prev) > 1 else prev[0], compute)
     elif momentum:
         mom = (compute, np.concatenate(nxt) if len(nxt) > 1 else nxt[0])

@@ -16,6 +16,7 @@ without sharing any generator state. Two tools serve that:
 from __future__ import annotations
 
 import functools
+from typing import Any, cast
 
 import numpy as np
 
@@ -184,7 +185,7 @@ def _philox_state(seed: int, stream: int, t: int, i: int) -> dict:
 def generator(seed: int, stream: int, t: int, i: int = 0) -> np.random.Generator:
     """A Philox generator keyed by (seed, stream, t, i): for variable-count draws."""
     bits = np.random.Philox(key=np.zeros(2, dtype=np.uint64))
-    bits.state = _philox_state(seed, stream, t, i)
+    bits.state = cast(Any, _philox_state(seed, stream, t, i))  # (numpy's stubs: a TypedDict)
     return np.random.Generator(bits)
 
 

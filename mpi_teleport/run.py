@@ -15,6 +15,7 @@ import sys
 import time
 import traceback
 import warnings
+from typing import TYPE_CHECKING, cast
 
 from . import cli, paths, report, runner, signals
 from .elastic import TooFewSurvivors
@@ -24,6 +25,9 @@ from .output import RunFiles
 from .problems import make_problem, needs_local_rank
 from .progress import Progress
 from .transport import Transport
+
+if TYPE_CHECKING:
+    from .config import Config
 
 PROG = "mpirun -n N python -m mpi_teleport.run"
 
@@ -89,17 +93,20 @@ def main(argv=None) -> int:
         refused = signals.agree_on_start(transport, cfg, error)
         if refused:
             return cli.fail(PROG, refused, show=rank == 0)
+        cfg = cast("Config", cfg)  # (not refused: every rank parsed it)
         # Rank 0 holds --out and --checkpoint-dir for the job; every rank learns a refusal
         # (another job holds them) in the same collective, so none waits for the others
         # (the API's path too: a refusal is a UsageError on every rank, reported below).
         release = runner.hold_agreed(paths.lock_dirs(cfg), transport, rank == 0) or release
-        summaries, local = [], None
+        summaries: list[dict | None] = []
+        local = None
         if cfg.elastic and cfg.spares:  # hot spares: S ranks wait outside the rounds
             pool, local, transport = _spares_apart(cfg, comm)
         if pool is not None and pool.node is None:
             from . import spares
 
-            summary = spares.serve(cfg, pool, local, terminator, report.out_dir(cfg, cfg.algorithm))
+            summary = spares.serve(cfg, pool, cast(int, local), terminator,  # (set with the pool)
+                                   report.out_dir(cfg, cfg.algorithm))
             if summary is None:  # released by the nodes (or a signal): this spare ends here
                 _leave(pool.released)
             summaries.append(summary)
@@ -109,7 +116,9 @@ def main(argv=None) -> int:
                 summaries.append(run_on_ranks(cfg, algorithm, k, transport, progress, terminator,
                                               pool, local))
         if _prints(comm, summaries, pool):  # (comparison.json too: while held)
-            text = report.finish(cfg, summaries, report.header(cfg, f"MPI, n={cfg.nodes} ranks"))
+            # (the printing process: a summary of every run)
+            text = report.finish(cfg, cast(list[dict], summaries),
+                                 report.header(cfg, f"MPI, n={cfg.nodes} ranks"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:  # every rank alike
         status = cli.fail(PROG, str(exc), show=rank == 0 if pool is None else pool.root)
         if pool is not None:  # (the spares wait for the nodes' word)

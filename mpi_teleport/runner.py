@@ -46,7 +46,8 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
 
     problem = with_defaults(problem)
     own_transport, release = None, None
-    if spec.state_slots > 1 and latency.active:  # (the oracle sizes state as momentum)
+    # (the oracle sizes state as momentum; state_slots > 1: an optimizer's, never None)
+    if spec.state_slots > 1 and spec.optimizer is not None and latency.active:
         raise UsageError(f"optimizer={spec.optimizer.name} does not run under the latency layer "
                          "yet; drop latency=/clock=/compute_time= or use SGD (momentum=)")
     if elastic:
@@ -62,7 +63,8 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
     elif transport is None and comm is not None:
         from .transport import Transport
 
-        transport = own_transport = Transport.duplicate(comm)
+        # (a plain Transport: its .shrunk is read only when elastic)
+        transport = own_transport = Transport.duplicate(comm)  # type: ignore[assignment]
     try:
         # Under the API's own communicator an exception on one rank ends the job (agreed
         # errors pass): the other ranks would otherwise wait for that rank for ever.
@@ -99,7 +101,8 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
                 except Exception as exc:  # hot spares: the nodes meet before they leave
                     if pool is not None:
                         meeting = own_transport  # (kept for the meeting, not freed below)
-                        exc.meet = lambda: _survivors_meet(meeting)
+                        # (any exception: run.py reads it with getattr)
+                        exc.meet = lambda: _survivors_meet(meeting)  # type: ignore[attr-defined]
                         own_transport = None
                     raise
             backend.close()
@@ -145,7 +148,8 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
             exc.meet = lambda: _survivors_meet(transport)
             raise collective.agreed(exc)
         except Exception as exc:  # (the nodes meet before they leave)
-            exc.meet = lambda: _survivors_meet(transport)
+            # (any exception: run.py reads it with getattr)
+            exc.meet = lambda: _survivors_meet(transport)  # type: ignore[attr-defined]
             raise
     backend.close()
     _survivors_meet(transport)
@@ -190,7 +194,7 @@ def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures,
     if spec.algorithm == "search":
         raise UsageError(f"{mode} runs Teleportation or DSGD, not "
                          f"{'--k auto' if naming.cli else 'search_k'}; choose k")
-    if spec.state_slots > 1:
+    if spec.state_slots > 1 and spec.optimizer is not None:  # (> 1: an optimizer's)
         raise UsageError(f"{mode} runs SGD (with momentum), not optimizer={spec.optimizer.name}")
     if latency.active:
         raise UsageError(f"{mode} does not run under the latency layer; drop "

@@ -95,7 +95,8 @@ def scheduled_lr(scheduler, lr_step: str, problem=None, active: int | None = Non
         return lrs[step]
 
     lr.__qualname__ = lr.__name__ = f"{name}_per_{lr_step}"
-    lr.base = lrs[0]  # (named in messages)
+    # (a function attribute: the type checker does not know it)
+    lr.base = lrs[0]  # type: ignore[attr-defined]  # (named in messages)
     return lr
 
 

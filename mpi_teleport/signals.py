@@ -38,6 +38,7 @@ import os
 import signal
 import sys
 import threading
+from typing import cast
 
 import numpy as np
 
@@ -212,7 +213,7 @@ def fingerprint(cfg) -> dict:
         h.update(algorithm.encode())
         if algorithm == "teleportation" and k != "auto":
             for t in range(4):
-                h.update(schedule.holders(cfg.seed, cfg.nodes, k, t).tobytes())
+                h.update(schedule.holders(cfg.seed, cfg.nodes, cast(int, k), t).tobytes())
         elif k == "auto":
             for t in range(2):
                 for block in schedule.search_blocks(cfg.seed, cfg.nodes, t):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import cast
 
 from . import cli, paths, report, signals
 from .elastic import TooFewSurvivors
@@ -35,8 +36,9 @@ def simulate(cfg, algorithm: str, k, files: RunFiles, progress: Progress | None 
         raise cli.stopped_in_setup(cfg, algorithm, k, stop.signum, terminator) from None
     if k == "auto" and terminator is not None:
         terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
-    return cli.run_config(cfg, algorithm, k, files=files, progress=progress,
-                          terminator=terminator, problem=problem)
+    # (one process: the root, which gets the summary)
+    return cast(dict, cli.run_config(cfg, algorithm, k, files=files, progress=progress,
+                                     terminator=terminator, problem=problem))
 
 
 def main(argv=None) -> int:

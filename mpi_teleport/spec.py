@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from . import schedule
 from .latency.model import needs_layer
 from .schedule import Phase
 from .settings import CLI, Naming
+
+if TYPE_CHECKING:
+    from .optimizers import Adam, SgdDecay
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class RunSpec:
     variant: str = "overlap"
     seed: int = 0
     k_select: str = "averaged"
-    optimizer: object = None  # an optimizers.Adam step rule; None: SGD with ``momentum``
+    optimizer: Adam | SgdDecay | None = None  # an optimizers step rule; None: SGD with ``momentum``
 
     @property
     def state_slots(self) -> int:
@@ -79,7 +82,7 @@ class RunSpec:
             return [Phase(lambda t: fixed, 0, T,
                           block=lambda t0, t1: np.broadcast_to(fixed[0], (t1 - t0, n)))]
         if self.algorithm == "teleportation":
-            k = self.k
+            k = cast(int, self.k)  # (validated: Teleportation has a k)
             return [Phase(lambda t: [schedule.holders(seed, n, k, t)], 0, T,
                           block=lambda t0, t1: schedule.holders_block(seed, n, k, t0, t1 - t0))]
         return [Phase(lambda t: [schedule.holders(seed, n, n, t)], 0, T,
@@ -91,7 +94,7 @@ class RunSpec:
         """k of each concurrent run in phase ``phase``."""
         if self.algorithm == "search":
             return [self.nodes] if phase == 0 else schedule.candidate_ks(self.nodes)
-        return [self.tokens]
+        return [cast(int, self.tokens)]  # (not the search: a number)
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ def cosine_lr(lr: float, total: int) -> Callable[[int], float]:
     def cosine(t: int) -> float:
         return lr * 0.5 * (1.0 + math.cos(math.pi * min(t, total) / total))
 
-    cosine.base = lr  # (named in messages)
-    cosine.checked = True  # (a finite number >= 0 for lr > 0: contract.checked_lr leaves it)
+    # (function attributes: the type checker does not know them.) ``checked``: a finite
+    # number >= 0 for lr > 0, so contract.checked_lr leaves it.
+    cosine.base = lr  # type: ignore[attr-defined]  # (named in messages)
+    cosine.checked = True  # type: ignore[attr-defined]
     return cosine

@@ -22,7 +22,7 @@ The communicator is passed in, never taken from COMM_WORLD here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -74,9 +74,10 @@ class Transport:
         self._rounds_per_cycle = max(1, tag_ub // N_KINDS - 1)
         self._steady_tag0 = self._rounds_per_cycle * N_KINDS
         self._local: dict[int, np.ndarray] = {}
-        self._channels: dict[tuple, object] = {}
+        self._channels: dict[tuple, Any] = {}  # key -> MPI.Prequest
         self.start = MPI.Prequest.Startall
-        self.wait_all = MPI.Request.Waitall
+        # (cast: Waitall returns True, which the loop does not use)
+        self.wait_all = cast(Callable[[list], None], MPI.Request.Waitall)
 
     @classmethod
     def duplicate(cls, comm) -> "Transport":
@@ -523,7 +524,7 @@ class SparePool:
 
     def node_order(self) -> list[int]:
         """The node ids in the nodes' communicator order."""
-        return [self.roles[p] for p in self._order()]
+        return [cast(int, self.roles[p]) for p in self._order()]  # (nodes: roles not None)
 
     def node_comm(self):
         """(communicator of the nodes, node ids in its rank order): collective over

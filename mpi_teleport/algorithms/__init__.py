@@ -9,6 +9,8 @@ to whom and when, is :mod:`mpi_teleport.algorithms.teleport` (one node) and
 """
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from ..contract import landed
@@ -70,7 +72,7 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
         decay_gradient(g, x, momentum.weight_decay, momentum.trainable)
         momentum = Nesterov(momentum.momentum) if momentum.nesterov else momentum.momentum
     if isinstance(momentum, Adam):  # (its state v: 2 d values per row; step t + 1)
-        adam_step(momentum, g, x, v, lr, t + 1)
+        adam_step(momentum, g, x, cast(np.ndarray, v), lr, t + 1)  # (Adam: its state is given)
     elif d <= BLOCK:  # one block: the same operations on the whole vectors, no views made
         if momentum > 0:
             _momentum_step(g, v, lr, momentum)

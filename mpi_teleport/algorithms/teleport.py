@@ -17,7 +17,7 @@ the simulator against each other bit for bit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -76,7 +76,8 @@ def overlap_round(node: Node, p: OverlapStep, t: int) -> None:
     if pending is not None:
         tr.wait(pending)
     if holds_next:
-        node.weighted_sum(p.weights, inputs)  # line 13: x_j = sum_m W(t)[j, m] y_m, ascending m
+        # line 13: x_j = sum_m W(t)[j, m] y_m, ascending m (inputs: set above, holds_next)
+        node.weighted_sum(p.weights, cast(list, inputs))
         if momentum_arrives:
             s.v, s.v_in = s.v_in, s.v
 

@@ -25,7 +25,7 @@ Two facts make records reusable across rounds:
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple, cast
 
 import numpy as np
 
@@ -69,7 +69,8 @@ HEAD, N_TO, N_FROM, LISTS = slice(0, 4), 4, 5, 6
 
 def _row_keys(rows: np.ndarray) -> list[bytes]:
     """Each row of an int64 matrix as its bytes (one numpy call for the whole block)."""
-    return rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
+    keys = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
+    return cast(list[bytes], keys)  # (numpy's stubs: a void item may be a tuple; not here)
 
 
 class CompiledRounds:
@@ -108,6 +109,7 @@ class CompiledRounds:
         node), starting from the state's arrangement now; rounds with the same plan row
         and arrangement share one record."""
         me, momentum = self.rank, self.state.v is not None
+        make: Callable[..., OverlapRecord | SimpleRecord]
         if self._alg3:
             columns = [block.token, block.momentum_to, block.next_token, block.momentum_from,
                        block.n_to, block.n_from]
@@ -167,7 +169,10 @@ class CompiledRounds:
         token, momentum_to, next_token, momentum_from = head
         tr, me = self.transport, self.rank
         x, y, v, v_in = self._arrangements[parity]
-        recvs, sends, inputs, swap = [], [], [], False
+        recvs: list = []  # channels
+        sends: list = []
+        inputs: list = []  # arrays
+        swap = False
         if next_token >= 0:  # line 12
             inputs, recvs = self._gossip_inputs(y_from, y)
             if v is not None and momentum_from != me:
@@ -200,7 +205,9 @@ class CompiledRounds:
                 fetch.append(tr.recv_channel(v_in, model_from, KIND_MOMENTUM))
             parity = 1 - parity  # the roles after the swap
             x, y, v, v_in = self._arrangements[parity]
-        gossip, inputs, step_args = [], [], None
+        gossip: list = []  # channels
+        inputs: list = []  # arrays
+        step_args = None
         if token >= 0:  # lines 10-11
             inputs, gossip = self._gossip_inputs(y_from, y)
             gossip += [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]

@@ -21,6 +21,8 @@ the given order), so on the CPU the numbers equal the host path's bit for bit
 """
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 
@@ -94,7 +96,8 @@ def local_step(problem, node: int, s: DeviceTokenState, t: int, lr: float,
     if momentum > 0:
         nesterov = isinstance(momentum, Nesterov)
         momentum = float(momentum) if nesterov else momentum
-        v = s.upload(s.v)
+        sv = cast(np.ndarray, s.v)  # (momentum > 0: the state has v)
+        v = s.upload(sv)
         v.mul_(momentum)
         v.add_(g)
         if nesterov:  # g + mu v, each product rounded (as the host)
@@ -102,7 +105,7 @@ def local_step(problem, node: int, s: DeviceTokenState, t: int, lr: float,
             g.mul_(lr)
         else:
             torch.mul(v, lr, out=g)
-        s.download(s.v)
+        s.download(sv)
     else:
         g.mul_(lr)
     torch.sub(x, g, out=g)

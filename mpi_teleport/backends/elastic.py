@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from .. import elastic
 from ..checkpoint import save_token
 from ..interfaces import KIND_SPARE
 from .mpi import MpiBackend
+
+if TYPE_CHECKING:
+    from ..transport import ElasticTransport
 
 TEST_DIE = "MPI_TELEPORT_TEST_DIE"  # NODE@ROUND[:save|:stop],...: tests kill a rank there
 TEST_DIE_ONCE = "MPI_TELEPORT_TEST_DIE_ONCE"  # a directory: each entry above fires once
@@ -55,6 +59,7 @@ class ElasticBackend(MpiBackend):
     :class:`~mpi_teleport.transport.ElasticTransport`."""
 
     elastic = True
+    transport: ElasticTransport
 
     def __init__(self, problem, spec, transport, token_device=None, agree_every: int = 1):
         if spec.algorithm not in ("teleportation", "dsgd"):
@@ -64,9 +69,10 @@ class ElasticBackend(MpiBackend):
         self.losses, self.replacements = self.living.losses, self.living.replaced
         pool = getattr(transport, "pool", None)
         self.spares = pool.spares if pool is not None else 0
-        self._kept = None
+        self._kept: tuple | None = None  # (m, entry, x, v) of the last kept round's start
         self._orphans: dict = {}  # tokens the root writes in a too-few checkpoint
-        self._kept_living, self._kept_round = self.living, None
+        self._kept_living = self.living
+        self._kept_round: int | None = None
         self._gone: dict = {}  # nodes dead since round r's start -> the spare taking over (or None)
         # Hot spares: what the engine hands a spare that takes a node over (the root's
         # export) and how the spare takes it (set by engine._elastic_rounds)
@@ -75,7 +81,7 @@ class ElasticBackend(MpiBackend):
         # --agree-every A: the survivors agree (and keep the tokens) every A rounds, not
         # every round; a loss seen at an agreement rolls back to the last one (DESIGN §11)
         self.agree_every = max(1, int(agree_every))
-        self._joined_at = None  # (tests' hooks: a spare is not killed again at its first round)
+        self._joined_at: int | None = None  # (tests' hooks: a spare is not killed again at its first round)
 
     @property
     def root(self) -> bool:
@@ -128,7 +134,7 @@ class ElasticBackend(MpiBackend):
                 self._gone[node] = tr.replaced.get(node)
         if any(s is not None for s in self._gone.values()):
             self._hand_over(r)  # (collective: a spare took a node over since r's start)
-        m, entry, x, v = self._kept
+        m, entry, x, v = cast(tuple, self._kept)  # (kept at round r's start, or handed over)
         # every node dead since round r's start (all of them restored from that state): the
         # ones a spare took over stay in the run
         dead = sorted(self._gone)
@@ -147,7 +153,8 @@ class ElasticBackend(MpiBackend):
         if refill:  # the mean of the surviving tokens, everywhere
             rows = tr.gather_rows(x if m in keep else None, entry[keep], len(self.state.x),
                                   self.state.x.dtype)
-            mean = elastic.mean_of(rows) if self.root else np.empty_like(self.state.x)
+            mean = (elastic.mean_of(cast(np.ndarray, rows)) if self.root  # (the root: all rows)
+                    else np.empty_like(self.state.x))
             tr.bcast_array(mean)
         # token j of the run over the survivors comes from old token sources[j] (None:
         # restored): Teleportation keeps its k tokens, DSGD its surviving replicas and
@@ -176,7 +183,8 @@ class ElasticBackend(MpiBackend):
         state = None
         if self.root:
             living = self._kept_living
-            state = {"entry": self._kept[1], "nodes": living.nodes, "losses": living.losses,
+            kept = cast(tuple, self._kept)  # (kept at round r's start)
+            state = {"entry": kept[1], "nodes": living.nodes, "losses": living.losses,
                      "replaced": living.replaced, "gone": self._gone,
                      "engine": self.handover[0]()}
         state = self.transport.bcast(state)
@@ -237,8 +245,8 @@ class ElasticBackend(MpiBackend):
         self._held = (0, m) if m >= 0 and m in sources else (-1, -1)
         if m >= 0:
             self.state.x[...] = x
-            if v is not None:
-                self.state.v[...] = v
+            if v is not None:  # (then the state has v)
+                cast(np.ndarray, self.state.v)[...] = v
         self._orphans = {j: mean for j, src in enumerate(sources) if src is None} if self.root else {}
 
     # -- what the engine reads -------------------------------------------------------------

@@ -8,8 +8,10 @@ under the latency layer and with device tokens, or its compiled equivalent
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
@@ -17,10 +19,14 @@ from .. import collective, evaluation, plan
 from ..algorithms import local_step, teleport, weighted_sum
 from ..checkpoint import LAYOUT_TOKENS, load_token, restore_token, save_token, token_arrays
 from ..errors import UsageError
-from ..interfaces import TokenTransport
+from ..interfaces import ChannelTransport, ClockedTransport, TokenTransport
 from ..training import round_means
 from .compiled import CompiledRounds
 from .tokens import new_state
+
+if TYPE_CHECKING:
+    from .device import DeviceTokenState
+    from .tokens import TokenState
 
 # Rounds planned (and compiled) at a time: long enough that the block's numpy calls cost
 # well under a microsecond per round, short enough that a run stopped early wastes little
@@ -60,9 +66,13 @@ class MpiBackend:
     layout = LAYOUT_TOKENS
     checks_every_round = False  # signals are agreed on at logging and checkpoint rounds
     elastic = False  # ElasticBackend (backends/elastic.py) survives lost ranks
-    losses: tuple = ()
-    replacements: tuple = ()
+    losses: Sequence = ()  # (ElasticBackend: the living set's lists)
+    replacements: Sequence = ()
     spares = 0
+    # Made with the token buffers by the first begin() (_start_state), before any round
+    # runs or anything reads them:
+    state: TokenState | DeviceTokenState
+    _round: Callable[[int, Any], None]  # (t, record) -> None
 
     def __init__(self, problem, spec, transport: TokenTransport, token_device=None,
                  compiled: bool | None = None):
@@ -74,7 +84,7 @@ class MpiBackend:
             self.token_device = None
         self.rank = transport.rank
         self.root = self.rank == 0
-        self.state = None
+        self.state = None  # type: ignore[assignment]  # (None until the first begin(): see above)
         # persistent channels move numpy buffers: host tokens on a transport that has them
         # (the latency layer has not: it stamps every message with its clock)
         possible = transport.has_channels and self.token_device is None
@@ -84,7 +94,7 @@ class MpiBackend:
         self.compiled = possible if compiled is None else compiled
         self._overlap = spec.moves == "overlap"
         self._compiler: CompiledRounds | None = None
-        self._round = None  # (t, record) -> None, set when the state exists
+        self._round = None  # type: ignore[assignment]  # (set with the state: see above)
         self._block: _Block | None = None
         self._last = -1  # index in the block of the last round run (-1: none yet)
         self._nodes = [self.rank]
@@ -116,7 +126,8 @@ class MpiBackend:
         self._block, self._last = None, -1
 
     # -- placing tokens ----------------------------------------------------------------
-    def begin(self, phase, start: int, x0: np.ndarray, restore=None) -> None:
+    def begin(self, phase, start: int, x0: np.ndarray,
+              restore: tuple[Path, dict] | None = None) -> None:
         """Tokens of round ``start``: Alg. 3 (and DSGD) keep them with holders(start),
         Alg. 1 with holders(start - 1) (holders(start) at a placement round)."""
         self.phase, self._block, self._last = phase, None, -1
@@ -140,7 +151,9 @@ class MpiBackend:
         """The token buffers (once per run) and the executor that works on them."""
         s = self.state = new_state(d, self.spec.state_slots, dtype, self.token_device)
         if self.compiled:
-            self._compiler = CompiledRounds(self.problem, self.spec, self.transport, self.rank,
+            # (compiled: a transport with channels, see __init__)
+            self._compiler = CompiledRounds(self.problem, self.spec,
+                                            cast(ChannelTransport, self.transport), self.rank,
                                             s, self._overlap)
             self._round = self._compiler.overlap if self._overlap else self._compiler.simple
         else:
@@ -186,6 +199,7 @@ class MpiBackend:
         t1 = max(t0 + 1, min(t0 + BLOCK_ROUNDS, phase.stop))
         self._check_shared(t0, t1)
         if self._overlap:
+            block: plan.OverlapBlock | plan.SimpleBlock
             flat = phase.rosters(t0, t1 + 1)
             block = plan.overlap_block_flat(top, flat, self._sizes, me, t0)
             after, after_run, after_token = flat[1:], block.next_run, block.next_token
@@ -224,7 +238,7 @@ class MpiBackend:
         else:
             from .device import weighted_sum as device_sum
 
-            device_sum(weights, inputs, s)
+            device_sum(weights, inputs, cast("DeviceTokenState", s))  # (a token device)
 
     def _local_step(self, t: int) -> None:  # Alg. 1 line 10 / Alg. 3 line 8
         """y = x - lr g on this rank's token, from the state's current arrays."""
@@ -232,7 +246,8 @@ class MpiBackend:
         if self.token_device is not None:
             from .device import local_step as device_step
 
-            device_step(self.problem, self.rank, s, t, self.spec.lr_at(t), self.spec.momentum)
+            device_step(self.problem, self.rank, cast("DeviceTokenState", s), t,  # (a token device)
+                        self.spec.lr_at(t), self.spec.momentum)
             return
         local_step(self.problem, self._nodes, s.x[None], None if s.v is None else s.v[None], t,
                    self.spec.lr_at(t), self.spec.step_rule, out=s.y[None])
@@ -275,27 +290,29 @@ class MpiBackend:
         reports = self.transport.gather(problem.training_metrics(t))
         if not self.root:
             return {}
-        return round_means(reports, np.concatenate(self.phase.roster(t)))
+        # (the root: every rank's report)
+        return round_means(cast(list, reports), np.concatenate(self.phase.roster(t)))
 
     def virtual_time_s(self, r: int) -> float | None:
         """The largest logical clock over the ranks (on rank 0) under the latency layer."""
-        return self.transport.virtual_time_s() if self.transport.has_clock else None
+        tr = self.transport  # (has_clock: a ClockedTransport)
+        return cast(ClockedTransport, tr).virtual_time_s() if tr.has_clock else None
 
     def clocks(self, r: int) -> list[float] | None:
         """Every rank's logical clock on rank 0 (a checkpoint keeps them)."""
         if not self.transport.has_clock:
             return None
-        return self.transport.gather(float(self.transport.clock_us))
+        return self.transport.gather(float(cast(ClockedTransport, self.transport).clock_us))
 
     def restore_clock(self, clocks) -> None:
         if clocks and self.transport.has_clock and len(clocks) > self.rank:
-            self.transport.clock_us = float(clocks[self.rank])
+            cast(ClockedTransport, self.transport).clock_us = float(clocks[self.rank])
 
     def interrupt_on(self, asked) -> None:
         """Under the latency layer a signal cuts a long real-clock delay short (the round
         still completes: numbers unchanged)."""
         if self.transport.has_clock:
-            self.transport.interrupted = asked
+            cast(ClockedTransport, self.transport).interrupted = asked
 
     def share(self, fn):
         """fn() on rank 0, its result (or the NonFiniteError or UsageError it raised: a
@@ -338,5 +355,7 @@ class MpiBackend:
         transport's part of the run (the latency layer sends what it still holds)."""
         s = self.state
         if self._compiler is not None and s is not None:
-            self.transport.release_channels([s.x, s.y, s.v, s.v_in, *s.inbox])
+            # (compiled: a transport with channels)
+            cast(ChannelTransport, self.transport).release_channels(
+                [s.x, s.y, s.v, s.v_in, *s.inbox])
         self.transport.close()

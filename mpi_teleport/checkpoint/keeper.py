@@ -7,6 +7,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from ..errors import OutputError, Terminated
 from ..interfaces import Backend
@@ -58,7 +59,7 @@ class Keeper:
         self.resume_from = resume_from
         self.wall_offset = float(plan.manifest.get("wall_s", 0.0)) if plan.manifest else 0.0
         self._t0 = time.perf_counter() - self.wall_offset
-        self._last_round = None  # the latest round after which the loop ran
+        self._last_round: int | None = None  # the latest round after which the loop ran
         # The lineage: a resumed run continues its source's id, so pruning removes the
         # checkpoints of this run and its ancestors only, never anyone else's.
         source_id = (plan.manifest or {}).get("run_id")
@@ -146,7 +147,8 @@ class Keeper:
 
     def _save(self, r: int, reason: str, summary=None) -> Path:
         backend = self.backend
-        directory = round_dir(self.plan.dir, r)
+        base = cast(Path, self.plan.dir)  # (every caller checked it: a periodic plan has one)
+        directory = round_dir(base, r)
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a full disk; a file of that name put there meanwhile
@@ -191,7 +193,7 @@ class Keeper:
             if self.rec is not None:
                 self.rec.files.flush()  # metrics.jsonl up to this round, as the checkpoint has it
             write_manifest(directory, manifest)
-            prune(self.plan.dir, self.plan.keep, self.run_id)
+            prune(base, self.plan.keep, self.run_id)
         return directory
 
 

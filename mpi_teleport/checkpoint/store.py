@@ -18,6 +18,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -81,7 +82,9 @@ def restore_token(state, arrays: dict[str, np.ndarray]) -> None:
 def save_token(directory: Path, m: int, arrays: dict[str, np.ndarray]) -> None:
     """MPI layout: one file per token, written by the rank that holds it."""
     write_atomic_with(Path(directory) / token_file(m),
-                      lambda f: np.savez(f, **{k: np.ascontiguousarray(v) for k, v in arrays.items()}))
+                      # (cast: numpy's stubs would match the dict to allow_pickle)
+                      lambda f: np.savez(f, **cast(dict[str, Any], {
+                          k: np.ascontiguousarray(v) for k, v in arrays.items()})))
 
 
 def save_matrix(directory: Path, arrays: dict[str, np.ndarray]) -> None:

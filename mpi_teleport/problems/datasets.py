@@ -345,8 +345,8 @@ def _cifar10_npy(data_dir: str, base: str, cls) -> str | None:
                             os.unlink(tmp)
                 del ds, images, labels
             tmp = _tmp_name(stamp_path)
-            with open(tmp, "w") as f:
-                json.dump(_cifar10_stamp(base), f)
+            with open(tmp, "w") as stamp:
+                json.dump(_cifar10_stamp(base), stamp)
             os.replace(tmp, stamp_path)
     except PermissionError:
         return None
@@ -378,7 +378,8 @@ def open_cifar10(data_dir, train: bool, download: bool = False, verify_md5: bool
 
     images, labels = _read("CIFAR-10", base, read, "delete " + folder + " to have it redone")
     _check_arrays("CIFAR-10", base, images, labels, (3, 32, 32))
-    file = None  # (the .npy copy is C-ordered after its header: read through the file)
+    file: tuple[str, int] | None = None
+    # (the .npy copy is C-ordered after its header: read through the file)
     if isinstance(images, np.memmap) and images.flags.c_contiguous:
         file = (os.path.join(folder, f"{prefix}-images.npy"), int(images.offset))
     return (ImageRows(images, CIFAR10_MEAN, CIFAR10_STD, file=file),

@@ -57,7 +57,7 @@ def _function(name: str):
 
 def _not_found(exc: BaseException, module_name: str) -> bool:
     """The module itself (or a package above it) is missing, not something it imports."""
-    missing = getattr(exc, "name", None)
+    missing = getattr(exc, "name", None) or ""
     return isinstance(exc, ModuleNotFoundError) and bool(missing) and (
         module_name == missing or module_name.startswith(missing + "."))
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
+from typing import cast
 
 from ..errors import DatasetMissingError
 from .unpacking import (FMNIST_FILES, DatasetContentError, _gunzip, _md5, _one_line,
@@ -83,7 +84,7 @@ def locate(data_dir) -> tuple[str, dict]:
             return folder, found
         if best is None or len(found) > len(best[1]):
             best = (folder, found)
-    return best
+    return cast(tuple[str, dict], best)  # (the loop ran: set)
 
 
 def default_data_dir(cwd: str | None = None) -> str:

@@ -4,6 +4,8 @@ normalisation. numpy only; :mod:`.datasets` re-exports :class:`ImageRows`.
 """
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 
 __all__ = ["ImageRows"]
@@ -39,7 +41,7 @@ class ImageRows:
     ndim = 4
 
     def __init__(self, raw: np.ndarray, mean, std, index: np.ndarray | None = None,
-                 file: tuple | None = None):
+                 file: tuple[str, int] | None = None):
         self.raw, self.mean, self.std = raw, tuple(mean), tuple(std)
         self.index = None if index is None else np.asarray(index, dtype=np.int64)
         self.file = file
@@ -113,7 +115,8 @@ def _read_rows(path: str, offset: int, shape: tuple, positions: np.ndarray,
             stop = min(first + per_block, int(shape[0]))
             j = int(np.searchsorted(wanted, stop, side="left"))
             f.seek(offset + first * row_bytes)
-            got = f.readinto(memoryview(buf)[:(stop - first)].cast("B"))
+            # (cast: numpy's stubs do not declare ndarray a Buffer)
+            got = f.readinto(memoryview(cast(Any, buf))[:(stop - first)].cast("B"))
             if got != (stop - first) * row_bytes:
                 raise OSError(f"{path}: short read ({got} of {(stop - first) * row_bytes} bytes)")
             flat[order[i:j]] = buf[wanted[i:j] - first]

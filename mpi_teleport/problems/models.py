@@ -24,6 +24,7 @@ One rank per core is the intended deployment anyway.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import torch
@@ -111,15 +112,17 @@ class VGG11(nn.Module):
     """
 
     input_shape = (3, 32, 32)
-    cfg = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
+    cfg: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
     def __init__(self, n_classes: int = 10, groups: int = 32):
         super().__init__()
-        layers, c_in = [], 3
+        layers: list[nn.Module] = []
+        c_in = 3
         for v in self.cfg:
             if v == "M":
                 layers.append(nn.MaxPool2d(2))
             else:
+                v = cast(int, v)  # (a width: every entry but "M")
                 layers += [
                     nn.Conv2d(c_in, v, 3, padding=1, bias=False),
                     nn.GroupNorm(min(groups, v), v),
@@ -218,7 +221,9 @@ class StateLayout:
         # identical in every process, and never travel (issue 22, fine-tuning).
         self.params = [p for p in params if p.requires_grad]
         self.frozen = [p for p in params if not p.requires_grad]
-        seen, bufs, other = set(), [], []
+        seen: set[int] = set()
+        bufs: list[tuple] = []  # (module, name, buffer)
+        other: list[tuple] = []
         for module in model.modules():
             for name, b in module._buffers.items():
                 if b is None or id(b) in seen:

@@ -59,7 +59,7 @@ def dirichlet_partition(labels, n_nodes: int, alpha: float, seed: int) -> list:
         raise ValueError(f"alpha must be a positive finite number, got {alpha}")
     check_enough_samples(len(labels), n_nodes, "the training split")
     gen = np.random.default_rng(np.random.SeedSequence([int(seed), _TAG_DIRICHLET]))
-    chunks = [[] for _ in range(n_nodes)]
+    chunks: list[list[np.ndarray]] = [[] for _ in range(n_nodes)]
     for c in np.unique(labels):
         idx = np.flatnonzero(labels == c)
         idx = idx[gen.permutation(len(idx))]

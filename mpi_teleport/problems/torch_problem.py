@@ -15,6 +15,7 @@ tuple/dict items), :mod:`.torch_state` (token <-> model, ``module(x)``),
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ def device_generators(torch, device) -> list:
     MPS's one; none for the CPU or an accelerator whose generator torch does not expose."""
     if device.type == "cpu":
         return []
-    module = getattr(torch, device.type, None)
+    module: Any = getattr(torch, device.type, None)  # (torch.cuda for CUDA: not None)
     if device.type == "cuda" or getattr(module, "default_generators", None):
         index = device.index if device.index is not None else module.current_device()
         return [module.default_generators[index]]  # (CUDA's: filled once it is initialised)
@@ -236,7 +237,7 @@ class TorchProblem:
             self.state.initial = check_token(x0, len(self.state.initial))
         self.model = self.state.model
         self.n_params, self.n_buffers = self.state.n_params, self.state.n_buffers
-        self._pending = None  # last gradient(): nodes, updated buffers, buffers as given
+        self._pending: tuple | None = None  # gradient(): nodes, updated buffers, buffers as given
         self._train_stats: dict = {}  # round -> node -> batch loss (and accuracy)
         on = self.device.type != "cpu" if device_tokens is None else bool(device_tokens)
         self.token_device = str(self.device) if on else None  # read by the MPI back end

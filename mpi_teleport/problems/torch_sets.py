@@ -6,6 +6,7 @@ narrowed to this process's chunk-aligned slice when ranks share evaluation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +16,9 @@ from . import partitions
 from .torch_data import samples
 from .torch_checks import refuse_negative_labels
 from .torch_options import check_local_nodes, check_part, infer_task, split_nodes
+
+if TYPE_CHECKING:
+    from .torch_data import ArraySamples, DatasetSamples
 
 __all__ = ["NodeData", "node_data", "TRAIN_EVAL_SAMPLES"]
 
@@ -30,7 +34,7 @@ class NodeData:
     in ``train`` (None for a node not kept); ``sets[split]`` the kept slice ``held[split]``
     of the evaluated set of ``sizes[split]`` samples ("test", "validation")."""
 
-    train: object
+    train: ArraySamples | DatasetSamples
     parts: list
     local_parts: list
     local_nodes: tuple
