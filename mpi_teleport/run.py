@@ -191,6 +191,12 @@ def _spares_apart(cfg, comm):
     problem = ulfm_problem()
     if problem:
         raise UsageError(problem)
+    if comm.Get_rank() >= cfg.nodes:
+        # a spare imports torch now, in the set-up (the nodes wait for it in the Dup
+        # below), not beside their rounds nor when it takes a node over
+        from .problems import prepare
+
+        prepare(cfg)
     pool = SparePool(comm, cfg.nodes)
     local = pool.local_rank() if needs_local_rank(cfg) else 0  # (collective: all ranks)
     pool.host_nodes = pool.nodes_on_host()  # (collective: all ranks)

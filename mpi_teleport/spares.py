@@ -29,9 +29,7 @@ def serve(cfg, pool, local_rank: int, terminator, out) -> dict | None:
     leaving at once would end the job under mpirun before that checkpoint is written."""
     from . import cli, report
     from .backends.elastic import _test_hook
-    from .problems import make_problem, prepare
-
-    prepare(cfg)  # (torch imported now, not when a node is lost)
+    from .problems import make_problem
     _test_hook(pool.me, 0, "start")  # (tests: a spare that dies while it waits)
     wall, cpu = time.perf_counter(), _cpu_s()
     what, value = pool.wait()
