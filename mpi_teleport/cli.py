@@ -113,6 +113,21 @@ class RunInputs:
     failures: tuple
 
 
+def phase_rounds(cfg, rounds_given: int, n_train) -> dict:
+    """How many rounds each phase of ``--k auto`` runs and why (config.json, summary.json);
+    ``cfg`` is the Config after --epochs was applied, ``rounds_given`` its --rounds."""
+    out = {"rounds_per_phase": cfg.rounds, "phases": 2, "rounds_total": 2 * cfg.rounds}
+    if cfg.epochs is None:
+        out["rounds_per_phase_from"] = f"--rounds {rounds_given}"
+        return out
+    out["rounds_per_phase_from"] = (
+        f"--epochs: ceil(epochs * n_train / (batch_size * n)) = ceil({cfg.epochs:g} * {n_train} "
+        f"/ ({cfg.batch_size} * {cfg.nodes})) = {cfg.rounds}; phase 1 (k = n) processes "
+        f"{cfg.epochs:g} epoch(s) in these rounds, phase 2 runs as many rounds, in which "
+        f"candidate k processes k/n of that")
+    return out
+
+
 def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
     """The spec, logging, checkpoint plan and config.json record of one run of ``cfg``."""
     from . import preflight
@@ -128,8 +143,6 @@ def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
     k_shown = cfg.nodes if algorithm == "dsgd" else k
     phases = {}
     if k == "auto":  # how many rounds each phase runs, and why (--epochs or --rounds)
-        from .search import phase_rounds
-
         phases = phase_rounds(cfg, rounds_given, getattr(problem, "n_train", None))
     record = {**cfg.to_dict(), "algorithm": algorithm, "k": k_shown, "backend": backend,
               **phases, **describe(problem)}

@@ -40,8 +40,8 @@ network, a pass over the validation split each: raise ``--log-every`` if it show
 
 With ``--epochs E`` each phase runs T = ceil(E * n_train / (batch_size * n)) rounds: the
 rounds in which phase 1's n active nodes process E epochs; phase 2 runs as many rounds
-(its candidate k processes k/n of E epochs). :func:`phase_rounds` says so in
-``config.json`` and ``summary.json``.
+(its candidate k processes k/n of E epochs). The command line says so in
+``config.json`` and ``summary.json`` (:func:`mpi_teleport.cli.phase_rounds`).
 """
 from __future__ import annotations
 
@@ -85,21 +85,6 @@ def best(values: dict, higher_is_better: bool) -> int:
 def token_mean(validate, x: np.ndarray) -> float:
     """(1/k) sum_m validate(x[m:m+1]), summed exactly (math.fsum) in token order."""
     return math.fsum(float(validate(x[m:m + 1])) for m in range(len(x))) / len(x)
-
-
-def phase_rounds(cfg, rounds_given: int, n_train) -> dict:
-    """How many rounds each phase of ``--k auto`` runs and why (config.json, summary.json);
-    ``cfg`` is the Config after --epochs was applied, ``rounds_given`` its --rounds."""
-    out = {"rounds_per_phase": cfg.rounds, "phases": 2, "rounds_total": 2 * cfg.rounds}
-    if cfg.epochs is None:
-        out["rounds_per_phase_from"] = f"--rounds {rounds_given}"
-        return out
-    out["rounds_per_phase_from"] = (
-        f"--epochs: ceil(epochs * n_train / (batch_size * n)) = ceil({cfg.epochs:g} * {n_train} "
-        f"/ ({cfg.batch_size} * {cfg.nodes})) = {cfg.rounds}; phase 1 (k = n) processes "
-        f"{cfg.epochs:g} epoch(s) in these rounds, phase 2 runs as many rounds, in which "
-        f"candidate k processes k/n of that")
-    return out
 
 
 class SearchRecorder:

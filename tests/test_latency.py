@@ -153,10 +153,13 @@ def test_bandwidth_term():
 def test_config_defaults_and_validation(tmp_path):
     cfg = resolve({"nodes": 4})
     assert (cfg.latency, cfg.clock, cfg.compute_time) == ("none", "real", None)
-    assert not latency.layer_active(cfg)
-    assert latency.layer_active(resolve({"nodes": 4, "latency": "mod:5"}))
-    assert latency.layer_active(resolve({"nodes": 4, "clock": "virtual"}))
-    assert latency.layer_active(resolve({"nodes": 4, "compute_time": 3.0}))
+    def layer_active(c):
+        return latency.needs_layer(c.latency, c.clock, c.compute_time)
+
+    assert not layer_active(cfg)
+    assert layer_active(resolve({"nodes": 4, "latency": "mod:5"}))
+    assert layer_active(resolve({"nodes": 4, "clock": "virtual"}))
+    assert layer_active(resolve({"nodes": 4, "compute_time": 3.0}))
     with pytest.raises(UsageError, match="unknown model"):
         resolve({"nodes": 4, "latency": "ring:5"})
     with pytest.raises(UsageError, match="4 nodes"):

@@ -2,6 +2,6 @@
 applies them (:mod:`.layer`), and a probe (:mod:`.probe`, ``python -m
 mpi_teleport.latency probe``). The simulator's clocks: :mod:`mpi_teleport.virtual_clock`.
 """
-from .model import (CLOCKS, MOD_BASE, NONE, LatencyModel, check_compute_time, layer_active,  # noqa: F401
-                    parse_spec)
+from .model import (CLOCKS, MOD_BASE, NONE, LatencyModel, check_compute_time,  # noqa: F401
+                    needs_layer, parse_spec)
 from .layer import LatencyPending, LatencyTransport, TimedProblem, warn_oversubscribed  # noqa: F401

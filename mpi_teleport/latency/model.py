@@ -213,11 +213,3 @@ def needs_layer(spec, clock: str, compute_time) -> bool:
     """Whether a run needs the layer: any latency, the virtual clock, or a modelled compute time."""
     return (str(spec).strip().lower() != "none" or clock == "virtual"
             or compute_time is not None)
-
-
-def layer_active(cfg) -> bool:
-    """:func:`needs_layer` of a Config."""
-    return needs_layer(getattr(cfg, "latency", "none"), getattr(cfg, "clock", "real"),
-                       getattr(cfg, "compute_time", None))
-
-
