@@ -41,6 +41,23 @@ def on_host(comm, read):
         host.Free()
 
 
+def shrink(comm):
+    """ULFM: the survivors of ``comm`` in a new communicator (errors returned, not fatal)
+    and, for each of its ranks, that process's rank in ``comm`` (collective over the
+    survivors; ``comm`` is left alone: freeing it may wait on the dead)."""
+    from mpi4py import MPI
+
+    try:
+        comm.Ack_failed()
+    except (MPI.Exception, AttributeError):
+        pass
+    new = comm.Shrink()
+    new.Set_errhandler(MPI.ERRORS_RETURN)
+    where = MPI.Group.Translate_ranks(new.Get_group(), list(range(new.Get_size())),
+                                      comm.Get_group())
+    return new, where
+
+
 @dataclass
 class Pending:
     """Requests of one exchange, completed together by :meth:`Transport.wait`."""
@@ -371,7 +388,6 @@ class ElasticTransport(Transport):
         """Acknowledge the failures, continue on a communicator of the survivors; returns
         the nodes that died (the same on every survivor: read from the shrunk group). With
         a pool, spares take over dead nodes (``replaced``) and join the communicator."""
-        MPI = self._mpi
         self.shrunk = True
         if self.pool is not None:
             self.pool.wake(r)
@@ -382,15 +398,7 @@ class ElasticTransport(Transport):
             self._local.clear()
             self.failed = False
             return dead
-        old = self.comm
-        try:
-            old.Ack_failed()
-        except (MPI.Exception, AttributeError):
-            pass
-        new = old.Shrink()
-        new.Set_errhandler(MPI.ERRORS_RETURN)
-        where = MPI.Group.Translate_ranks(new.Get_group(), list(range(new.Get_size())),
-                                          old.Get_group())
+        new, where = shrink(self.comm)
         alive = [self.living[i] for i in where]
         dead = sorted(set(self.living) - set(alive))
         self.comm, self.living = new, alive  # (the old communicator is left alone: freeing it may wait on the dead)
@@ -575,15 +583,7 @@ class SparePool:
         communicator or None, node ids in its order)."""
         from .elastic import assign
 
-        MPI, old = self._mpi, self.world
-        try:
-            old.Ack_failed()
-        except (MPI.Exception, AttributeError):
-            pass
-        new = old.Shrink()
-        new.Set_errhandler(MPI.ERRORS_RETURN)
-        where = MPI.Group.Translate_ranks(new.Get_group(), list(range(new.Get_size())),
-                                          old.Get_group())
+        new, where = shrink(self.world)
         alive = [self.ids[i] for i in where]
         dead = sorted(self.roles[p] for p in self.ids if p not in alive and self.roles[p] is not None)
         waiting = [p for p in self.waiting() if p in alive]
