@@ -142,23 +142,33 @@ def test_too_few_survivors_exit_75_with_a_checkpoint(tmp_path):
 
 def test_refused_without_ulfm(tmp_path):
     """Plain mpirun (no --with-ft ulfm): one line saying what to use, exit 2."""
+    refused_without_ulfm(2, ["--elastic"])
+
+
+def refused_without_ulfm(n: int, flags: list[str]) -> None:
+    """Plain mpirun (no --with-ft ulfm) on n ranks refuses ``flags`` in one line, exit 2."""
     impl = this_venv_impl()
-    cmd = [impl.mpirun, "-n", "2", "--oversubscribe", impl.python, "-m", "mpi_teleport.run",
-           "--algorithm", "teleportation", "--k", "1", "--rounds", "3", "--elastic"]
+    cmd = [impl.mpirun, "-n", str(n), "--oversubscribe", impl.python, "-m", "mpi_teleport.run",
+           "--algorithm", "teleportation", "--k", "1", "--rounds", "3", *flags]
     res = subprocess.run(cmd, cwd=ROOT, env=impl.env(None, None), capture_output=True,
                          text=True, timeout=120)
     lines = [line for line in res.stderr.splitlines() if "error" in line]
     assert res.returncode == 2 and len(lines) == 1 and "--with-ft ulfm" in lines[0]
 
 
-def test_refused_under_mpich():
+def refused_under_mpich(n: int, flags: list[str]) -> None:
+    """MPICH (no ULFM) on n ranks refuses ``flags`` in one line, exit 2 (skips without it)."""
     impl = implementation("mpich")
     if isinstance(impl, str) or os.environ.get("MPI_TELEPORT_TEST_MPICH") == "off":
         pytest.skip(f"mpich: {impl if isinstance(impl, str) else 'MPI_TELEPORT_TEST_MPICH=off'}")
-    res = run_mpi(2, ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "1",
-                      "--rounds", "3", "--elastic"], timeout=120, impl=impl)
+    res = run_mpi(n, ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "1",
+                      "--rounds", "3", *flags], timeout=120, impl=impl)
     lines = [line for line in res.stderr.splitlines() if "error" in line]
     assert res.returncode == 2 and len(lines) == 1 and "requeue with --resume" in lines[0]
+
+
+def test_refused_under_mpich():
+    refused_under_mpich(2, ["--elastic"])
 
 
 @pytest.mark.skipif(os.environ.get("MPI_TELEPORT_TEST_SLOW") != "1",

@@ -15,13 +15,14 @@ import time
 import pytest
 
 from conftest import ROOT, rank_stacks, run_mpi
-from launch_helpers import (implementation, is_python, kill_tagged, new_tag, tagged_pids,
+from launch_helpers import (is_python, kill_tagged, new_tag, tagged_pids,
                             this_venv_impl)
 
 from mpi_teleport import schedule
 from mpi_teleport.sim import main as sim_main
 
-from test_elastic_mpi import BASE, records, summary  # (the elastic tests' runs and readers)
+from test_elastic_mpi import (BASE, records, refused_under_mpich, refused_without_ulfm,
+                              summary)  # (the elastic tests' runs and readers)
 
 
 def spare_run(tmp_path, n, spares, args, die, timeout=120, name="mpi", extra_env=None):
@@ -194,24 +195,11 @@ def test_spares_need_elastic(tmp_path):
 def test_spares_refused_without_ulfm(tmp_path):
     """Plain mpirun (no --with-ft ulfm): one line, as --elastic, exit 2 (no spare left
     waiting)."""
-    impl = this_venv_impl()
-    cmd = [impl.mpirun, "-n", "3", "--oversubscribe", impl.python, "-m", "mpi_teleport.run",
-           "--algorithm", "teleportation", "--k", "1", "--rounds", "3", "--elastic",
-           "--spares", "1"]
-    res = subprocess.run(cmd, cwd=ROOT, env=impl.env(None, None), capture_output=True,
-                         text=True, timeout=120)
-    lines = [line for line in res.stderr.splitlines() if "error" in line]
-    assert res.returncode == 2 and len(lines) == 1 and "--with-ft ulfm" in lines[0]
+    refused_without_ulfm(3, ["--elastic", "--spares", "1"])
 
 
 def test_spares_refused_under_mpich():
-    impl = implementation("mpich")
-    if isinstance(impl, str) or os.environ.get("MPI_TELEPORT_TEST_MPICH") == "off":
-        pytest.skip(f"mpich: {impl if isinstance(impl, str) else 'MPI_TELEPORT_TEST_MPICH=off'}")
-    res = run_mpi(3, ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "1",
-                      "--rounds", "3", "--elastic", "--spares", "1"], timeout=120, impl=impl)
-    lines = [line for line in res.stderr.splitlines() if "error" in line]
-    assert res.returncode == 2 and len(lines) == 1 and "requeue with --resume" in lines[0]
+    refused_under_mpich(3, ["--elastic", "--spares", "1"])
 
 
 def test_digits_network_with_rank_0_replaced_equals_the_simulator(tmp_path):
