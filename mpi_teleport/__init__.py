@@ -21,7 +21,7 @@ from .options import Checkpoints, Latency, Records
 from .problem import Problem
 from .schedulers import rounds_per_epoch
 
-__version__ = "0.2.0"
+from ._version import __version__
 
 __all__ = ["teleportation", "dsgd", "search_k", "Problem", "TorchProblem", "EvalMetric",
            "Result", "UsageError", "NonFiniteError", "OutputError", "CsvWriter",

@@ -6,6 +6,7 @@ API raises them as they are.
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 
 
 class UsageError(ValueError):
@@ -60,3 +61,31 @@ class Terminated(Exception):
 class RankLost(RuntimeError):
     """Elastic mode: a collective failed because a rank died (the communicator is revoked;
     the survivors agree on the loss and go on, mpi_teleport/elastic.py)."""
+
+
+# How a message spells a setting (the front end's words: a flag or a keyword).
+@dataclass(frozen=True)
+class Naming:
+    """How a message spells a setting: ``--log-every`` (command line) or ``log_every``
+    (Python), and a setting with its value: ``--k 9`` or ``k=9``."""
+
+    cli: bool
+
+    def name(self, field: str) -> str:
+        return "--" + field.replace("_", "-") if self.cli else field
+
+    def given(self, field: str, value) -> str:
+        return f"{self.name(field)} {value}" if self.cli else f"{field}={value!r}"
+
+    def retell(self, exc: UsageError) -> UsageError:
+        """A message written with command-line flags (the latency model's), spelt for
+        this entry point."""
+        if self.cli:
+            return exc
+        text = str(exc)
+        for flag in ("--latency", "--compute-time", "--clock"):
+            text = text.replace(flag, flag[2:].replace("-", "_"))
+        return UsageError(text)
+
+
+CLI, API = Naming(cli=True), Naming(cli=False)

@@ -19,7 +19,7 @@ from .errors import UsageError
 from .output import RunFiles
 from .problem import with_defaults
 from .progress import Progress
-from .settings import CLI, Naming
+from .errors import CLI, Naming
 from .spec import LatencySettings, Logging, RunSpec
 
 

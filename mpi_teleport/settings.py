@@ -19,42 +19,17 @@ import numbers
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import UsageError
+from .errors import API, CLI, Naming, UsageError  # noqa: F401  (re-exported)
 from .latency.model import check_compute_time, parse_spec
+from .problems.sampling import SAMPLINGS  # noqa: F401  (the one list of choices)
 from .topology import TOPOLOGIES
 
 ALGORITHMS = ("teleportation", "dsgd", "search")  # what runs (RunSpec.algorithm)
 VARIANTS = ("overlap", "simple")  # Algorithm 3, Algorithm 1
 CLOCKS = ("real", "virtual")
-SAMPLINGS = ("replacement", "epochs")  # problems/sampling.py
 SEED_LIMIT = 2**63
 
 
-@dataclass(frozen=True)
-class Naming:
-    """How a message spells a setting: ``--log-every`` (command line) or ``log_every``
-    (Python), and a setting with its value: ``--k 9`` or ``k=9``."""
-
-    cli: bool
-
-    def name(self, field: str) -> str:
-        return "--" + field.replace("_", "-") if self.cli else field
-
-    def given(self, field: str, value) -> str:
-        return f"{self.name(field)} {value}" if self.cli else f"{field}={value!r}"
-
-    def retell(self, exc: UsageError) -> UsageError:
-        """A message written with command-line flags (the latency model's), spelt for
-        this entry point."""
-        if self.cli:
-            return exc
-        text = str(exc)
-        for flag in ("--latency", "--compute-time", "--clock"):
-            text = text.replace(flag, flag[2:].replace("-", "_"))
-        return UsageError(text)
-
-
-CLI, API = Naming(cli=True), Naming(cli=False)
 
 
 # ----------------------------------------------------------------------------- one value

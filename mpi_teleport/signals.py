@@ -205,7 +205,8 @@ def _prog() -> str:
 def fingerprint(cfg) -> dict:
     """What every rank must share: the resolved config, the schedule of the first rounds,
     a few keyed random numbers, and the versions that compute them."""
-    from . import __version__, rng, schedule
+    from . import rng, schedule
+    from ._version import __version__
     from .report import runs_requested
 
     h = hashlib.sha256()

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Callable, cast
 import numpy as np
 
 from . import schedule
-from .latency.model import needs_layer
 from .schedule import Phase
-from .settings import CLI, Naming
+from .errors import CLI, Naming
 
 if TYPE_CHECKING:
     from .optimizers import Adam, SgdDecay
@@ -150,3 +149,10 @@ def cosine_lr(lr: float, total: int) -> Callable[[int], float]:
     cosine.base = lr  # type: ignore[attr-defined]  # (named in messages)
     cosine.checked = True  # type: ignore[attr-defined]
     return cosine
+
+
+def needs_layer(spec, clock: str, compute_time) -> bool:
+    """Whether a run needs the latency layer: any latency, the virtual clock, or a
+    modelled compute time."""
+    return (str(spec).strip().lower() != "none" or clock == "virtual"
+            or compute_time is not None)

@@ -3,5 +3,6 @@ applies them (:mod:`.layer`), and a probe (:mod:`.probe`, ``python -m
 mpi_teleport.latency probe``). The simulator's clocks: :mod:`mpi_teleport.virtual_clock`.
 """
 from .model import (CLOCKS, MOD_BASE, NONE, LatencyModel, check_compute_time,  # noqa: F401
-                    needs_layer, parse_spec)
+                    parse_spec)
+from ..spec import needs_layer  # noqa: F401
 from .layer import LatencyPending, LatencyTransport, TimedProblem, warn_oversubscribed  # noqa: F401

@@ -207,9 +207,3 @@ def check_compute_time(value) -> None:
         return
     if not math.isfinite(value) or value < 0:
         raise UsageError(f"--compute-time must be a finite number of microseconds >= 0, got {value}")
-
-
-def needs_layer(spec, clock: str, compute_time) -> bool:
-    """Whether a run needs the layer: any latency, the virtual clock, or a modelled compute time."""
-    return (str(spec).strip().lower() != "none" or clock == "virtual"
-            or compute_time is not None)

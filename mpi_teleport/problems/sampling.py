@@ -19,7 +19,7 @@ import numpy as np
 
 __all__ = ["SAMPLINGS", "check_sampling", "epoch_batch", "batches_per_pass"]
 
-from ..settings import SAMPLINGS  # noqa: E402  (the one list of choices)
+SAMPLINGS = ("replacement", "epochs")  # the one list of choices (--sampling)
 
 
 def check_sampling(value) -> str:
