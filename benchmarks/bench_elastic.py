@@ -5,15 +5,15 @@ time from a killed rank to the next completed round.
                                        [--rounds 300] [--out benchmarks/results]
 
 The script launches itself under ``mpirun`` (``--worker``); inside, one process per rank
-drives the engine (:func:`mpi_teleport.engine.execute`) on the paper's quadratic problem
+drives the engine (:func:`mpi_teleport.runtime.engine.execute`) on the paper's quadratic problem
 (Teleportation, Alg. 3, k = ranks // 2, ring, lr 0.01, momentum 0.5, logging at the first
 and last round only) with three back ends on the same rounds:
 
-* ``compiled`` -- the plain default: :class:`~mpi_teleport.backends.mpi.MpiBackend` with
+* ``compiled`` -- the plain default: :class:`~mpi_teleport.runtime.backends.mpi.MpiBackend` with
   the compiled rounds (persistent channels);
 * ``canonical`` -- the same back end held to the round executor
-  (:mod:`mpi_teleport.algorithms.teleport`, per-round Isend/Irecv): what elastic mode runs;
-* ``elastic`` -- :class:`~mpi_teleport.backends.elastic.ElasticBackend`: the round
+  (:mod:`mpi_teleport.core.algorithms.teleport`, per-round Isend/Irecv): what elastic mode runs;
+* ``elastic`` -- :class:`~mpi_teleport.runtime.backends.elastic.ElasticBackend`: the round
   executor plus, every round, the copy of the held token (x and momentum) and an
   MPI_Comm_agree over the ranks;
 * ``spaced`` -- the same with ``--agree-every A`` (``--agree-every``, default 8): the copy
@@ -50,22 +50,22 @@ AGREE_EVERY = 8  # (--agree-every: the "spaced" back end's)
 
 
 def _spec(n: int, rounds: int):
-    from mpi_teleport.spec import RunSpec
+    from mpi_teleport.core.spec import RunSpec
 
     return RunSpec("teleportation", n, max(1, n // 2), rounds, 0.01, 0.5, "ring", "overlap", 0)
 
 
 def _run(backend_name: str, comm, d: int, rounds: int, probe=None) -> float:
     """One run on this rank; its seconds per round (rank 0's record, shared)."""
-    from mpi_teleport import engine
-    from mpi_teleport.backends.elastic import ElasticBackend
-    from mpi_teleport.backends.mpi import MpiBackend
-    from mpi_teleport.metrics import Recorder
-    from mpi_teleport.output import RunFiles
+    from mpi_teleport.runtime import engine
+    from mpi_teleport.runtime.backends.elastic import ElasticBackend
+    from mpi_teleport.runtime.backends.mpi import MpiBackend
+    from mpi_teleport.runtime.metrics import Recorder
+    from mpi_teleport.disk.output import RunFiles
     from mpi_teleport.problem import with_defaults
     from mpi_teleport.problems.quadratic import Quadratic
-    from mpi_teleport.spec import Logging
-    from mpi_teleport.transport import ElasticTransport, Transport
+    from mpi_teleport.core.spec import Logging
+    from mpi_teleport.runtime.transport import ElasticTransport, Transport
 
     n = comm.Get_size()
     spec, logging = _spec(n, rounds), Logging(every=rounds)

@@ -112,11 +112,11 @@ def virtual_times(run_cfg: dict, rounds: list[int], tau_us: float, compute_us: f
     does, and the clock depends only on the schedule (seed, n, k, topology, momentum,
     variant): so one training run is replayed here for every (tau, compute time). This is
     the one place that knows how the simulator computes the clock
-    (``mpi_teleport.virtual_clock.for_run`` on the run's RunSpec)."""
-    from mpi_teleport.cli import run_spec
-    from mpi_teleport.config import resolve
-    from mpi_teleport.spec import LatencySettings
-    from mpi_teleport.virtual_clock import for_run
+    (``mpi_teleport.latency.virtual_clock.for_run`` on the run's RunSpec)."""
+    from mpi_teleport.front.cli import run_spec
+    from mpi_teleport.front.config import resolve
+    from mpi_teleport.core.spec import LatencySettings
+    from mpi_teleport.latency.virtual_clock import for_run
 
     keys = ("nodes", "algorithm", "variant", "k", "topology", "momentum", "seed")
     cfg = resolve({**{key: run_cfg[key] for key in keys if key in run_cfg},
@@ -135,7 +135,7 @@ def virtual_times(run_cfg: dict, rounds: list[int], tau_us: float, compute_us: f
 
 def measure_compute_us(repeats: int = 5, calls: int = 200) -> float:
     """One digits gradient step (batch 32, one node) on this machine (:func:`step_time_us`)."""
-    from mpi_teleport.config import resolve
+    from mpi_teleport.front.config import resolve
     from mpi_teleport.problems import make_problem
 
     return step_time_us(make_problem(resolve({"nodes": 25, "problem": "digits"})), repeats, calls)

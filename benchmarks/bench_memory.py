@@ -133,10 +133,10 @@ def worker_eval(args) -> None:
     """Each rank: the problem as the CLI builds it; rank 0 reports evaluation times."""
     from mpi4py import MPI
 
-    from mpi_teleport import cli, config
-    from mpi_teleport.backends.mpi import MpiBackend
+    from mpi_teleport.front import cli, config
+    from mpi_teleport.runtime.backends.mpi import MpiBackend
     from mpi_teleport.problems.network import fashion_mnist
-    from mpi_teleport.transport import Transport
+    from mpi_teleport.runtime.transport import Transport
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()

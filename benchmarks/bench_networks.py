@@ -216,7 +216,7 @@ def _worker(args, comm, rank: int, size: int) -> dict:
 
     from mpi4py import MPI
 
-    from mpi_teleport.memory import keep_freed_memory
+    from mpi_teleport.runtime.memory import keep_freed_memory
 
     keep_freed_memory()  # as mpi_teleport.run's main does first
     import torch
@@ -227,12 +227,12 @@ def _worker(args, comm, rank: int, size: int) -> dict:
     models.configure_torch_threads(1)  # as the run sets torch up: the floor (bench_memory's)
     floor_mb = max_rss_mb()
 
-    from mpi_teleport import cli, config
-    from mpi_teleport import plan as plan_module
-    from mpi_teleport.backends import compiled as compiled_rounds
-    from mpi_teleport.backends import mpi as mpi_backend
+    from mpi_teleport.front import cli, config
+    from mpi_teleport.core import plan as plan_module
+    from mpi_teleport.runtime.backends import compiled as compiled_rounds
+    from mpi_teleport.runtime.backends import mpi as mpi_backend
     from mpi_teleport.problems import datasets, make_problem
-    from mpi_teleport.transport import Transport
+    from mpi_teleport.runtime.transport import Transport
 
     # fake CIFAR-10 files cannot pass torchvision's md5 check: skip it (worker only)
     datasets.load_cifar10 = functools.partial(datasets.load_cifar10, verify_md5=False)

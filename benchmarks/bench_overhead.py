@@ -28,7 +28,7 @@ Implementations, each timed on the same rounds of the same schedule:
   Both sides do identical floating-point work (the final token vectors of every
   implementation are checked to be bit-identical), so the ratio isolates what the package
   adds per round: planning, transport bookkeeping, Python overhead, allocations.
-* ``alg3`` -- :class:`mpi_teleport.backends.mpi.MpiBackend` running Alg. 3 (overlap) over
+* ``alg3`` -- :class:`mpi_teleport.runtime.backends.mpi.MpiBackend` running Alg. 3 (overlap) over
   a ``Transport(COMM_WORLD)``.
 * ``bare1`` -- the reference for Alg. 1, a hand-written loop of its own two-phase
   pattern: fetch the model from its previous holder (Isend/Irecv, then swap x and y),
@@ -94,7 +94,7 @@ def plan(d: int, quick: bool) -> tuple[int, int]:
     every timed block pays exactly one block compilation, as a run does; from d = 1e5 a
     round costs so much more than its share of a compilation (about 1 us) that shorter
     blocks are timed."""
-    from mpi_teleport.backends.mpi import BLOCK_ROUNDS
+    from mpi_teleport.runtime.backends.mpi import BLOCK_ROUNDS
 
     if quick:
         return (BLOCK_ROUNDS // 4, 3) if d <= 10**4 else (5, 3) if d <= 10**5 else (2, 2)
@@ -131,8 +131,8 @@ def token_of(holders: np.ndarray, rank: int) -> int:
 def bare_plan(rank: int, n: int, k: int, rounds: range, tag_of) -> list[tuple]:
     """Alg. 3 per round, precomputed outside the clock: receives (source, slot), sends
     (dest), the inbox slot of a send to itself, this rank's old and new token, the weights."""
-    from mpi_teleport import schedule
-    from mpi_teleport import topology as topo
+    from mpi_teleport.core import schedule
+    from mpi_teleport.core import topology as topo
 
     holders = {t: schedule.holders(SEED, n, k, t) for t in range(rounds.start, rounds.stop + 1)}
     out = []
@@ -163,8 +163,8 @@ def bare1_plan(rank: int, n: int, k: int, rounds: range, tag_of) -> list[tuple]:
     then the gossip within holders(t): receives (source, slot), sends (dest), the slot of
     its own y, the weights. Round t's tokens sit with holders(t - 1) on entry (holders(0)
     at round 0)."""
-    from mpi_teleport import schedule
-    from mpi_teleport import topology as topo
+    from mpi_teleport.core import schedule
+    from mpi_teleport.core import topology as topo
 
     first = max(rounds.start - 1, 0)
     holders = {t: schedule.holders(SEED, n, k, t) for t in range(first, rounds.stop)}
@@ -254,10 +254,10 @@ def default_k(n: int) -> int:
 def worker(args) -> int:
     from mpi4py import MPI
 
-    from mpi_teleport import schedule
-    from mpi_teleport.backends.mpi import MpiBackend
-    from mpi_teleport.spec import RunSpec
-    from mpi_teleport.transport import KIND_Y, Transport
+    from mpi_teleport.core import schedule
+    from mpi_teleport.runtime.backends.mpi import MpiBackend
+    from mpi_teleport.core.spec import RunSpec
+    from mpi_teleport.runtime.transport import KIND_Y, Transport
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()

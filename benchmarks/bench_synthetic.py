@@ -15,7 +15,7 @@ Protocol, per setting:
 1. Decentralized SGD: every lr of the grid runs (k = n, fixed placement) for at most
    ``--cap`` rounds (default 10^5; the committed results used --cap 20000 to fit a shared 2-core machine). Rounds-to-target of an lr = first round r with error <= 1e-3 (error
    checked after every round). DSGD's result = the lr with the fewest rounds.
-2. Teleportation: for every lr, Algorithm 2 (``mpi_teleport.search``) picks k: phase 1
+2. Teleportation: for every lr, Algorithm 2 (``mpi_teleport.runtime.search``) picks k: phase 1
    runs k = n for T = ``--search-rounds`` rounds, phase 2 runs all candidates
    k in {1, 2, 4, 8, 16, 32} concurrently on disjoint nodes for T rounds; the candidate
    (incl. k = n) with the smallest averaged-model error ||mean_m x_m - x*||^2 wins (ties to
@@ -77,13 +77,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mpi_teleport import rng, schedule  # noqa: E402
-from mpi_teleport import topology as topo  # noqa: E402
-from mpi_teleport.config import resolve  # noqa: E402
-from mpi_teleport.output import RunFiles  # noqa: E402
+from mpi_teleport.core import rng, schedule  # noqa: E402
+from mpi_teleport.core import topology as topo  # noqa: E402
+from mpi_teleport.front.config import resolve  # noqa: E402
+from mpi_teleport.disk.output import RunFiles  # noqa: E402
 from mpi_teleport.problems.quadratic import Quadratic  # noqa: E402
-from mpi_teleport.search import CRITERIA  # noqa: E402
-from mpi_teleport.algorithms import mix  # noqa: E402
+from mpi_teleport.runtime.search import CRITERIA  # noqa: E402
+from mpi_teleport.core.algorithms import mix  # noqa: E402
 from mpi_teleport.sim import simulate  # noqa: E402
 
 N, D, TARGET = 100, 50, 1e-3
@@ -215,7 +215,7 @@ def run_batch(bs: Batched, lrs, k: int, placement, horizon: int, stop_first: boo
 
 
 def search_k(bs: Batched, lrs, T: int, seed: int) -> dict:
-    """Algorithm 2 for all lrs at once, under every criterion of ``mpi_teleport.search``
+    """Algorithm 2 for all lrs at once, under every criterion of ``mpi_teleport.runtime.search``
     (as ``--k-select`` with ``--log-every 1``): ``by_criterion[c]`` = {k: value (L,)},
     ``chosen_by[c]`` = the chosen k per lr; ``candidates``/``chosen`` = 'averaged'.
 

@@ -43,8 +43,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command  # noqa: E402
-from mpi_teleport.mpi_flavor import flavor_of_launcher  # noqa: E402
-from mpi_teleport.output import read_jsonl  # noqa: E402
+from mpi_teleport.front.mpi_flavor import flavor_of_launcher  # noqa: E402
+from mpi_teleport.disk.output import read_jsonl  # noqa: E402
 
 BED = ["bash", str(ROOT / "jobs" / "netns-cluster.sh")]
 AGENT = str(ROOT / "jobs" / "netns-rsh")

@@ -1,7 +1,7 @@
 # jobs/mpi-env.sh -- which MPI the job's Python uses, and what its launcher needs.
 # Sourced by the *.sbatch scripts after PYTHON is set (runs nothing on its own). Sets:
 #   MPI_FLAVOR   openmpi | mpich | intelmpi | cray-mpich | unknown: the library mpi4py loads
-#                (python -m mpi_teleport.mpi_flavor --mpi4py; MPI is not initialized)
+#                (python -m mpi_teleport.front.mpi_flavor --mpi4py; MPI is not initialized)
 #   SRUN_MPI     srun's --mpi= plugin for that library: pmix (Open MPI), pmi2 (MPICH,
 #                Intel MPI), cray_shasta (Cray MPICH); empty: srun's default (MpiDefault).
 #                A value set by you wins (e.g. SRUN_MPI=pmix_v4, or pmix for an MPICH built
@@ -14,7 +14,7 @@
 # Open MPI's settings (root permission, yielding when oversubscribed) are exported only when
 # the library is Open MPI: other MPIs do not read them.
 
-MPI_FLAVOR="$("$PYTHON" -m mpi_teleport.mpi_flavor --mpi4py 2>/dev/null || echo unknown)"
+MPI_FLAVOR="$("$PYTHON" -m mpi_teleport.front.mpi_flavor --mpi4py 2>/dev/null || echo unknown)"
 if [[ -z "${SRUN_MPI+set}" ]]; then
     case "$MPI_FLAVOR" in
         openmpi) SRUN_MPI=pmix ;;
@@ -45,7 +45,7 @@ mpi_launch() {  # mpi_launch N  ->  MPI_LAUNCH=(launcher words, its flags, -n N)
     case "${words[0]}" in
         srun) MPI_LAUNCH=("${words[@]}" --kill-on-bad-exit=1 -n "$1") ;;
         mpirun|mpiexec|*/mpirun|*/mpiexec|*/mpiexec.hydra)
-            flavor="$("$PYTHON" -m mpi_teleport.mpi_flavor "${words[0]}" 2>/dev/null || echo unknown)"
+            flavor="$("$PYTHON" -m mpi_teleport.front.mpi_flavor "${words[0]}" 2>/dev/null || echo unknown)"
             if [[ "$flavor" == openmpi ]]; then
                 MPI_LAUNCH=("${words[@]}" --bind-to none -n "$1")
             else

@@ -14,12 +14,12 @@ grouped in :class:`Records`, :class:`Checkpoints` and :class:`Latency`
 2
 """
 from .api import dsgd, search_k, teleportation
-from .engine import Result
+from .runtime.engine import Result
 from .errors import NonFiniteError, OutputError, UsageError
-from .loggers import CsvWriter, TensorBoardWriter
-from .options import Checkpoints, Latency, Records
+from .disk.loggers import CsvWriter, TensorBoardWriter
+from .front.options import Checkpoints, Latency, Records
 from .problem import Problem
-from .schedulers import rounds_per_epoch
+from .core.schedulers import rounds_per_epoch
 
 from ._version import __version__
 

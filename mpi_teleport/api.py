@@ -28,28 +28,28 @@ What a call does when something is wrong (details: ``mpi_teleport/DESIGN.md`` se
   run holds, a checkpoint refused on any rank.
 * ``comm=`` an intercommunicator, a freed communicator or not a communicator:
   ``UsageError``. ``comm=None`` inside an MPI job of several processes warns
-  (:class:`~mpi_teleport.collective.MpiJobWarning`).
+  (:class:`~mpi_teleport.runtime.collective.MpiJobWarning`).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
-from . import engine
-from .api_checks import run_checked
-from .loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
-from .options import Checkpoints, Latency, Records, merge, merge_latency
-from .schedulers import step_size
-from .spec import RunSpec
+from .runtime import engine
+from .front.api_checks import run_checked
+from .front.loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
+from .front.options import Checkpoints, Latency, Records, merge, merge_latency
+from .core.schedulers import step_size
+from .core.spec import RunSpec
 
 if TYPE_CHECKING:
     _T = TypeVar("_T")
 
     def Default(value: _T) -> _T:
         """For the type checker, a keyword's Default(...) reads as its value (at run time
-        it is options.Default, the sentinel: see mpi_teleport/options.py)."""
+        it is options.Default, the sentinel: see mpi_teleport/front/options.py)."""
 else:
-    from .options import Default
+    from .front.options import Default
 
 __all__ = ["teleportation", "dsgd", "search_k"]
 
@@ -109,7 +109,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         and a cosine, ...), before any ``step()``: the step size of round t is its
         learning rate after as many ``step()`` calls as ``lr_step`` counts (a private
         copy is replayed: a pure function of the round, the same on every rank and
-        after a resume; :mod:`mpi_teleport.schedulers`).
+        after a resume; :mod:`mpi_teleport.core.schedulers`).
     lr_step : {'epoch', 'round'}
         With a scheduler: ``'epoch'`` (default) steps it once per pass over the training
         data (epoch e = floor(t * batch_size * active / n_train), active = k, or n for
@@ -126,7 +126,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         hyperparameters are read once; ``lr`` defaults to its ``lr``. Adam's and AdamW's
         per-parameter state (both moments) travels with the token exactly as momentum
         does, stays with its replica in DSGD and is checkpointed; SGD's ``momentum`` and
-        ``nesterov`` become those keywords (its ``weight_decay`` torch's L2 term) (:mod:`mpi_teleport.optimizers`,
+        ``nesterov`` become those keywords (its ``weight_decay`` torch's L2 term) (:mod:`mpi_teleport.core.optimizers`,
         mpi_teleport/DESIGN.md §2.6). Not with the latency layer or elastic mode.
     momentum : float
         Heavy-ball momentum in [0, 1); it travels with its token.
@@ -168,7 +168,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         ``callback(record)``, called on the root with a copy of each record (the dict
         written to metrics.jsonl) after each logged round; a true return value stops the
         run there (custom early stopping). Ready ones: :class:`mpi_teleport.CsvWriter`,
-        :class:`mpi_teleport.TensorBoardWriter` (:mod:`mpi_teleport.loggers`).
+        :class:`mpi_teleport.TensorBoardWriter` (:mod:`mpi_teleport.disk.loggers`).
     elastic, fail
         Elastic mode (mpi_teleport/DESIGN.md §11): under MPI (``comm`` of an Open MPI
         job started with ``mpirun --with-ft ulfm``) the run goes on with the survivors
@@ -191,7 +191,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         time per step in microseconds. Records then carry ``virtual_time_s``. Grouped:
         ``latency=Latency(model="none", clock="real", compute_time=None)``.
 
-    The option objects (:mod:`mpi_teleport.options`) are checked by the same rules as the
+    The option objects (:mod:`mpi_teleport.front.options`) are checked by the same rules as the
     flat keywords, with the same messages, which name the flat keyword
     (``Records(every=0)``: ``log_every must be at least 1, got 0``).
 
@@ -374,7 +374,7 @@ def search_k(problem, *, nodes: int, rounds: int | None = None,
     >>> sorted(result.candidates, key=int)
     ['1', '2', '4', '7']
     """
-    from .search import check_select
+    from .runtime.search import check_select
 
     rounds = rounds_for(problem, rounds, epochs, nodes)
     lr = step_size(lr, lr_step, problem, nodes)

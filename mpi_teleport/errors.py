@@ -60,7 +60,7 @@ class Terminated(Exception):
 
 class RankLost(RuntimeError):
     """Elastic mode: a collective failed because a rank died (the communicator is revoked;
-    the survivors agree on the loss and go on, mpi_teleport/elastic.py)."""
+    the survivors agree on the loss and go on, mpi_teleport/runtime/elastic.py)."""
 
 
 # How a message spells a setting (the front end's words: a flag or a keyword).

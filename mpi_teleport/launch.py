@@ -23,8 +23,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from mpi_teleport.parsers import OneLineParser
-from mpi_teleport.mpi_flavor import OPENMPI_OVERSUBSCRIBE, Flavor, find_mpirun, flavor_of_launcher  # noqa: F401
+from .parsers import OneLineParser
+from .front.mpi_flavor import OPENMPI_OVERSUBSCRIBE, Flavor, find_mpirun, flavor_of_launcher  # noqa: F401
 
 OVERSUBSCRIBE = list(OPENMPI_OVERSUBSCRIBE)  # (Open MPI's; kept for callers of old)
 

@@ -3,7 +3,7 @@
 argparse answers a bad command line with its usage block and then the error; the
 package's promise is one line on stderr saying what was wrong and what to do, and exit
 status 2 (``--help`` still prints the usage). The simulator and the MPI runtime raise a
-:class:`~mpi_teleport.errors.UsageError` instead (:mod:`mpi_teleport.cli`: under MPI every
+:class:`~mpi_teleport.errors.UsageError` instead (:mod:`mpi_teleport.front.cli`: under MPI every
 rank must learn of it before any exits); the small commands
 (``python -m mpi_teleport.checkpoint``, ``.launch``, ``.mpi_flavor``, ``.latency probe``,
 the examples) use :class:`OneLineParser`.

@@ -80,7 +80,7 @@ class Problem(Protocol):
         node -> {name: value} of the mini-batches this process computed in round t (e.g.
         ``{"train_loss": ...}``, from the forward pass the gradient made): every record
         of round r carries their mean over round r - 1's active nodes
-        (:mod:`mpi_teleport.training`). Default: ``{}`` (no training values recorded).
+        (:mod:`mpi_teleport.core.training`). Default: ``{}`` (no training values recorded).
     reached(metrics, target) -> bool, finite(metrics) -> bool
         Whether a target is met / the metrics are finite. Defaults: ``metrics[metric]``
         compared with ``target`` in the better direction; every number finite.
@@ -130,7 +130,7 @@ class Problem(Protocol):
         array: the *return value* counts (a new array is checked and copied into
         ``out``), on every back end alike. Checked: at start, once, at the initial model
         (finite, shape ``(len(nodes), dim)``, the problem's dtype); every round, a
-        returned array other than ``out`` (:mod:`mpi_teleport.contract`)."""
+        returned array other than ``out`` (:mod:`mpi_teleport.core.contract`)."""
 
     def evaluate(self, x: np.ndarray) -> dict:
         """Metrics of a token matrix (rows are tokens in token order); must hold
@@ -221,7 +221,7 @@ class ProblemWithDefaults:
 
     def training_metrics(self, t: int) -> dict:
         """node -> {name: value} of round t's batches computed here (the records'
-        training loss, :mod:`mpi_teleport.training`), else {}."""
+        training loss, :mod:`mpi_teleport.core.training`), else {}."""
         if self._has("training_metrics"):
             return dict(self.problem.training_metrics(t))
         return {}
@@ -242,7 +242,7 @@ class ProblemWithDefaults:
         """Where tokens live as torch tensors (a GPU problem's device), or None: numpy."""
         return getattr(self.problem, "token_device", None)
 
-    # -- shared evaluation (mpi_teleport.evaluation): all of SHARED_EVALUATION, or none
+    # -- shared evaluation (mpi_teleport.core.evaluation): all of SHARED_EVALUATION, or none
     @property
     def shares_evaluation(self) -> bool:
         """Whether the problem evaluates in chunks shared by processes."""

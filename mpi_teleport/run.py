@@ -17,17 +17,19 @@ import traceback
 import warnings
 from typing import TYPE_CHECKING, cast
 
-from . import cli, paths, report, runner, signals
-from .elastic import TooFewSurvivors
+from .front import cli, runner
+from .disk import paths, report
+from .runtime import signals
+from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
-from .memory import keep_freed_memory
-from .output import RunFiles
+from .runtime.memory import keep_freed_memory
+from .disk.output import RunFiles
 from .problems import make_problem, needs_local_rank
-from .progress import Progress
-from .transport import Transport
+from .runtime.progress import Progress
+from .runtime.transport import Transport
 
 if TYPE_CHECKING:
-    from .config import Config
+    from .front.config import Config
 
 PROG = "mpirun -n N python -m mpi_teleport.run"
 
@@ -103,7 +105,7 @@ def main(argv=None) -> int:
         if cfg.elastic and cfg.spares:  # hot spares: S ranks wait outside the rounds
             pool, local, transport = _spares_apart(cfg, comm)
         if pool is not None and pool.node is None:
-            from . import spares
+            from .front import spares
 
             summary = spares.serve(cfg, pool, cast(int, local), terminator,  # (set with the pool)
                                    report.out_dir(cfg, cfg.algorithm))
@@ -186,7 +188,7 @@ def _spares_apart(cfg, comm):
     """``--spares``: the job's ranks as nodes (the first n) and spares (the last S): the
     pool, this rank's index on its host, and the nodes' transport (None on a spare).
     Every rank refuses alike, before the split, an MPI without ULFM."""
-    from .transport import SparePool, ulfm_problem
+    from .runtime.transport import SparePool, ulfm_problem
 
     problem = ulfm_problem()
     if problem:

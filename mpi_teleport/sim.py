@@ -1,7 +1,7 @@
 """Single-process simulator: all n nodes in one process, vectorised over tokens.
 
 Same schedule, topologies, problems, seeds, engine and output files as the MPI runtime
-(only how vectors move differs: :mod:`mpi_teleport.backends.local`); it is the oracle for
+(only how vectors move differs: :mod:`mpi_teleport.runtime.backends.local`); it is the oracle for
 tests, a cheap preview before a cluster job, and the way to study n far beyond the ranks
 at hand.
 
@@ -13,13 +13,15 @@ import sys
 import warnings
 from typing import cast
 
-from . import cli, paths, report, signals
-from .elastic import TooFewSurvivors
+from .front import cli
+from .disk import paths, report
+from .runtime import signals
+from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
-from .memory import keep_freed_memory
-from .output import RunFiles
+from .runtime.memory import keep_freed_memory
+from .disk.output import RunFiles
 from .problems import make_problem
-from .progress import Progress
+from .runtime.progress import Progress
 
 PROG = "python -m mpi_teleport.sim"
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command
-from mpi_teleport.mpi_flavor import Flavor, flavor_of_launcher
+from mpi_teleport.front.mpi_flavor import Flavor, flavor_of_launcher
 from helpers import ROOT
 TAG = "MPI_TELEPORT_TEST_TAG"
 

@@ -113,7 +113,7 @@ def serialised(phase):
     """The phase with its schedule evaluated under a lock: under MPI every rank is a
     process with its own; the thread-ranks share one, and the schedule need not be
     thread-safe."""
-    from mpi_teleport.schedule import Phase
+    from mpi_teleport.core.schedule import Phase
 
     lock = threading.Lock()
 

@@ -10,7 +10,7 @@ import pytest
 
 import mpi_teleport as mt
 from mpi_teleport.examples.logistic import LogisticRegression
-from mpi_teleport.output import read_jsonl
+from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main as sim_main
 from helpers import without_time

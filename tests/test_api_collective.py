@@ -1,4 +1,4 @@
-"""Collective failure of API calls under MPI (mpi_teleport/collective.py): an exception on
+"""Collective failure of API calls under MPI (mpi_teleport/runtime/collective.py): an exception on
 one rank ends the whole job promptly with that rank's message, however the script was
 started and whether or not it catches the exception; what the ranks can agree on at
 start (a gradient failing at the initial model, ranks with different initial models, a

@@ -19,7 +19,7 @@ import pytest
 
 import mpi_teleport as mt
 from mpi_teleport.examples.logistic import LogisticRegression
-from mpi_teleport.output import read_jsonl
+from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main as sim_main
 from helpers import ThreadAllgather
@@ -240,7 +240,7 @@ def test_a_refusal_on_one_process_stops_every_process_with_its_line(tmp_path):
     that takes the locks: one rank's damaged view stops all, none waits, the lock is freed."""
     import threading
 
-    from mpi_teleport import runner
+    from mpi_teleport.front import runner
 
     hub, results = ThreadAllgather(3), {}
 
@@ -259,6 +259,6 @@ def test_a_refusal_on_one_process_stops_every_process_with_its_line(tmp_path):
         t.join(60)
     assert set(results.values()) == {"resume='x': checkpoint x is damaged: token-000001.npz is missing"}
     assert len(results) == 3
-    from mpi_teleport.paths import hold_dirs
+    from mpi_teleport.disk.paths import hold_dirs
 
     hold_dirs([(tmp_path / "out", "out")])()  # free again: the root released its lock

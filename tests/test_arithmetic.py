@@ -8,8 +8,8 @@ every row must agree exactly, also when the vector is processed block by block.
 import numpy as np
 import pytest
 
-from mpi_teleport import algorithms
-from mpi_teleport import topology as topo
+from mpi_teleport.core import algorithms
+from mpi_teleport.core import topology as topo
 
 TOPOLOGIES = list(topo.TOPOLOGIES)
 

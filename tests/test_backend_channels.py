@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from mpi_teleport.backends.mpi import MpiBackend
+from mpi_teleport.runtime.backends.mpi import MpiBackend
 from mpi_teleport.latency.layer import LatencyTransport
 from mpi_teleport.problems.quadratic import quadratic
-from mpi_teleport.spec import RunSpec
-from mpi_teleport.transport import Transport
+from mpi_teleport.core.spec import RunSpec
+from mpi_teleport.runtime.transport import Transport
 
 
 class Declared:

@@ -15,12 +15,12 @@ import threading
 import numpy as np
 import pytest
 
-from mpi_teleport.backends import compiled, mpi as mpi_backend
-from mpi_teleport.backends.local import LocalBackend
-from mpi_teleport.backends.mpi import MpiBackend
-from mpi_teleport.optimizers import Adam
+from mpi_teleport.runtime.backends import compiled, mpi as mpi_backend
+from mpi_teleport.runtime.backends.local import LocalBackend
+from mpi_teleport.runtime.backends.mpi import MpiBackend
+from mpi_teleport.core.optimizers import Adam
 from mpi_teleport.problems.quadratic import quadratic
-from mpi_teleport.spec import RunSpec
+from mpi_teleport.core.spec import RunSpec
 
 from loopback import WAIT_S, Hub, Loopback, serialised  # the thread-ranks' transport (tests/loopback.py)
 

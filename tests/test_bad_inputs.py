@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpi_teleport import lock, sim
+from mpi_teleport.disk import lock
+from mpi_teleport import sim
 from mpi_teleport.checkpoint.__main__ import main as checkpoint_main
 from helpers import ROOT
 
@@ -468,7 +469,7 @@ OTHER_COMMANDS = [
     (["-m", "mpi_teleport.launch", "--bogus"], "unrecognized arguments: --bogus"),
     (["-m", "mpi_teleport.launch", "-n", "x"], "invalid int value: 'x'"),
     (["-m", "mpi_teleport.launch", "-n", "0"], "-n must be at least 1"),
-    (["-m", "mpi_teleport.mpi_flavor", "--bogus"], "unrecognized arguments: --bogus"),
+    (["-m", "mpi_teleport.front.mpi_flavor", "--bogus"], "unrecognized arguments: --bogus"),
     (["-m", "mpi_teleport.latency"], "no command given; the one command is probe"),
     (["-m", "mpi_teleport.latency", "prob"], "unknown command 'prob'"),
     (["-m", "mpi_teleport.latency", "probe"], "required: --latency"),

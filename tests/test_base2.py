@@ -1,9 +1,9 @@
-"""Tests for mpi_teleport.base2 (Base-2 Graph, Takezawa et al., NeurIPS 2023)."""
+"""Tests for mpi_teleport.core.base2 (Base-2 Graph, Takezawa et al., NeurIPS 2023)."""
 
 import numpy as np
 import pytest
 
-from mpi_teleport.base2 import base2_matrix, base2_rounds
+from mpi_teleport.core.base2 import base2_matrix, base2_rounds
 
 KS = list(range(1, 301)) + [511, 512, 513, 1000, 1023, 1024]
 LARGE = [511, 512, 513, 1000, 1023, 1024]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_teleport.output import read_jsonl
+from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 from helpers import ROOT
 

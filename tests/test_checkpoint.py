@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from mpi_teleport import checkpoint
-from mpi_teleport.output import read_jsonl
+from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 from helpers import ROOT
 

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
 from mpi_teleport.problems import datasets, network  # noqa: E402
-from mpi_teleport.evaluation import chunk_slices  # noqa: E402
+from mpi_teleport.core.evaluation import chunk_slices  # noqa: E402
 
 NODES = 4
 

@@ -343,7 +343,7 @@ def test_flat_state_round_trip():
 def test_local_step_is_heavy_ball_in_the_token_dtype():
     """The runtime's step (every problem, simulator and MPI alike): v = mu v + g,
     y = x - lr v, element-wise in float32 for network tokens."""
-    from mpi_teleport.algorithms import local_step
+    from mpi_teleport.core.algorithms import local_step
 
     class FixedGradient:
         def __init__(self, g):
@@ -369,7 +369,7 @@ def test_local_step_is_heavy_ball_in_the_token_dtype():
 def test_digits_cnn_learns_and_is_reproducible():
     torch = pytest.importorskip("torch")
     pytest.importorskip("sklearn")
-    from mpi_teleport.algorithms import local_step
+    from mpi_teleport.core.algorithms import local_step
     from mpi_teleport.problems.models import (FlatState, build_model, configure_torch_threads,
                                               evaluate, loss_and_grad)
 

@@ -82,7 +82,8 @@ def resolve(dotted: str, defs: dict[str, list[str]]) -> bool:
     else:
         for i in range(len(rest), -1, -1):  # the longest module path first
             starts.append(("mpi_teleport." + ".".join([head, *rest[:i]]), rest[i:]))
-        starts += [(module, rest) for module in modules_named(head)]
+        starts += [(".".join([module, *rest[:i]]), rest[i:])  # (a subpackage's module too)
+                   for module in modules_named(head) for i in range(len(rest), -1, -1)]
         starts += [(module, [head, *rest]) for module in defs.get(head, [])]
     for module, attrs in starts:
         try:

@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mpi_teleport.algorithms import local_step, weighted_sum, work_buffer  # noqa: E402
-from mpi_teleport.backends import device  # noqa: E402
+from mpi_teleport.core.algorithms import local_step, weighted_sum, work_buffer  # noqa: E402
+from mpi_teleport.runtime.backends import device  # noqa: E402
 
 
 class Linear:

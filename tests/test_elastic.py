@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 import mpi_teleport as mt
-from mpi_teleport import elastic, schedule
-from mpi_teleport.elastic import Living, living_phase, parse_failures
+from mpi_teleport.runtime import elastic
+from mpi_teleport.core import schedule
+from mpi_teleport.runtime.elastic import Living, living_phase, parse_failures
 from mpi_teleport.errors import UsageError
 from mpi_teleport.problems.quadratic import Quadratic
-from mpi_teleport.spec import RunSpec
+from mpi_teleport.core.spec import RunSpec
 from mpi_teleport.sim import main as sim_main
 
 

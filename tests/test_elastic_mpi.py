@@ -16,10 +16,10 @@ import pytest
 from conftest import ROOT, run_mpi
 from launch_helpers import implementation, kill_tagged, new_tag, this_venv_impl
 
-from mpi_teleport import schedule
-from mpi_teleport.elastic import living_phase
+from mpi_teleport.core import schedule
+from mpi_teleport.runtime.elastic import living_phase
 from mpi_teleport.sim import main as sim_main
-from mpi_teleport.spec import RunSpec
+from mpi_teleport.core.spec import RunSpec
 
 BASE = ["--rounds", "24", "--lr", "0.05", "--log-every", "5", "--dim", "8"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_teleport.output import read_jsonl
+from mpi_teleport.disk.output import read_jsonl
 from helpers import without_time
 
 HAS_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "sklearn"))

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from loopback import WAIT_S, Hub, Loopback, serialised
-from mpi_teleport import topology as topo
-from mpi_teleport.backends import mpi as mpi_backend
-from mpi_teleport.backends.local import LocalBackend
-from mpi_teleport.backends.mpi import MpiBackend
+from mpi_teleport.core import topology as topo
+from mpi_teleport.runtime.backends import mpi as mpi_backend
+from mpi_teleport.runtime.backends.local import LocalBackend
+from mpi_teleport.runtime.backends.mpi import MpiBackend
 from mpi_teleport.problems.quadratic import quadratic
-from mpi_teleport.spec import RunSpec
+from mpi_teleport.core.spec import RunSpec
 
 DIM = 5
 

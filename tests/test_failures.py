@@ -13,8 +13,9 @@ import pytest
 
 from launch_helpers import MPIImpl, is_python, kill_tagged, new_tag, tagged_pids
 from launch_helpers import rank_pids as tagged_rank_pids
-from mpi_teleport import checkpoint, lock
-from mpi_teleport.output import read_jsonl
+from mpi_teleport import checkpoint
+from mpi_teleport.disk import lock
+from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 from helpers import ROOT
 

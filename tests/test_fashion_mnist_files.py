@@ -160,7 +160,7 @@ def test_the_cache_follows_the_environment(tmp_path, monkeypatch):
 def test_a_pass_visits_every_sample_once(size, batch):
     """Rounds 0..b-1 of one pass partition the node's share; the next pass is another
     order; the same (seed, node, pass) gives the same order."""
-    from mpi_teleport import rng
+    from mpi_teleport.core import rng
 
     def order(node, epoch, n):
         return rng.generator(7, rng.STREAM_EPOCH, epoch, node).permutation(n)

@@ -9,7 +9,10 @@ import threading
 
 import pytest
 
-from mpi_teleport import collective, lock, run, runner
+from mpi_teleport.runtime import collective
+from mpi_teleport.disk import lock
+from mpi_teleport import run
+from mpi_teleport.front import runner
 from mpi_teleport.errors import UsageError
 from helpers import ThreadAllgather
 

@@ -63,7 +63,7 @@ def test_in_rank_suite(mpirun, mpi_impl, ranks):
     # (rank 0 computes the simulator's records inside the job on purpose: no MpiJobWarning)
     proc = mpirun(ranks, ["-m", "mpi4py", "-m", "pytest", "-p", "no:cacheprovider", "--with-mpi",
                           "-q", "--color=no", "--timeout=300", "--timeout-method=thread",
-                          "-W", "ignore::mpi_teleport.collective.MpiJobWarning",
+                          "-W", "ignore::mpi_teleport.runtime.collective.MpiJobWarning",
                           *files, "-o", "addopts="], timeout=840)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     counts = summaries(proc.stdout)

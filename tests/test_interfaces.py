@@ -11,15 +11,15 @@ import typing
 import pytest
 
 from loopback import Hub, Loopback
-from mpi_teleport import interfaces
-from mpi_teleport.backends.local import LocalBackend
-from mpi_teleport.backends.mpi import MpiBackend
+from mpi_teleport.core import interfaces
+from mpi_teleport.runtime.backends.local import LocalBackend
+from mpi_teleport.runtime.backends.mpi import MpiBackend
 from mpi_teleport.latency.layer import LatencyTransport
-from mpi_teleport.metrics import Recorder
+from mpi_teleport.runtime.metrics import Recorder
 from mpi_teleport.problems.quadratic import quadratic
-from mpi_teleport.search import SearchRecorder
-from mpi_teleport.spec import RunSpec
-from mpi_teleport.transport import Transport
+from mpi_teleport.runtime.search import SearchRecorder
+from mpi_teleport.core.spec import RunSpec
+from mpi_teleport.runtime.transport import Transport
 
 # The MPI transport's own methods that are not part of what a back end may call: creating
 # and freeing it, and the raw requests the latency layer builds on.

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from mpi_teleport.output import read_jsonl
+from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 import subprocess
 

@@ -9,12 +9,12 @@ import pytest
 
 import mpi_teleport as mt
 from mpi_teleport.examples.logistic import LogisticRegression
-from mpi_teleport.output import RunFiles, read_jsonl
+from mpi_teleport.disk.output import RunFiles, read_jsonl
 from mpi_teleport.problem import with_defaults as adapt
 from mpi_teleport.problems.quadratic import Quadratic
-from mpi_teleport.search import CRITERIA, SearchRecorder
+from mpi_teleport.runtime.search import CRITERIA, SearchRecorder
 from mpi_teleport.sim import main as sim_main
-from mpi_teleport.spec import Logging, RunSpec
+from mpi_teleport.core.spec import Logging, RunSpec
 from helpers import without_time
 
 
@@ -129,8 +129,8 @@ def test_cli_rejects_an_unknown_criterion_in_one_line(tmp_path, capsys):
 
 
 def test_epochs_say_how_many_rounds_each_phase_ran(tmp_path):
-    from mpi_teleport.cli import run_config
-    from mpi_teleport.config import resolve
+    from mpi_teleport.front.cli import run_config
+    from mpi_teleport.front.config import resolve
 
     problem = LogisticRegression(4, seed=0)
     problem.n_train = 1000  # (a problem that knows its training-set size

@@ -9,13 +9,14 @@ import sys
 import numpy as np
 import pytest
 
-from mpi_teleport import latency, schedule
-from mpi_teleport.cli import run_spec
-from mpi_teleport.spec import LatencySettings
-from mpi_teleport.virtual_clock import for_run
-from mpi_teleport.config import UsageError, resolve
-from mpi_teleport.preflight import load
-from mpi_teleport.output import read_jsonl
+from mpi_teleport import latency
+from mpi_teleport.core import schedule
+from mpi_teleport.front.cli import run_spec
+from mpi_teleport.core.spec import LatencySettings
+from mpi_teleport.latency.virtual_clock import for_run
+from mpi_teleport.front.config import UsageError, resolve
+from mpi_teleport.front.preflight import load
+from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 
 RING4 = [[0, 1000, 0, 500],  # 4-node ring: links 0-1 1 ms, 1-2 3 ms, 2-3 2 ms, 3-0 0.5 ms
@@ -186,7 +187,7 @@ def test_bad_flags_give_one_line_and_exit_2(flags, message):
 
 
 def test_toml_accepts_the_new_keys(tmp_path):
-    from mpi_teleport import cli
+    from mpi_teleport.front import cli
 
     toml = tmp_path / "c.toml"
     toml.write_text('latency = "mod:5,bw:10"\nclock = "virtual"\ncompute-time = 12.5\n')

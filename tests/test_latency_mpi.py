@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from mpi_teleport.output import read_jsonl
+from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 
 from test_latency import RING4, TRIANGLE, write_csv  # the same hand-computed cases

@@ -5,8 +5,8 @@ import subprocess
 import pytest
 
 from mpi_teleport import launch
-from mpi_teleport.mpi_flavor import (INTELMPI, MPICH, OPENMPI, UNKNOWN, CRAY, Flavor,
-                                     flavor_of_version_text)
+from mpi_teleport.front.mpi_flavor import (INTELMPI, MPICH, OPENMPI, UNKNOWN, CRAY, Flavor,
+                                           flavor_of_version_text)
 
 VERSION_TEXTS = [
     ("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/", OPENMPI),
@@ -137,6 +137,6 @@ def test_each_environment_s_mpi4py_loads_its_own_library(mpi_impl):
 
     expected = {"openmpi": "Open MPI", "mpich": "MPICH"}[mpi_impl.name]
     assert library_version(mpi_impl.python).startswith(expected)
-    proc = subprocess.run([mpi_impl.python, "-m", "mpi_teleport.mpi_flavor", "--srun-mpi"],
+    proc = subprocess.run([mpi_impl.python, "-m", "mpi_teleport.front.mpi_flavor", "--srun-mpi"],
                           env=mpi_impl.env(), capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == {"openmpi": "pmix", "mpich": "pmi2"}[mpi_impl.name], proc.stderr

@@ -6,8 +6,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "mpi_teleport"
 
 # MPI is the transport's business, and the MPI entry points' (they create COMM_WORLD).
-MPI_ALLOWED = {"mpi_teleport.transport", "mpi_teleport.run", "mpi_teleport.latency.probe",
-               "mpi_teleport.mpi_flavor",  # reads the library's version string, no MPI_Init
+MPI_ALLOWED = {"mpi_teleport.runtime.transport", "mpi_teleport.run", "mpi_teleport.latency.probe",
+               "mpi_teleport.front.mpi_flavor",  # reads the library's version string, no MPI_Init
                "mpi_teleport.examples.logistic", "mpi_teleport.examples.custom_model",
                "mpi_teleport.examples.ported_script",
                "mpi_teleport.examples.mnist_port"}  # (entry points: --mpi)
@@ -88,15 +88,15 @@ def test_errors_is_a_leaf_and_config_is_pure():
     g = graph()
     for leaf in LEAVES:
         assert not g[leaf][0], f"{leaf} imports {g[leaf][0]}"
-    inside, outside = g["mpi_teleport.config"]
-    assert not {"mpi_teleport.checkpoint", "mpi_teleport.preflight", "mpi_teleport.transport"} & inside
+    inside, outside = g["mpi_teleport.front.config"]
+    assert not {"mpi_teleport.checkpoint", "mpi_teleport.front.preflight", "mpi_teleport.runtime.transport"} & inside
     assert "mpi4py" not in outside and "os" not in outside
 
 
 def test_torch_only_on_the_network_paths():
     torch_users = {name for name, (_, outside) in graph().items() if "torch" in outside}
     assert all(name.startswith(("mpi_teleport.problems", "mpi_teleport.examples"))
-               or name in ("mpi_teleport.backends.device", "mpi_teleport.loggers",
-                           "mpi_teleport.optimizers")
+               or name in ("mpi_teleport.runtime.backends.device", "mpi_teleport.disk.loggers",
+                           "mpi_teleport.core.optimizers")
                for name in torch_users), torch_users  # (loggers: TensorBoardWriter only;
     # optimizers: reads a torch optimizer's hyperparameters when optimizer= is given)

@@ -1,4 +1,4 @@
-"""The run-directory lock (mpi_teleport.lock): one process per directory, the holder named,
+"""The run-directory lock (mpi_teleport.disk.lock): one process per directory, the holder named,
 stale locks taken over, released on exit."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from mpi_teleport import lock
-from mpi_teleport.lock import RUN_LOCK, LockedError, LockError, acquire
+from mpi_teleport.disk import lock
+from mpi_teleport.disk.lock import RUN_LOCK, LockedError, LockError, acquire
 from helpers import ROOT
 
 HOLD = ("import sys, time; from mpi_teleport import lock; "

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from mpi_teleport.output import read_jsonl
+from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 from helpers import without_time
 
@@ -52,8 +52,8 @@ def test_main_job_with_25_ranks_prints_the_comparison_table(mpirun):
     assert "rounds to 0.001" in lines[1] and "final error" in lines[1] and "wall time" in lines[1]
     tele = next(line for line in lines if line.startswith("Teleportation (k=8, ring)"))
     dsgd = next(line for line in lines if line.startswith("Decentralized SGD (ring)"))
-    from mpi_teleport.config import resolve
-    from mpi_teleport.output import RunFiles
+    from mpi_teleport.front.config import resolve
+    from mpi_teleport.disk.output import RunFiles
     from mpi_teleport.sim import simulate
 
     cfg = resolve({"nodes": 25})

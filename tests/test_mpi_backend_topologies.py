@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpi_teleport.spec import RunSpec
+from mpi_teleport.core.spec import RunSpec
 
 from test_backend_threads import run_simulator, run_threads
 

@@ -24,7 +24,7 @@ import pytest
 
 from launch_helpers import MPIImpl, is_python, kill_tagged, new_tag, rank_pids, tagged_pids
 from mpi_teleport import checkpoint
-from mpi_teleport.output import read_jsonl
+from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 from helpers import ROOT
 

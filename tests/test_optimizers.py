@@ -1,5 +1,5 @@
 """Issue 30: Adam and AdamW given as PyTorch users give them, their state travelling with
-the token (mpi_teleport/optimizers.py, mpi_teleport/DESIGN.md §2.6). Under mpirun, with a scheduler
+the token (mpi_teleport/core/optimizers.py, mpi_teleport/DESIGN.md §2.6). Under mpirun, with a scheduler
 and a resume: tests/test_torch_feel_mpi.py."""
 import functools
 
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 import mpi_teleport as mt  # noqa: E402
 from mpi_teleport import checkpoint  # noqa: E402
 from mpi_teleport.errors import UsageError  # noqa: E402
-from mpi_teleport.optimizers import Adam, adam_step, from_torch  # noqa: E402
+from mpi_teleport.core.optimizers import Adam, adam_step, from_torch  # noqa: E402
 from helpers import without_time  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -167,7 +167,7 @@ def test_the_command_line_does_not_resume_an_adam_run(tmp_path, capsys):
 
 
 def test_a_long_vector_is_stepped_in_blocks_with_the_same_bits(monkeypatch):
-    from mpi_teleport import optimizers
+    from mpi_teleport.core import optimizers
 
     gen = np.random.default_rng(1)
     x, g = gen.standard_normal((2, 3, 40)).astype(np.float32)

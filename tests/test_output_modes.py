@@ -5,7 +5,7 @@ import os
 import stat
 
 import mpi_teleport as mt
-from mpi_teleport.output import current_umask, write_atomic
+from mpi_teleport.disk.output import current_umask, write_atomic
 from mpi_teleport.problems.quadratic import Quadratic
 
 

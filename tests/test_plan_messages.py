@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpi_teleport import plan
-from mpi_teleport import topology as topo
-from mpi_teleport.spec import RunSpec
+from mpi_teleport.core import plan
+from mpi_teleport.core import topology as topo
+from mpi_teleport.core.spec import RunSpec
 
 
 def pairs(senders, receivers) -> set:

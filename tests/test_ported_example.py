@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_teleport.output import read_jsonl
+from mpi_teleport.disk.output import read_jsonl
 from helpers import without_time
 
 pytestmark = [pytest.mark.torch, pytest.mark.one_mpi,

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mpi_teleport import rng
+from mpi_teleport.core import rng
 from mpi_teleport.problems.quadratic import Quadratic
 
 

@@ -1,4 +1,4 @@
-"""The Problem contract is enforced (mpi_teleport/contract.py): every violation of what
+"""The Problem contract is enforced (mpi_teleport/core/contract.py): every violation of what
 initial(), gradient(), evaluate() and a step-size function must return is one
 UsageError line naming the method and what it must return; gradient()'s return value is
 what counts on every back end; non-finite values before any step are blamed on the model
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import mpi_teleport as mt
-from mpi_teleport import contract
-from mpi_teleport.collective import MpiJobWarning, mpi_job_size
+from mpi_teleport.core import contract
+from mpi_teleport.runtime.collective import MpiJobWarning, mpi_job_size
 from mpi_teleport.errors import NonFiniteError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,10 +118,10 @@ def test_the_mpi_back_end_steps_on_a_returned_gradient():
     from loopback import WAIT_S, Hub, Loopback
     from loopback import serialised
 
-    from mpi_teleport.backends.local import LocalBackend
-    from mpi_teleport.backends.mpi import MpiBackend
+    from mpi_teleport.runtime.backends.local import LocalBackend
+    from mpi_teleport.runtime.backends.mpi import MpiBackend
     from mpi_teleport.problem import with_defaults
-    from mpi_teleport.spec import RunSpec
+    from mpi_teleport.core.spec import RunSpec
 
     spec = RunSpec("teleportation", 4, 2, 10, 0.1)
     problem = with_defaults(Toy(gradient=lambda x, b, out: x - b))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpi_teleport.evaluation import is_shared
+from mpi_teleport.core.evaluation import is_shared
 from mpi_teleport.problem import SHARED_EVALUATION, ProblemWithDefaults, with_defaults
 from mpi_teleport.problems.quadratic import Quadratic
 

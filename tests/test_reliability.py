@@ -13,9 +13,10 @@ import time
 
 import pytest
 
-from mpi_teleport import checkpoint, lock
+from mpi_teleport import checkpoint
+from mpi_teleport.disk import lock
 from mpi_teleport.errors import UsageError
-from mpi_teleport.output import read_jsonl
+from mpi_teleport.disk.output import read_jsonl
 
 from conftest import run_mpi
 from launch_helpers import this_venv_impl

@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from mpi_teleport import rng, schedule
+from mpi_teleport.core import rng, schedule
 
 
 @pytest.mark.parametrize("n,k", [(1, 1), (2, 1), (2, 2), (5, 3), (25, 8), (25, 25), (100, 7), (10**6, 64)])

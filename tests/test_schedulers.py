@@ -1,5 +1,5 @@
 """Issue 30: PyTorch learning-rate schedulers as a plain script builds them, stepped per
-epoch or per round, as a pure function of the round (mpi_teleport/schedulers.py)."""
+epoch or per round, as a pure function of the round (mpi_teleport/core/schedulers.py)."""
 import numpy as np
 import pytest
 
@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 
 import mpi_teleport as mt  # noqa: E402
 from mpi_teleport.errors import UsageError  # noqa: E402
-from mpi_teleport.schedulers import scheduled_lr  # noqa: E402
+from mpi_teleport.core.schedulers import scheduled_lr  # noqa: E402
 from helpers import without_time  # noqa: E402
 
 pytestmark = pytest.mark.torch

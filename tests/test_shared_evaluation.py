@@ -1,6 +1,6 @@
 """Evaluation shared by the ranks equals the simulator's bit for bit on 4 ranks
 (tests/in_rank/, run inside the ranks), and the pure helpers it rests on."""
-from mpi_teleport.evaluation import chunk_slices
+from mpi_teleport.core.evaluation import chunk_slices
 
 
 def test_chunk_slices_cover_the_set_in_order():

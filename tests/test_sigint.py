@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mpi_teleport import checkpoint, signals
-from mpi_teleport.output import read_jsonl
+from mpi_teleport import checkpoint
+from mpi_teleport.runtime import signals
+from mpi_teleport.disk.output import read_jsonl
 from helpers import ROOT
 
 LONG = ["-m", "mpi_teleport.sim", "--nodes", "4", "--algorithm", "teleportation", "--k", "2",
@@ -163,6 +164,6 @@ def test_release_turns_ctrl_c_into_a_one_line_stop(tmp_path):
 
 
 def test_signals_module_imports_no_mpi():
-    code = "import sys, mpi_teleport.signals; assert 'mpi4py' not in sys.modules"
+    code = "import sys, mpi_teleport.runtime.signals; assert 'mpi4py' not in sys.modules"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env, timeout=60)

@@ -1,4 +1,4 @@
-"""Signals around the shutdown and the set-up (mpi_teleport/signals.py, Terminator.commit,
+"""Signals around the shutdown and the set-up (mpi_teleport/runtime/signals.py, Terminator.commit,
 interruptible; checkpoint/keeper.py, Keeper.gate): once the processes agreed to stop, a
 second SIGTERM (srun sends them ~50 ms apart at a time limit) or SIGINT changes nothing,
 also to one rank of four or to the launcher: exit 75 with the checkpoint; a signal while a

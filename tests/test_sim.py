@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from mpi_teleport.config import Config, resolve
-from mpi_teleport.output import RunFiles, read_jsonl
+from mpi_teleport.front.config import Config, resolve
+from mpi_teleport.disk.output import RunFiles, read_jsonl
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main, simulate
 from helpers import without_time

@@ -18,7 +18,7 @@ from conftest import ROOT, rank_stacks, run_mpi
 from launch_helpers import (is_python, kill_tagged, new_tag, tagged_pids,
                             this_venv_impl)
 
-from mpi_teleport import schedule
+from mpi_teleport.core import schedule
 from mpi_teleport.sim import main as sim_main
 
 from test_elastic_mpi import (BASE, records, refused_under_mpich, refused_without_ulfm,

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from mpi_teleport import topology as topo
-from mpi_teleport.algorithms import mix
+from mpi_teleport.core import topology as topo
+from mpi_teleport.core.algorithms import mix
 
 KS = list(range(1, 65)) + [100, 127, 128, 1000]
 

@@ -8,7 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import mpi_teleport as mt  # noqa: E402
-from mpi_teleport import progress as progress_mod, schedule  # noqa: E402
+from mpi_teleport.runtime import progress as progress_mod
+from mpi_teleport.core import schedule  # noqa: E402
 from mpi_teleport.errors import UsageError  # noqa: E402
 from helpers import without_time  # noqa: E402
 

@@ -42,14 +42,15 @@ that determine the numbers (problem, k, topology, lr, seed, ...) must not change
 Modules: :mod:`.store` (layout, atomic I/O), :mod:`.find` (discovery, pruning),
 :mod:`.keeper` (the engine's hooks); the checks of a resume (its recorded settings
 against the run's, its files) and of the checkpoint directory, for the command line and
-the API alike, are :mod:`mpi_teleport.resume`'s.
+the API alike, are :mod:`mpi_teleport.front.resume`'s.
 
     python -m mpi_teleport.checkpoint newest DIR   # path of the newest complete checkpoint
     python -m mpi_teleport.checkpoint show DIR     # its manifest, without the records
 """
 from .find import any_checkpoint, complete, locate, newest, owner, prune  # noqa: F401
 from .keeper import Keeper, CheckpointPlan  # noqa: F401
-from .store import (FORMAT, LAYOUT_MATRIX, LAYOUT_TOKENS, MANIFEST, RUN_MARKER,  # noqa: F401
-                    DamagedCheckpointError, EarlierScheduleError, check_arrays, check_manifest, load_matrix,
-                    load_token, read_manifest, restore_token, round_dir, save_matrix,
-                    save_token, stored_tokens, token_arrays, token_file, write_manifest)
+from .store import (FORMAT, LAYOUT_MATRIX, LAYOUT_TOKENS, MANIFEST, RUN_MARKER,
+                    DamagedCheckpointError, EarlierScheduleError, check_arrays,
+                    check_manifest, load_matrix, load_token, read_manifest, restore_token,
+                    round_dir, save_matrix, save_token, stored_tokens, token_arrays,
+                    token_file, write_manifest)

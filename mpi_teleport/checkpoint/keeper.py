@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import cast
 
 from ..errors import OutputError, Terminated
-from ..interfaces import Backend
+from ..core.interfaces import Backend
 from .find import prune
-from ..output import write_atomic
+from ..disk.output import write_atomic
 from .store import RUN_MARKER, round_dir, write_manifest
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import Any, cast
 import numpy as np
 
 from ..errors import UsageError
-from ..output import dumps, write_atomic, write_atomic_with
+from ..disk.output import dumps, write_atomic, write_atomic_with
 
 # 2: schedule v2 (hash words, mpi_teleport/DESIGN.md §3.2). A format-1 checkpoint comes
 # from a version whose schedule placed the tokens differently: resuming it here would
@@ -186,7 +186,7 @@ def _is_int(value) -> bool:
 
 
 def _check_recorder(directory, state) -> None:
-    """The recorder's state (:meth:`mpi_teleport.metrics.Recorder.state`) has the types
+    """The recorder's state (:meth:`mpi_teleport.runtime.metrics.Recorder.state`) has the types
     the recorder restores, so an edited manifest stops every process at start-up rather
     than one of them halfway through restoring."""
     if state is None:

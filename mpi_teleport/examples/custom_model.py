@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from mpi_teleport.parsers import OneLineParser
+from ..parsers import OneLineParser
 
 
 def build_model():

@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from mpi_teleport.parsers import OneLineParser
+from ..parsers import OneLineParser
 
 
 class LogisticRegression:

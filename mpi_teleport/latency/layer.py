@@ -19,7 +19,7 @@ Two clocks:
 The logical clock is kept under both clocks; records then get ``virtual_time_s`` (max
 over ranks, gathered at logging rounds) beside ``time_s``. Latency changes time, never
 numbers. The simulator computes the same virtual time centrally
-(:mod:`mpi_teleport.virtual_clock`). MPI itself stays in the transport: this layer uses
+(:mod:`mpi_teleport.latency.virtual_clock`). MPI itself stays in the transport: this layer uses
 only its point-to-point and request methods.
 """
 from __future__ import annotations
@@ -48,8 +48,8 @@ class LatencyPending:
 
 
 class LatencyTransport:
-    """Wraps a :class:`mpi_teleport.transport.Transport`: a
-    :class:`~mpi_teleport.interfaces.ClockedTransport` (per-round messages, each with its
+    """Wraps a :class:`mpi_teleport.runtime.transport.Transport`: a
+    :class:`~mpi_teleport.core.interfaces.ClockedTransport` (per-round messages, each with its
     sender's clock; no persistent channels), plus, with ``clock='real'``, real
     sender-side delays. Every collective first sends out what is still deferred."""
 

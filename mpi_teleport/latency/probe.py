@@ -28,7 +28,7 @@ def probe(argv=None) -> int:
 
     from mpi4py import MPI
 
-    from ..transport import KIND_Y, Transport
+    from ..runtime.transport import KIND_Y, Transport
 
     parser = OneLineParser(prog="python -m mpi_teleport.latency probe")
     parser.add_argument("--latency", required=True)

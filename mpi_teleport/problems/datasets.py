@@ -82,14 +82,14 @@ _TAG_DIGITS = 0xD6
 
 
 from ..errors import DatasetMissingError  # noqa: E402  (re-exported: datasets.DatasetMissingError)
-from .partitions import (NotEnoughSamplesError, check_enough_samples,  # noqa: E402,F401
-                         class_histogram, dirichlet_partition, train_val_split)
+from .partitions import (NotEnoughSamplesError, check_enough_samples, class_histogram,
+                         dirichlet_partition, train_val_split)
 
 from .image_rows import ImageRows, _normalise, _read_rows  # noqa: E402,F401  (re-exported)
-from .unpacking import (CIFAR10_FILES, CIFAR10_TGZ_MD5, FMNIST_FILES, MAX_UNPACKED, N_CLASSES, UNPACK_LOCK,  # noqa: E402,F401
-                        DatasetContentError, _check_arrays, _check_idx_pair, _idx_header,
-                        _md5, _one_line, _read, _safe_members, _tmp_name, _unpack_lock,
-                        extract_cifar10)
+from .unpacking import (CIFAR10_FILES, CIFAR10_TGZ_MD5, FMNIST_FILES, MAX_UNPACKED,
+                        N_CLASSES, UNPACK_LOCK, DatasetContentError, _check_arrays,
+                        _check_idx_pair, _idx_header, _md5, _one_line, _read, _safe_members,
+                        _tmp_name, _unpack_lock, extract_cifar10)
 from . import fashion_files  # noqa: E402
 from .fashion_files import decompress_fashion_mnist  # noqa: E402,F401  (re-exported)
 

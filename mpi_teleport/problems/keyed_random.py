@@ -20,7 +20,7 @@ from typing import cast
 
 import numpy as np
 
-from .. import rng
+from ..core import rng
 
 __all__ = ["KeyedGlobals", "augment_generator"]
 

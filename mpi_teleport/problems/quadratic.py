@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import rng
+from ..core import rng
 
 # Nodes whose b_i are kept in memory at once; beyond it rows are regenerated on demand,
 # so Teleportation with n = 10^6 nodes still needs O(k d) memory.
@@ -108,7 +108,7 @@ class Quadratic:
         if self._x_star is None and self.zeta2 == 0:
             self._x_star = np.zeros(self.d)  # every b_i = 0: no sum over n needed
         if self._x_star is None:
-            from ..signals import pending
+            from ..runtime.signals import pending
 
             acc = np.zeros(self.d)
             for start in range(0, self.n, _CHUNK):

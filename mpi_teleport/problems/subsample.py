@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import rng
+from ..core import rng
 from .torch_options import positive_int
 
 __all__ = ["fixed_subsample"]

@@ -3,7 +3,7 @@
 (:class:`~mpi_teleport.errors.UsageError`; issue 21): a device that is not a torch device
 or CUDA without a GPU, class labels below 0 or beyond the model's outputs, inputs the
 model cannot take. The Problem side (shapes and values of ``initial``/``gradient``/
-``evaluate``) is :mod:`mpi_teleport.contract`'s.
+``evaluate``) is :mod:`mpi_teleport.core.contract`'s.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Chunked evaluation of a :class:`~.torch_problem.TorchProblem`'s averaged model: the
 rows of per-chunk sums (:func:`chunk_sums`) that every back end adds in chunk order, and
 the metrics from them (:func:`metrics`), so that one process evaluating the whole set
-and n ranks each evaluating their chunk-aligned slice (:mod:`mpi_teleport.evaluation`)
+and n ranks each evaluating their chunk-aligned slice (:mod:`mpi_teleport.core.evaluation`)
 give the same bits. torch is imported only when a chunk is evaluated.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ def chunk_sums(problem, vector: np.ndarray, lo: int = 0, hi: int | None = None,
                split: str = "test") -> np.ndarray:
     """Per-chunk sums of the model ``vector`` on samples ``[lo, hi)`` of a set ("test" or
     "validation"); ``lo``/``hi`` multiples of ``eval_batch_size`` (or the set's end;
-    :func:`mpi_teleport.evaluation.chunk_slices`). Returns float64 rows ``(loss sum,
+    :func:`mpi_teleport.core.evaluation.chunk_slices`). Returns float64 rows ``(loss sum,
     correct, samples, *metric sums)``, one per chunk, in order: rows of disjoint
     chunk-aligned slices concatenated in slice order equal the whole set's rows bit for
     bit (each chunk's random draws keyed by its start, not by who evaluates it)."""

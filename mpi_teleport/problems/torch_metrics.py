@@ -1,7 +1,7 @@
 """What a :class:`~.torch_problem.TorchProblem` reports: the task's loss and accuracy, and
 a user's own metrics through one override point, :class:`EvalMetric`.
 
-Evaluation is a sum over chunks of samples (:mod:`mpi_teleport.evaluation`): each chunk
+Evaluation is a sum over chunks of samples (:mod:`mpi_teleport.core.evaluation`): each chunk
 gives one row of additive sums, the rows of all chunks are added in chunk order, and the
 metrics are computed from the totals. Under MPI each rank computes the rows of its own
 chunks; any split gives the same bits. A metric that fits that shape -- per-batch sums

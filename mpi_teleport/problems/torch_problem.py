@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import rng
-from ..evaluation import chunk_slices  # noqa: F401  (re-exported)
+from ..core import rng
+from ..core.evaluation import chunk_slices  # noqa: F401  (re-exported)
 from . import torch_evaluation as te
 from . import torch_metrics as tm
 from .keyed_random import KeyedGlobals, augment_generator
@@ -432,7 +432,7 @@ class TorchProblem:
     def training_metrics(self, t: int) -> dict:
         """node -> {"train_loss", "train_accuracy" (classification)} of the mini-batches
         this process computed in round ``t`` (the training loss in every record,
-        :mod:`mpi_teleport.training`); empty for a round not computed here."""
+        :mod:`mpi_teleport.core.training`); empty for a round not computed here."""
         return dict(self._train_stats.get(int(t), {}))
 
     # ---------------------------------------------------------------- evaluation

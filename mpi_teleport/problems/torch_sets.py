@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import rng
-from ..evaluation import chunk_slices
+from ..core import rng
+from ..core.evaluation import chunk_slices
 from . import partitions
 from .torch_data import samples
 from .torch_checks import refuse_negative_labels

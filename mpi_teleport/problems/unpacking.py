@@ -24,7 +24,7 @@ import zlib
 
 import numpy as np
 
-from .. import lock
+from ..disk import lock
 from ..errors import DatasetMissingError
 
 __all__ = ["DatasetContentError", "extract_cifar10"]

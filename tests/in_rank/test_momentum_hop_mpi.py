@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpi_teleport import schedule
-from mpi_teleport.backends.mpi import MpiBackend
+from mpi_teleport.core import schedule
+from mpi_teleport.runtime.backends.mpi import MpiBackend
 from mpi_teleport.problems.quadratic import Quadratic
-from mpi_teleport.spec import RunSpec
-from mpi_teleport.transport import Transport
+from mpi_teleport.core.spec import RunSpec
+from mpi_teleport.runtime.transport import Transport
 
 RANKS = (4,)  # the rank counts tests/test_in_rank.py runs this file at (it needs 3 ranks)
 MPI_TIER = True  # transport semantics: under Open MPI and MPICH (else Open MPI only)
@@ -34,9 +34,9 @@ def test_momentum_follows_its_token():
     if rank != 0:
         return
     # the simulator's momentum rows, token by token, round by round
-    from mpi_teleport.algorithms import local_step
-    from mpi_teleport.algorithms import mix
-    from mpi_teleport import topology
+    from mpi_teleport.core.algorithms import local_step
+    from mpi_teleport.core.algorithms import mix
+    from mpi_teleport.core import topology
 
     x = np.tile(problem.initial(), (k, 1))
     v = np.zeros_like(x)

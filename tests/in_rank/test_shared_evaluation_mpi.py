@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 import mpi_teleport as mt
-from mpi_teleport.evaluation import chunk_slices
+from mpi_teleport.core.evaluation import chunk_slices
 from helpers import without_time
 
 # the rank counts tests/test_in_rank.py runs this file at: 4, where the slices are uneven

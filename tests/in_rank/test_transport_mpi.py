@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpi_teleport.transport import KIND_MOMENTUM, KIND_Y, Transport
+from mpi_teleport.runtime.transport import KIND_MOMENTUM, KIND_Y, Transport
 
 RANKS = (2, 4)  # the rank counts tests/test_in_rank.py runs this file at
 MPI_TIER = True  # transport semantics: under Open MPI and MPICH (else Open MPI only)
@@ -62,7 +62,7 @@ def test_gather_rows_in_token_order(transport):
 
 @pytest.mark.mpi(min_size=2)
 def test_schedule_agrees_on_every_rank(transport):
-    from mpi_teleport import schedule
+    from mpi_teleport.core import schedule
 
     mine = np.concatenate([schedule.holders(9, 1000, 32, t) for t in range(20)])
     everyone = transport.comm.allgather(mine.tolist())

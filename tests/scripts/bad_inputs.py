@@ -18,7 +18,8 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from mpi_teleport import run, schedule
+from mpi_teleport import run
+from mpi_teleport.core import schedule
 
 VICTIM = 2
 

@@ -3,8 +3,8 @@ import sys
 
 from mpi4py import MPI
 
-import mpi_teleport.backends.compiled as fast  # where the compiled rounds look local_step up
-import mpi_teleport.backends.mpi as tele  # where the round executor's step looks it up
+import mpi_teleport.runtime.backends.compiled as fast  # where the compiled rounds look local_step up
+import mpi_teleport.runtime.backends.mpi as tele  # where the round executor's step looks it up
 from mpi_teleport import run
 
 if MPI.COMM_WORLD.Get_rank() == 2:

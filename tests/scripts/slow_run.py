@@ -6,8 +6,8 @@ import os
 import sys
 import time
 
-import mpi_teleport.backends.compiled as fast  # where the compiled rounds look local_step up
-import mpi_teleport.backends.mpi as tele  # where the round executor's step looks it up
+import mpi_teleport.runtime.backends.compiled as fast  # where the compiled rounds look local_step up
+import mpi_teleport.runtime.backends.mpi as tele  # where the round executor's step looks it up
 from mpi_teleport import run
 
 delay = float(os.environ.get("SLOW_STEP_S", "0.005"))

@@ -12,7 +12,7 @@ import torch
 from mpi4py import MPI
 
 import mpi_teleport as mt
-from mpi_teleport.collective import MpiJobWarning
+from mpi_teleport.runtime.collective import MpiJobWarning
 from mpi_teleport.problems.torch_options import core_share
 
 warnings.simplefilter("ignore", MpiJobWarning)  # (each rank also runs the simulator, on purpose)

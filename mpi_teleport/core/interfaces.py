@@ -1,0 +1,252 @@
+"""The interfaces the engine and the back ends are written against, as typing Protocols.
+
+* :class:`Backend`: how token vectors move and are stepped (the simulator's
+  :class:`~mpi_teleport.runtime.backends.local.LocalBackend`, one node per rank
+  :class:`~mpi_teleport.runtime.backends.mpi.MpiBackend`); all the engine
+  (:func:`mpi_teleport.runtime.engine.execute`) and the checkpoint keeper use.
+* :class:`TokenTransport`: what a rank's back end moves vectors through (MPI's
+  :class:`~mpi_teleport.runtime.transport.Transport`, the latency layer's
+  :class:`~mpi_teleport.latency.layer.LatencyTransport`, the tests' thread loopback).
+  What a transport can do beyond the common part is *declared* by two attributes, never
+  found by probing: ``has_channels`` (it is also a :class:`ChannelTransport`: persistent
+  channels, which the compiled fast path :mod:`mpi_teleport.runtime.backends.compiled` needs) and
+  ``has_clock`` (it is also a :class:`ClockedTransport`: a logical clock stamped on every
+  message, so each message must be posted round by round).
+* :class:`RunRecorder`: what the root records through (``metrics.Recorder``,
+  ``search.SearchRecorder``); :class:`CheckpointedRecorder` adds the state a checkpoint
+  keeps.
+
+Nothing here imports an implementation: the protocols are the contract, the classes
+name them in their docstrings, tests/test_interfaces.py checks that each implementation
+has every member.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import numpy as np
+
+# Message kinds (a tag says the round and the kind): a token's y (the gossip input), its
+# momentum, its model (Alg. 1's fetch, line 8).
+KIND_Y, KIND_MOMENTUM, KIND_MODEL, KIND_SPARE = range(4)
+N_KINDS = 4
+
+# (peer, tag, contiguous array): one per-round message, as the transport takes it
+Message = tuple[int, int, np.ndarray]
+
+
+@runtime_checkable
+class TokenTransport(Protocol):
+    """Point-to-point messages of a round and the few collectives of logging, start-up and
+    checkpoints. Ranks are node ids; a message to oneself is a local copy."""
+
+    rank: int
+    size: int
+    has_channels: bool  # also a ChannelTransport
+    has_clock: bool  # also a ClockedTransport
+
+    # -- per-round messages (Isend/Irecv under MPI) -------------------------------------
+    def tag(self, t: int, kind: int) -> int:
+        """The tag of round t's messages of ``kind`` (transport.KIND_*): a message of round
+        t can never be consumed in another round."""
+
+    def post_recvs(self, recvs: list[Message], pending: Any = None) -> Any:
+        """Post receives [(source, tag, buffer)]; returns the pending exchange."""
+
+    def post_sends(self, sends: list[Message], pending: Any = None) -> Any:
+        """Post sends [(dest, tag, array)]; the arrays must not change until :meth:`wait`."""
+
+    def wait(self, pending: Any) -> None:
+        """Complete every request of ``pending``."""
+
+    def exchange(self, sends: list[Message], recvs: list[Message]) -> None:
+        """Post the receives, then the sends, and wait for all of them."""
+
+    # -- collectives (logging rounds, checkpoints, start-up) ---------------------------------
+    def gather_rows(self, row: np.ndarray | None, holders: np.ndarray, d: int,
+                    dtype=np.float64) -> np.ndarray | None:
+        """Rank 0 gets the k token rows (row of token m from rank holders[m]) in token
+        order; other ranks None."""
+
+    def bcast_array(self, buf: np.ndarray) -> np.ndarray:
+        """Rank 0's ``buf`` into every rank's ``buf``."""
+
+    def gather_rows_in_order(self, rows: np.ndarray) -> np.ndarray | None:
+        """Every rank's float64 rows stacked in rank order on rank 0 (None elsewhere)."""
+
+    def bcast(self, obj):
+        """Rank 0's object on every rank."""
+
+    def gather(self, obj) -> list | None:
+        """Every rank's object on rank 0, in rank order (None elsewhere)."""
+
+    def allgather(self, obj) -> list:
+        """Every rank's object on every rank, in rank order."""
+
+    def agree_max(self, value: int) -> int:
+        """The largest ``value`` over the ranks, on every rank."""
+
+    def reduce_max(self, value: float) -> float | None:
+        """The largest ``value`` over the ranks on rank 0 (None elsewhere)."""
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+
+    def abort(self, code: int = 1) -> None:
+        """End every rank of the job now."""
+
+    def close(self) -> None:
+        """The run on this transport is over: anything still held for it goes out (the
+        latency layer's deferred sends) and its own resources are freed. Collectives
+        still work; the communicator itself belongs to whoever created the transport."""
+
+
+@runtime_checkable
+class ChannelTransport(TokenTransport, Protocol):
+    """A transport with persistent channels (``has_channels``): a channel is a request
+    bound once to (direction, peer, kind, buffer) and started every round that moves
+    that buffer between those two ranks (MPI's Send_init/Recv_init, Startall, Waitall)."""
+
+    def send_channel(self, buf: np.ndarray, dest: int, kind: int) -> Any:
+        """The persistent send of ``buf`` to ``dest`` (made on first use)."""
+
+    def recv_channel(self, buf: np.ndarray, source: int, kind: int) -> Any:
+        """The persistent receive into ``buf`` from ``source`` (made on first use)."""
+
+    def start(self, channels: list) -> None:
+        """Start ``channels`` (a send's data is what its buffer holds now)."""
+
+    def wait_all(self, channels: list) -> None:
+        """Complete ``channels``."""
+
+    def release_channels(self, buffers=None) -> None:
+        """Free the channels of ``buffers`` (all when None)."""
+
+
+@runtime_checkable
+class ClockedTransport(TokenTransport, Protocol):
+    """A transport with a logical clock (``has_clock``, the latency layer): every message
+    carries its sender's clock, so messages are posted round by round, never through
+    persistent channels."""
+
+    clock_us: float  # this rank's logical clock, microseconds
+    interrupted: Callable[[], bool]  # a stop was asked: cut real-clock delays short
+
+    def advance(self, us: float) -> None:
+        """Add compute time to the logical clock."""
+
+    def flush(self) -> None:
+        """Hand every message still held back (real-clock delays) to the network."""
+
+    def virtual_time_s(self) -> float | None:
+        """The largest logical clock over the ranks, seconds, on rank 0 (collective)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Where the tokens live and how a round moves them; all the engine uses. Collective
+    methods are called by every process in the same order (trivial in one process)."""
+
+    name: str  # 'sim' or 'mpi' (summaries, manifests)
+    layout: str  # checkpoint layout it writes (checkpoint.LAYOUT_*)
+    root: bool  # this process writes the files
+    checks_every_round: bool  # signals are looked at every round (else at logging rounds)
+    elastic: bool  # lost nodes are survived: keep/settle/recover (mpi_teleport/runtime/elastic.py)
+    losses: Any  # the nodes lost so far, as recorded (elastic.loss_records); empty otherwise
+    replacements: Any  # the nodes a spare took over (elastic.replacement_records); empty otherwise
+    spares: int  # the spares the run started with (0: none)
+
+    def begin(self, phase, start: int, x0: np.ndarray, restore=None) -> None:
+        """Place the tokens of round ``start`` of ``phase`` (a schedule.Phase): x0 on every
+        token, or the checkpoint ``restore`` = (directory, manifest)."""
+
+    def step(self, t: int) -> None:
+        """Round t of every run of the phase (Algorithm 3 or 1)."""
+
+    def tokens(self, run: int) -> np.ndarray | None:
+        """Collective: run ``run``'s token matrix (rows in token order) on the root."""
+
+    def evaluate(self, problem, x: np.ndarray | None, split: str = "test"):
+        """Collective: the metrics of the root's token matrix x, on the root."""
+
+    def training_metrics(self, problem, t: int) -> dict:
+        """Collective: the mean of each value the problem reports of round t's batches
+        over that round's active nodes, on the root ({} elsewhere or when none are)."""
+
+    def virtual_time_s(self, r: int) -> float | None:
+        """Collective: the virtual time after round r (None without the latency model)."""
+
+    def clocks(self, r: int) -> list[float] | None:
+        """Collective: every node's logical clock after round r, for a checkpoint."""
+
+    def restore_clock(self, clocks: list[float] | None) -> None:
+        """Continue the logical clock from a checkpoint's ``clocks``."""
+
+    def interrupt_on(self, asked: Callable[[], bool]) -> None:
+        """Let waits end early once ``asked()`` is true (a signal): numbers unchanged."""
+
+    def share(self, fn: Callable[[], Any]) -> Any:
+        """Collective: fn() on the root, its result on every process."""
+
+    def agree(self, flag: int) -> int:
+        """Collective: the largest ``flag`` over the processes."""
+
+    def barrier(self) -> None:
+        """Collective: wait for every process."""
+
+    def save(self, directory: Path) -> list[str]:
+        """This process's token arrays into a checkpoint directory; their names."""
+
+    @property
+    def dim(self) -> int:
+        """Elements of a token."""
+
+    def close(self) -> None:
+        """Release what the run held (persistent channels, the latency layer)."""
+
+
+@runtime_checkable
+class RunRecorder(Protocol):
+    """The root's records of one run: metrics.jsonl rows, the summary, and what logging
+    rounds evaluate beyond the run's metric (Algorithm 2's validation)."""
+
+    problem: Any
+    spec: Any
+    files: Any  # output.RunFiles
+
+    def pause(self) -> float:
+        """Start of an interval excluded from ``time_s`` (logging, checkpoints)."""
+
+    def resume(self, since: float) -> None:
+        """End of the interval :meth:`pause` started."""
+
+    def elapsed(self) -> float:
+        """Seconds since the start, excluded intervals left out."""
+
+    def validates(self, phase: int, r: int) -> bool:
+        """Whether round r of ``phase`` also evaluates the validation metric."""
+
+    def validates_tokens(self, phase: int, r: int) -> bool:
+        """Whether round r of ``phase`` also validates each token alone."""
+
+    def record(self, phase: int, r: int, mats: list, time_s: float, extra: dict,
+               evaluated=None) -> bool:
+        """Round r's record from the token matrices; True when the run should stop."""
+
+    def final_tokens(self) -> np.ndarray | None:
+        """The token matrix the result's averaged model comes from."""
+
+    def summary(self, wall: float, extra: dict | None = None) -> dict:
+        """Write and return summary.json's contents."""
+
+
+@runtime_checkable
+class CheckpointedRecorder(RunRecorder, Protocol):
+    """A recorder whose state a checkpoint keeps (Algorithm 2 takes no checkpoints)."""
+
+    def state(self) -> dict:
+        """What a checkpoint keeps of the records."""
+
+    def restore(self, state: dict) -> None:
+        """Continue from :meth:`state`."""

@@ -1,0 +1,209 @@
+"""The Python API's checks and plumbing: every argument of :func:`mpi_teleport.teleportation`,
+:func:`~mpi_teleport.dsgd` and :func:`~mpi_teleport.search_k` checked by the command
+line's rules (:mod:`mpi_teleport.front.settings`), the inputs on disk checked on every
+process (:mod:`mpi_teleport.front.resume`), then the run handed to :func:`runner.train`.
+
+The public functions (:mod:`mpi_teleport.api`) build a :class:`RunSpec` and the option
+objects (:mod:`mpi_teleport.front.options`) and call :func:`run_checked`; nothing here is
+public.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..runtime import collective, engine
+from . import runner
+from ..core.algorithms import Nesterov
+from .loop_options import momentum_of
+from . import resume as resume_rules
+from ..core import topology as topo
+from ..checkpoint import CheckpointPlan, any_checkpoint, locate
+from ..errors import UsageError
+from ..latency.model import parse_spec
+from .options import Checkpoints, Latency, Records
+from ..disk.paths import absolute, check_writable
+from ..problem import with_defaults
+from .settings import API, check_checkpoints, check_k, check_values, flag
+from ..core.spec import LatencySettings, Logging, RunSpec
+
+
+@dataclass(frozen=True)
+class _Files:
+    """Where one API run writes and what it resumes (absolute paths, checked)."""
+
+    out: Path | None
+    checkpoint_dir: Path | None  # given, or out/checkpoints
+    every: int
+    keep: int
+    resume: Path | None
+    progress: bool
+
+    @property
+    def touches_checkpoints(self) -> bool:
+        """The run may write a checkpoint (periodic, or on a signal) or resumes one."""
+        return self.checkpoint_dir is not None or self.resume is not None
+
+    @property
+    def held(self) -> list:
+        """The directories the run locks: out, and the checkpoint directory it writes."""
+        return [(path, what) for path, what in ((self.out, "out"),
+                                                (self.checkpoint_dir, "checkpoint_dir"))
+                if path is not None and (what == "out" or self.every)]
+
+
+def run_checked(problem, spec: RunSpec, *, nesterov, comm, out, records: Records,
+                checkpoints: Checkpoints, latency: Latency, elastic: bool = False,
+                fail=None, spares: int = 0) -> engine.Result:
+    """Check every argument (:mod:`mpi_teleport.front.settings`, the command line's rules), check
+    the inputs on disk on every process (a resumed checkpoint against these settings and
+    file by file, the checkpoint directory free of another run's), then train; a refusal
+    is one UsageError on every process, before anything is written."""
+    problem = with_defaults(problem)  # (TypeError naming what is missing)
+    spec, logging, latency_settings, files = _checked(spec, nesterov, comm, out, records,
+                                                      checkpoints, latency)
+    given = problem.nodes
+    if isinstance(given, int) and not isinstance(given, bool) and given != spec.nodes:
+        raise UsageError(f"the problem was built for nodes={given} but the run has "
+                         f"nodes={spec.nodes}: give both the same number")
+    record = resume_rules.plain({**_record(spec, logging, latency_settings, files),
+                                 **resume_rules.describe_problem(problem, spec.seed,
+                                                                 files.touches_checkpoints)})
+    plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep)
+    from ..runtime.elastic import parse_failures
+
+    spares = check_values({"spares": spares}, API)["spares"]
+    if spares and not (elastic or fail):
+        raise UsageError("spares= needs elastic=True (MPI) or fail= (the simulator's failure "
+                         "plan)")
+    failures = parse_failures(fail, spec.nodes, spares)  # (elastic mode, mpi_teleport/DESIGN.md §11)
+    refused = None
+    try:
+        _check_disk(spec, latency_settings, record, plan, files)
+    except UsageError as exc:
+        refused = str(exc)
+    except OSError as exc:  # an unreadable directory or file
+        refused = f"cannot read the checkpoint or output directory: {exc.strerror or exc}"
+    return runner.train(problem, spec, logging, latency_settings, comm=comm, out=files.out,
+                        plan=plan, settings=record, progress=files.progress,
+                        config_record={**record, **problem.describe()}, hold=files.held,
+                        refused=refused, callback=records.callback,
+                        elastic=bool(elastic) or bool(failures), failures=failures,
+                        spares=spares)
+
+
+def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: Checkpoints,
+             latency: Latency) -> tuple[RunSpec, Logging, LatencySettings, _Files]:
+    """The run's settings with every value checked by the rules the command line uses
+    (spelt as the flat keywords: ``log_every``, also for ``Records(every=...)``), or
+    UsageError (one line)."""
+    if comm is not None:  # (before any MPI call could hang on it)
+        collective.check_communicator(comm)
+    else:
+        collective.warn_if_in_mpi_job()  # every process of an mpirun job simulating alone?
+    values = check_values({
+        "nodes": spec.nodes, "rounds": spec.rounds, "lr": spec.lr, "momentum": spec.momentum,
+        "topology": spec.topology, "variant": spec.variant, "seed": spec.seed,
+        "log_every": records.every, "eval_every": records.eval_every, "target": records.target,
+        "stop_at_target": records.stop_at_target,
+        "latency": latency.model, "clock": latency.clock,
+        "compute_time": latency.compute_time, "out": out,
+        "checkpoint_every": checkpoints.every, "checkpoint_dir": checkpoints.dir,
+        "keep_checkpoints": checkpoints.keep, "resume": checkpoints.resume,
+    }, API)
+    progress = flag(records.progress, "progress", API)
+    k = spec.k
+    if spec.algorithm == "teleportation":
+        k = check_k(spec.k, values["nodes"], spec.algorithm, API)
+    elif spec.algorithm == "dsgd":
+        k = values["nodes"]
+    check_checkpoints(values, API, search=spec.algorithm == "search")
+    spec = RunSpec(spec.algorithm, values["nodes"], k, values["rounds"], values["lr"],
+                   momentum_of(values["momentum"], nesterov),
+                   values["topology"], values["variant"], values["seed"], spec.k_select,
+                   spec.optimizer)
+    logging = Logging(values["log_every"], values["target"], values["stop_at_target"],
+                      naming=API, eval_every=values["eval_every"])
+    settings = LatencySettings(values["latency"], values["clock"], values["compute_time"])
+
+    def where(name):
+        return None if values[name] is None else Path(absolute(name, values[name], API))
+
+    out, ck_dir, resume = where("out"), where("checkpoint_dir"), where("resume")
+    if ck_dir is None and resume is not None and spec.algorithm != "search":
+        ck_dir = _continued_dir(resume, spec.algorithm)
+    if ck_dir is None and out is not None:
+        ck_dir = out / "checkpoints"
+    files = _Files(out, ck_dir, values["checkpoint_every"], values["keep_checkpoints"],
+                   resume, progress)
+    return spec, logging, settings, files
+
+
+def _continued_dir(resume: Path, algorithm: str) -> Path | None:
+    """A resume without ``checkpoint_dir`` of a run that kept its checkpoints apart from its
+    files writes the new ones beside those it resumes (:func:`resume.kept_apart`), so the
+    next ``resume=`` from there finds the newest; None otherwise (a checkpoint that cannot
+    be read is reported by the disk check, in its one line)."""
+    try:
+        found = locate(resume, algorithm)
+    except (UsageError, OSError):
+        return None
+    apart = None if found is None else resume_rules.kept_apart(found[0])
+    return None if apart is None else Path(apart)
+
+
+def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _Files) -> dict:
+    """The settings a checkpoint manifest keeps (named as the command line's Config
+    names them, so ``--resume`` reads them) and a resume compares."""
+    record = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.tokens,
+              "rounds": spec.rounds, "lr": resume_rules.describe_lr(spec.lr),
+              "lr_schedule": "function" if callable(spec.lr) else "constant",
+              "momentum": float(spec.momentum), "topology": topo.describe(spec.topology),
+              "variant": spec.variant, "seed": spec.seed, "log_every": logging.every,
+              "target": logging.target, "stop_at_target": logging.stop_at_target,
+              "latency": latency.spec, "clock": latency.clock,
+              "compute_time": latency.compute_time, "checkpoint_every": files.every,
+              "keep_checkpoints": files.keep,
+              "out": None if files.out is None else str(files.out),
+              "checkpoint_dir": None if files.checkpoint_dir is None else str(files.checkpoint_dir)}
+    if spec.algorithm == "search":
+        record["k_select"] = spec.k_select
+    if isinstance(spec.momentum, Nesterov):  # (only then: other runs' records unchanged)
+        record["nesterov"] = True
+    if logging.eval_every is not None:  # (likewise; a resume may change it)
+        record["eval_every"] = logging.eval_every
+    if spec.optimizer is not None:  # (likewise: a resume with another optimizer is refused)
+        record["optimizer"] = spec.optimizer.describe()
+    return record
+
+
+def _check_disk(spec: RunSpec, latency: LatencySettings, record: dict, plan: CheckpointPlan,
+                files: _Files) -> None:
+    """The API's preflight, on every process: outputs writable, a latency matrix file
+    readable, the checkpoint resumed matching this run and intact, the checkpoint
+    directory free of another run's checkpoints. Fills ``plan.source``/``manifest``."""
+    if files.out is not None:
+        check_writable("out", files.out)
+    if files.checkpoint_dir is not None and files.every:
+        check_writable("checkpoint_dir", files.checkpoint_dir)
+    try:
+        parse_spec(latency.spec, spec.nodes)  # reads and checks a matrix file
+    except UsageError as exc:
+        raise API.retell(exc) from None
+    if spec.algorithm == "search":
+        return  # (no checkpoints: Algorithm 2 is short)
+    if files.resume is not None:
+        given = f"resume={str(files.resume)!r}"
+        found = locate(files.resume, spec.algorithm)
+        if found is None:
+            other = any_checkpoint(files.resume)
+            what = f" (it holds a {other[1].get('algorithm')} run)" if other else ""
+            raise UsageError(f"{given}: no complete checkpoint of a {spec.algorithm} run "
+                             f"there{what}")
+        plan.source = resume_rules.check_source(given, found[0], found[1], nodes=spec.nodes,
+                                                k=spec.tokens, rounds=spec.rounds,
+                                                current=record, naming=API)
+        plan.manifest = found[1]
+    if files.checkpoint_dir is not None:
+        hint = f"resume={str(files.out or files.checkpoint_dir)!r}"
+        resume_rules.check_target(files.checkpoint_dir, plan.source, hint, API)

