@@ -6,14 +6,16 @@ Bring your own problem (a :class:`Problem` in numpy, or a PyTorch model wrapped 
 with :func:`search_k`, all nodes in this process (``comm=None``) or one node per MPI rank
 (``comm=MPI.COMM_WORLD``), with bit-identical records either way. Options come as flat keywords (``log_every=5``) or
 grouped in :class:`Records`, :class:`Checkpoints` and :class:`Latency`
-(``records=mt.Records(every=5)``).
+(``records=mt.Records(every=5)``). Each of these functions builds the run's
+:class:`RunSettings` (validated once) and calls :func:`train`, the one run function, as
+``python -m mpi_teleport.sim`` and ``mpirun ... python -m mpi_teleport.run`` do.
 
 >>> import mpi_teleport as mt
 >>> from mpi_teleport.problems.quadratic import Quadratic
 >>> mt.teleportation(Quadratic(n=10, d=4), nodes=10, k=2, rounds=20, lr=0.05).k
 2
 """
-from .api import dsgd, search_k, teleportation
+from .api import RunSettings, dsgd, search_k, teleportation, train
 from .runtime.engine import Result
 from .errors import NonFiniteError, OutputError, UsageError
 from .disk.loggers import CsvWriter, TensorBoardWriter
@@ -23,7 +25,8 @@ from .core.schedulers import rounds_per_epoch
 
 from ._version import __version__
 
-__all__ = ["teleportation", "dsgd", "search_k", "Problem", "TorchProblem", "EvalMetric",
+__all__ = ["teleportation", "dsgd", "search_k", "train", "RunSettings", "Problem",
+           "TorchProblem", "EvalMetric",
            "Result", "UsageError", "NonFiniteError", "OutputError", "CsvWriter",
            "TensorBoardWriter", "Records", "Checkpoints", "Latency", "rounds_per_epoch"]
 

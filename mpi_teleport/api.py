@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from .runtime import engine
-from .front.api_checks import run_checked
+from .front.api_checks import checked_settings
+from .front.runner import RunSettings, train
 from .front.loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
 from .front.options import Checkpoints, Latency, Records, merge, merge_latency
 from .core.schedulers import step_size
@@ -250,16 +251,17 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
     spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed,
                    optimizer=rule)
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, k)
-    return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
-                       records=merge(Records, records, log_every=log_every, target=target,
-                                     stop_at_target=stop_at_target, progress=progress,
-                                     callback=callback, eval_every=eval_every),
-                       checkpoints=merge(Checkpoints, checkpoints,
-                                         checkpoint_every=checkpoint_every,
-                                         checkpoint_dir=checkpoint_dir,
-                                         keep_checkpoints=keep_checkpoints, resume=resume),
-                       latency=merge_latency(latency, clock, compute_time),
-                       elastic=elastic, fail=fail, spares=spares)
+    return train(problem, checked_settings(
+        problem, spec, nesterov=nesterov, comm=comm, out=out,
+        records=merge(Records, records, log_every=log_every, target=target,
+                      stop_at_target=stop_at_target, progress=progress,
+                      callback=callback, eval_every=eval_every),
+        checkpoints=merge(Checkpoints, checkpoints,
+                          checkpoint_every=checkpoint_every,
+                          checkpoint_dir=checkpoint_dir,
+                          keep_checkpoints=keep_checkpoints, resume=resume),
+        latency=merge_latency(latency, clock, compute_time),
+        elastic=elastic, fail=fail, spares=spares), comm)
 
 
 def dsgd(problem, *, nodes: int, rounds: int | None = None,
@@ -305,16 +307,17 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
     spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed,
                    optimizer=rule)
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
-    return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
-                       records=merge(Records, records, log_every=log_every, target=target,
-                                     stop_at_target=stop_at_target, progress=progress,
-                                     callback=callback, eval_every=eval_every),
-                       checkpoints=merge(Checkpoints, checkpoints,
-                                         checkpoint_every=checkpoint_every,
-                                         checkpoint_dir=checkpoint_dir,
-                                         keep_checkpoints=keep_checkpoints, resume=resume),
-                       latency=merge_latency(latency, clock, compute_time),
-                       elastic=elastic, fail=fail, spares=spares)
+    return train(problem, checked_settings(
+        problem, spec, nesterov=nesterov, comm=comm, out=out,
+        records=merge(Records, records, log_every=log_every, target=target,
+                      stop_at_target=stop_at_target, progress=progress,
+                      callback=callback, eval_every=eval_every),
+        checkpoints=merge(Checkpoints, checkpoints,
+                          checkpoint_every=checkpoint_every,
+                          checkpoint_dir=checkpoint_dir,
+                          keep_checkpoints=keep_checkpoints, resume=resume),
+        latency=merge_latency(latency, clock, compute_time),
+        elastic=elastic, fail=fail, spares=spares), comm)
 
 
 def search_k(problem, *, nodes: int, rounds: int | None = None,
@@ -380,8 +383,9 @@ def search_k(problem, *, nodes: int, rounds: int | None = None,
     lr = step_size(lr, lr_step, problem, nodes)
     spec = RunSpec("search", nodes, None, rounds, within_phase(lr, rounds), momentum, topology,
                    variant, seed, check_select(select))
-    return run_checked(problem, spec, nesterov=nesterov, comm=comm, out=out,
-                       records=merge(Records, records, log_every=log_every, target=target,
-                                     progress=progress, callback=callback),
-                       checkpoints=Checkpoints(),
-                       latency=merge_latency(latency, clock, compute_time))
+    return train(problem, checked_settings(
+        problem, spec, nesterov=nesterov, comm=comm, out=out,
+        records=merge(Records, records, log_every=log_every, target=target,
+                      progress=progress, callback=callback),
+        checkpoints=Checkpoints(),
+        latency=merge_latency(latency, clock, compute_time)), comm)

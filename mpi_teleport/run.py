@@ -23,6 +23,7 @@ from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .runtime.memory import keep_freed_memory
+from . import api
 from .disk.output import RunFiles
 from .problems import make_problem, needs_local_rank
 from .runtime.progress import Progress
@@ -60,8 +61,9 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
     root = transport.rank == 0
     # (elastic: every rank knows the directory, so that the lowest survivor can take over)
     files = RunFiles(report.out_dir(cfg, algorithm) if root or cfg.elastic else None, writes=root)
-    return cli.run_config(cfg, algorithm, k, transport=transport, files=files,
-                          progress=progress, terminator=terminator, problem=problem, pool=pool)
+    settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True, files=files,
+                               progress=progress, terminator=terminator, pool=pool)
+    return api.train(problem, settings, transport).summary  # (the root's; None elsewhere)
 
 
 def main(argv=None) -> int:

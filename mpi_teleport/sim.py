@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import cast
 
 from .front import cli
 from .disk import paths, report
@@ -19,6 +18,7 @@ from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .runtime.memory import keep_freed_memory
+from . import api
 from .disk.output import RunFiles
 from .problems import make_problem
 from .runtime.progress import Progress
@@ -38,9 +38,9 @@ def simulate(cfg, algorithm: str, k, files: RunFiles, progress: Progress | None 
         raise cli.stopped_in_setup(cfg, algorithm, k, stop.signum, terminator) from None
     if k == "auto" and terminator is not None:
         terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
-    # (one process: the root, which gets the summary)
-    return cast(dict, cli.run_config(cfg, algorithm, k, files=files, progress=progress,
-                                     terminator=terminator, problem=problem))
+    settings = cli.settings_of(cfg, algorithm, k, problem, files=files, progress=progress,
+                               terminator=terminator)
+    return api.train(problem, settings).summary  # (one process: the root's summary)
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,8 @@ from helpers import without_time
 
 
 def test_public_surface_is_short_and_documented():
-    assert set(mt.__all__) == {"teleportation", "dsgd", "search_k", "Problem", "TorchProblem",
+    assert set(mt.__all__) == {"teleportation", "dsgd", "search_k", "train", "RunSettings",
+                               "Problem", "TorchProblem",
                                "EvalMetric", "Result", "UsageError", "NonFiniteError",
                                "OutputError", "CsvWriter", "TensorBoardWriter",
                                "Records", "Checkpoints", "Latency", "rounds_per_epoch"}

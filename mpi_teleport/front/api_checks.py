@@ -1,10 +1,10 @@
 """The Python API's checks and plumbing: every argument of :func:`mpi_teleport.teleportation`,
 :func:`~mpi_teleport.dsgd` and :func:`~mpi_teleport.search_k` checked by the command
 line's rules (:mod:`mpi_teleport.front.settings`), the inputs on disk checked on every
-process (:mod:`mpi_teleport.front.resume`), then the run handed to :func:`runner.train`.
+process (:mod:`mpi_teleport.front.resume`), as one :class:`RunSettings` for :func:`mpi_teleport.train`.
 
 The public functions (:mod:`mpi_teleport.api`) build a :class:`RunSpec` and the option
-objects (:mod:`mpi_teleport.front.options`) and call :func:`run_checked`; nothing here is
+objects (:mod:`mpi_teleport.front.options`) and call :func:`checked_settings`; nothing here is
 public.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime import collective, engine
-from . import runner
+from ..runtime import collective
+from .runner import RunSettings
 from ..core.algorithms import Nesterov
 from .loop_options import momentum_of
 from . import resume as resume_rules
@@ -52,13 +52,15 @@ class _Files:
                 if path is not None and (what == "out" or self.every)]
 
 
-def run_checked(problem, spec: RunSpec, *, nesterov, comm, out, records: Records,
-                checkpoints: Checkpoints, latency: Latency, elastic: bool = False,
-                fail=None, spares: int = 0) -> engine.Result:
-    """Check every argument (:mod:`mpi_teleport.front.settings`, the command line's rules), check
-    the inputs on disk on every process (a resumed checkpoint against these settings and
-    file by file, the checkpoint directory free of another run's), then train; a refusal
-    is one UsageError on every process, before anything is written."""
+def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Records,
+                     checkpoints: Checkpoints, latency: Latency, elastic: bool = False,
+                     fail=None, spares: int = 0) -> RunSettings:
+    """The :class:`RunSettings` of an API call: every argument checked
+    (:mod:`mpi_teleport.front.settings`, the command line's rules, spelt as keywords), the
+    inputs on disk checked on this process (a resumed checkpoint against these settings
+    and file by file, the checkpoint directory free of another run's): a failure of those
+    becomes ``refused``, which :func:`mpi_teleport.train` makes one UsageError on every
+    process, before anything is written."""
     problem = with_defaults(problem)  # (TypeError naming what is missing)
     spec, logging, latency_settings, files = _checked(spec, nesterov, comm, out, records,
                                                       checkpoints, latency)
@@ -84,12 +86,12 @@ def run_checked(problem, spec: RunSpec, *, nesterov, comm, out, records: Records
         refused = str(exc)
     except OSError as exc:  # an unreadable directory or file
         refused = f"cannot read the checkpoint or output directory: {exc.strerror or exc}"
-    return runner.train(problem, spec, logging, latency_settings, comm=comm, out=files.out,
-                        plan=plan, settings=record, progress=files.progress,
-                        config_record={**record, **problem.describe()}, hold=files.held,
-                        refused=refused, callback=records.callback,
-                        elastic=bool(elastic) or bool(failures), failures=failures,
-                        spares=spares)
+    return RunSettings(spec, logging, latency_settings, plan=plan, out=files.out,
+                       manifest=record, progress=files.progress,
+                       record={**record, **problem.describe()}, hold=tuple(files.held),
+                       refused=refused, callback=records.callback,
+                       elastic=bool(elastic) or bool(failures), failures=failures,
+                       spares=spares)
 
 
 def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: Checkpoints,

@@ -101,7 +101,7 @@ def run_spec(cfg, algorithm: str, k):
 
 @dataclass
 class RunInputs:
-    """What the engine needs of one run of a Config (``run_config``; the same for a hot
+    """What the engine needs of one run of a Config (``settings_of``; the same for a hot
     spare that takes a node over mid-run, ``join_config``)."""
 
     spec: RunSpec
@@ -157,22 +157,22 @@ def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
     return RunInputs(spec, logging, latency, plan, record, phases, failures)
 
 
-def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=None,
-               terminator=None, problem=None, pool=None) -> dict | None:
-    """One run of a Config (one algorithm of ``compare``) through the engine; returns the
-    summary on the root (None elsewhere). ``transport``: the MPI runtime's; None: the
-    simulator. ``pool``: the job's hot spares (MPI, ``--spares``)."""
-    from . import runner
+def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, files=None,
+                progress=None, terminator=None, pool=None):
+    """The :class:`~mpi_teleport.front.runner.RunSettings` of one run of a Config (one
+    algorithm of ``compare``; ``k`` 'auto': Algorithm 2), for :func:`mpi_teleport.train`
+    (the simulator and the MPI command line call it as a user's script would). ``mpi``:
+    the MPI runtime's (the record says so); ``pool``: the job's hot spares
+    (``--spares``)."""
+    from .runner import RunSettings
 
-    got = run_inputs(cfg, algorithm, k, problem, transport is not None)
-    result = runner.train(problem, got.spec, got.logging, got.latency, transport=transport,
-                          plan=got.plan, settings=cfg.to_dict(), progress=progress or False,
-                          terminator=terminator, resume_from=cfg.out, problem_name=cfg.problem,
-                          files=files, config_record=got.record,
-                          summary_extra=got.phases,  # (rounds per phase: also summary.json)
-                          elastic=bool(cfg.elastic or got.failures), failures=got.failures,
-                          spares=cfg.spares, pool=pool, agree_every=cfg.agree_every)
-    return result.summary
+    got = run_inputs(cfg, algorithm, k, problem, mpi)
+    return RunSettings(got.spec, got.logging, got.latency, plan=got.plan, manifest=cfg.to_dict(),
+                       record=got.record, progress=progress or False, terminator=terminator,
+                       resume_from=cfg.out, problem_name=cfg.problem, files=files,
+                       summary_extra=got.phases,  # (rounds per phase: also summary.json)
+                       elastic=bool(cfg.elastic or got.failures), failures=got.failures,
+                       spares=cfg.spares, pool=pool, agree_every=cfg.agree_every)
 
 
 def join_config(cfg, algorithm: str, k, problem, pool, reformed, out, terminator=None):

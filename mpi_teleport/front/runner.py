@@ -1,14 +1,16 @@
 """One run of a spec on the back end asked for: the simulator, or one node per MPI rank.
 
 Shared by the Python API (:mod:`mpi_teleport.api`) and the command lines
-(:func:`mpi_teleport.front.cli.run_config`): it holds the output directories (one lock path for
+(:func:`mpi_teleport.front.cli.settings_of`): it holds the output directories (one lock path for
 both), builds the back end (with the latency layer where asked), and hands the run to
 the engine (:func:`mpi_teleport.runtime.engine.execute`). The inputs arrive validated
 (:mod:`mpi_teleport.front.settings`, :mod:`mpi_teleport.front.resume`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -23,24 +25,71 @@ from ..errors import CLI, Naming
 from ..core.spec import LatencySettings, Logging, RunSpec
 
 
-def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *, comm=None,
-          transport=None, out: Path | None = None, plan: CheckpointPlan | None = None,
-          settings: dict | None = None, progress: bool | Progress = False, terminator=None,
-          resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
-          config_record: dict | None = None, hold=(), summary_extra: dict | None = None,
-          refused: str | None = None, callback=None, elastic: bool = False,
-          failures=(), spares: int = 0, pool=None, agree_every: int = 1) -> engine.Result:
-    """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
-    the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
-    communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
-    manifests, ``config_record`` into config.json (root). ``hold``: (directory, name)
-    pairs the root locks for the run (a directory another job holds is a UsageError on
-    every process). ``refused``: this process's one-line reason not to run (its checks of
-    the inputs against the disk failed); every process learns the first process's reason
-    in the same collective as the locks, so all stop together with it (UsageError).
-    ``callback(record)``: on the root after each logged round (:func:`engine.execute`).
-    ``spares``: hot spares (elastic mode); under MPI ``pool``, the
-    :class:`~mpi_teleport.runtime.transport.SparePool` of the job (the command line's)."""
+@dataclass(frozen=True)
+class RunSettings:
+    """Every setting of one run, validated, in one frozen object: what
+    :func:`mpi_teleport.train` takes beside the problem and the communicator.
+
+    Built alike by the Python API (:func:`mpi_teleport.teleportation`, :func:`~mpi_teleport.dsgd`,
+    :func:`~mpi_teleport.search_k`: the keywords, checked by the one validator spelt as
+    keywords) and by the command lines (``python -m mpi_teleport.sim`` and ``.run``: flags
+    and TOML, checked by the same validator spelt as flags); the rules live in
+    :mod:`mpi_teleport.front.settings`, so two front ends cannot drift. ``spec``: what
+    runs (algorithm, n, k, rounds, step size, topology, seed); ``logging``: when it is
+    recorded and evaluated; ``latency``: the latency layer; ``plan``: its checkpoints;
+    ``manifest``: the settings a checkpoint keeps and a resume compares; ``record``:
+    config.json; ``hold``: (directory, name) pairs the root locks for the run;
+    ``refused``: this process's one-line reason not to run (its checks of the inputs
+    against the disk failed; every process learns the first one in the same collective
+    as the locks, so all stop together, UsageError). ``elastic``, ``failures``,
+    ``spares``, ``agree_every``: elastic mode (mpi_teleport/DESIGN.md §11).
+    ``terminator``, ``pool``, ``files``, ``progress``: what the command line attaches (its
+    signal handler, hot spares, output files and progress bar)."""
+
+    spec: RunSpec
+    logging: Logging = Logging()
+    latency: LatencySettings = LatencySettings()
+    plan: CheckpointPlan | None = None
+    out: Path | None = None
+    manifest: dict | None = None
+    record: dict | None = None
+    summary_extra: dict | None = None
+    problem_name: str | None = None
+    resume_from: Path | str | None = None
+    hold: tuple = ()
+    refused: str | None = None
+    callback: Callable | None = None
+    progress: bool | Progress = False
+    elastic: bool = False
+    failures: tuple = ()
+    spares: int = 0
+    agree_every: int = 1
+    terminator: Any = None
+    pool: Any = None
+    files: RunFiles | None = None
+
+
+def train(problem, settings: RunSettings, comm=None) -> engine.Result:
+    """The one run function: ``problem`` trained as ``settings`` say, on the back end
+    ``comm`` asks for. ``comm`` None: the simulator, every node in this process; an mpi4py
+    communicator: one node per rank, on a duplicate the run frees (an exception on one
+    rank during the rounds ends the job); the command line's own
+    :class:`~mpi_teleport.runtime.transport.Transport`: used as it is (the command line
+    reports failures itself). The Python API's functions and both command lines run
+    through here (``mpi_teleport.api.train`` is this function)."""
+    from ..runtime.transport import Transport
+
+    transport = comm if isinstance(comm, Transport) else None
+    comm = None if transport is not None else comm
+    spec, logging, latency = settings.spec, settings.logging, settings.latency
+    out, plan, progress = settings.out, settings.plan, settings.progress
+    terminator, resume_from, problem_name = (settings.terminator, settings.resume_from,
+                                             settings.problem_name)
+    files, config_record, hold = settings.files, settings.record, settings.hold
+    summary_extra, refused, callback = settings.summary_extra, settings.refused, settings.callback
+    elastic, failures, spares = settings.elastic, settings.failures, settings.spares
+    pool, agree_every = settings.pool, settings.agree_every
+    manifest = settings.manifest
     from ..runtime.metrics import Recorder
     from ..runtime.search import SearchRecorder
 
@@ -92,7 +141,7 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 try:
                     result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
-                                            settings=settings, terminator=terminator,
+                                            settings=manifest, terminator=terminator,
                                             resume_from=resume_from, summary_extra=summary_extra,
                                             callback=callback)
                 except TooFewSurvivors as exc:  # (every survivor at the same round)

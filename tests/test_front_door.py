@@ -1,0 +1,65 @@
+"""One front door: a simulator run and an MPI run of the command line start through the
+public run function, ``mpi_teleport.train(problem, settings, comm)``, as a user's script
+would (mpi_teleport/DESIGN.md §6.1b), and give the API's numbers."""
+from __future__ import annotations
+
+import json
+
+import mpi_teleport as mt
+from mpi_teleport.disk.output import read_jsonl
+from mpi_teleport.problems.quadratic import Quadratic
+from mpi_teleport.sim import main as sim_main
+from helpers import ROOT, without_time
+
+FLAGS = ["--algorithm", "teleportation", "--k", "2", "--rounds", "12", "--lr", "0.05",
+         "--dim", "4", "--log-every", "4"]
+
+# Under mpirun: each rank wraps mpi_teleport.train, runs the command line's main, and
+# says (after the run: communicate first, assert after) how often train ran and with what.
+SPY = """
+import json, sys
+import mpi_teleport.api as api
+from mpi_teleport.runtime.transport import Transport
+calls = []
+real = api.train
+def spy(problem, settings, comm=None):
+    calls.append([settings.spec.algorithm, settings.spec.k, isinstance(comm, Transport)])
+    return real(problem, settings, comm)
+api.train = spy
+from mpi_teleport.run import main
+status = main(sys.argv[1:])
+from mpi4py import MPI
+print("CALLS " + json.dumps([MPI.COMM_WORLD.Get_rank(), status, calls]), flush=True)
+"""
+
+
+def test_the_simulator_command_line_runs_through_train(tmp_path, monkeypatch):
+    calls = []
+    real = mt.api.train
+
+    def spy(problem, settings, comm=None):
+        calls.append((settings.spec.algorithm, settings.spec.k, comm))
+        return real(problem, settings, comm)
+
+    monkeypatch.setattr(mt.api, "train", spy)
+    assert sim_main(["--nodes", "4", *FLAGS, "--out", str(tmp_path)]) == 0
+    assert calls == [("teleportation", 2, None)]
+    # the same numbers as the API's call of the same run (which builds RunSettings too)
+    result = mt.teleportation(Quadratic(n=4, d=4, sigma2=10.0, zeta2=10.0), nodes=4, k=2,
+                              rounds=12, lr=0.05, log_every=4, target=1e-3)
+    assert len(calls) == 2 and calls[1] == ("teleportation", 2, None)
+    assert without_time(read_jsonl(tmp_path / "metrics.jsonl")) == without_time(result.records)
+
+
+def test_the_mpi_command_line_runs_through_train(tmp_path, mpirun):
+    script = tmp_path / "spy.py"
+    script.write_text(SPY)
+    proc = mpirun(4, [str(script), *FLAGS, "--out", str(tmp_path / "mpi")],
+                  timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    seen = sorted(json.loads(line[6:]) for line in proc.stdout.splitlines()
+                  if line.startswith("CALLS "))
+    assert seen == [[rank, 0, [["teleportation", 2, True]]] for rank in range(4)]
+    assert sim_main(["--nodes", "4", *FLAGS, "--out", str(tmp_path / "sim")]) == 0
+    assert (without_time(read_jsonl(tmp_path / "mpi" / "metrics.jsonl"))
+            == without_time(read_jsonl(tmp_path / "sim" / "metrics.jsonl")))
