@@ -114,7 +114,7 @@ def virtual_times(run_cfg: dict, rounds: list[int], tau_us: float, compute_us: f
     the one place that knows how the simulator computes the clock
     (``mpi_teleport.latency.virtual_clock.for_run`` on the run's RunSpec)."""
     from mpi_teleport.front.cli import run_spec
-    from mpi_teleport.front.config import resolve
+    from mpi_teleport.front.settings import resolve
     from mpi_teleport.core.spec import LatencySettings
     from mpi_teleport.latency.virtual_clock import for_run
 
@@ -135,7 +135,7 @@ def virtual_times(run_cfg: dict, rounds: list[int], tau_us: float, compute_us: f
 
 def measure_compute_us(repeats: int = 5, calls: int = 200) -> float:
     """One digits gradient step (batch 32, one node) on this machine (:func:`step_time_us`)."""
-    from mpi_teleport.front.config import resolve
+    from mpi_teleport.front.settings import resolve
     from mpi_teleport.problems import make_problem
 
     return step_time_us(make_problem(resolve({"nodes": 25, "problem": "digits"})), repeats, calls)

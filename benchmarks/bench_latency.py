@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mpi_teleport.front.config import resolve  # noqa: E402
+from mpi_teleport.front.settings import resolve  # noqa: E402
 from mpi_teleport.launch import mpi_env, mpirun_command  # noqa: E402
 from mpi_teleport.disk.output import RunFiles, read_jsonl, write_json  # noqa: E402
 from mpi_teleport.problems import make_problem  # noqa: E402

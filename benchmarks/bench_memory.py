@@ -133,7 +133,7 @@ def worker_eval(args) -> None:
     """Each rank: the problem as the CLI builds it; rank 0 reports evaluation times."""
     from mpi4py import MPI
 
-    from mpi_teleport.front import cli, config
+    from mpi_teleport.front import cli, settings as config
     from mpi_teleport.runtime.backends.mpi import MpiBackend
     from mpi_teleport.problems.network import fashion_mnist
     from mpi_teleport.runtime.transport import Transport

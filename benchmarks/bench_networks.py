@@ -227,7 +227,7 @@ def _worker(args, comm, rank: int, size: int) -> dict:
     models.configure_torch_threads(1)  # as the run sets torch up: the floor (bench_memory's)
     floor_mb = max_rss_mb()
 
-    from mpi_teleport.front import cli, config
+    from mpi_teleport.front import cli, settings as config
     from mpi_teleport.core import plan as plan_module
     from mpi_teleport.runtime.backends import compiled as compiled_rounds
     from mpi_teleport.runtime.backends import mpi as mpi_backend

@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
 from mpi_teleport.runtime import metrics
 from mpi_teleport.core import rng, schedule
 from mpi_teleport import sim  # noqa: E402
-from mpi_teleport.front.config import Config  # noqa: E402
+from mpi_teleport.front.settings import Config  # noqa: E402
 from mpi_teleport.runtime.metrics import Recorder  # noqa: E402
 from mpi_teleport.disk.output import RunFiles  # noqa: E402
 

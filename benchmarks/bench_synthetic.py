@@ -79,7 +79,7 @@ if str(ROOT) not in sys.path:
 
 from mpi_teleport.core import rng, schedule  # noqa: E402
 from mpi_teleport.core import topology as topo  # noqa: E402
-from mpi_teleport.front.config import resolve  # noqa: E402
+from mpi_teleport.front.settings import resolve  # noqa: E402
 from mpi_teleport.disk.output import RunFiles  # noqa: E402
 from mpi_teleport.problems.quadratic import Quadratic  # noqa: E402
 from mpi_teleport.runtime.search import CRITERIA  # noqa: E402

@@ -19,7 +19,7 @@ from .api import RunSettings, dsgd, search_k, teleportation, train
 from .runtime.engine import Result
 from .errors import NonFiniteError, OutputError, UsageError
 from .disk.loggers import CsvWriter, TensorBoardWriter
-from .front.options import Checkpoints, Latency, Records
+from .front.settings import Checkpoints, Latency, Records
 from .problem import Problem
 from .core.schedulers import rounds_per_epoch
 

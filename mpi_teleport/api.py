@@ -39,7 +39,7 @@ from .runtime import engine
 from .front.api_checks import checked_settings
 from .front.runner import RunSettings, train
 from .front.loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
-from .front.options import Checkpoints, Latency, Records, merge, merge_latency
+from .front.settings import Checkpoints, Latency, Records, merge, merge_latency
 from .core.schedulers import step_size
 from .core.spec import RunSpec
 
@@ -48,9 +48,9 @@ if TYPE_CHECKING:
 
     def Default(value: _T) -> _T:
         """For the type checker, a keyword's Default(...) reads as its value (at run time
-        it is options.Default, the sentinel: see mpi_teleport/front/options.py)."""
+        it is settings.Default, the sentinel: see mpi_teleport/front/settings.py)."""
 else:
-    from .front.options import Default
+    from .front.settings import Default
 
 __all__ = ["teleportation", "dsgd", "search_k"]
 
@@ -192,7 +192,7 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         time per step in microseconds. Records then carry ``virtual_time_s``. Grouped:
         ``latency=Latency(model="none", clock="real", compute_time=None)``.
 
-    The option objects (:mod:`mpi_teleport.front.options`) are checked by the same rules as the
+    The option objects (:mod:`mpi_teleport.front.settings`) are checked by the same rules as the
     flat keywords, with the same messages, which name the flat keyword
     (``Records(every=0)``: ``log_every must be at least 1, got 0``).
 

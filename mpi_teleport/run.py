@@ -30,7 +30,7 @@ from .runtime.progress import Progress
 from .runtime.transport import Transport
 
 if TYPE_CHECKING:
-    from .front.config import Config
+    from .front.settings import Config
 
 PROG = "mpirun -n N python -m mpi_teleport.run"
 

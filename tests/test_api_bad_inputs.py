@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import mpi_teleport as mt
-from mpi_teleport.front.config import resolve
+from mpi_teleport.front.settings import resolve
 from mpi_teleport.problems.quadratic import Quadratic
 
 BASE = dict(nodes=4, k=2, rounds=3, lr=0.1)

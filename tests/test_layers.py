@@ -84,13 +84,57 @@ def test_mpi4py_only_in_the_transport_and_the_entry_points():
     assert set(users) <= MPI_ALLOWED, f"mpi4py imported by {set(users) - MPI_ALLOWED}"
 
 
-def test_errors_is_a_leaf_and_config_is_pure():
+def test_errors_is_a_leaf_and_the_settings_are_pure():
     g = graph()
     for leaf in LEAVES:
         assert not g[leaf][0], f"{leaf} imports {g[leaf][0]}"
-    inside, outside = g["mpi_teleport.front.config"]
-    assert not {"mpi_teleport.checkpoint", "mpi_teleport.front.preflight", "mpi_teleport.runtime.transport"} & inside
-    assert "mpi4py" not in outside and "os" not in outside
+    inside, outside = g["mpi_teleport.front.settings"]
+    assert not {"mpi_teleport.checkpoint", "mpi_teleport.front.preflight",
+                "mpi_teleport.runtime.transport"} & inside
+    assert "mpi4py" not in outside  # (os: os.fspath of a path setting, no file opened)
+
+
+def units() -> dict[str, set[str]]:
+    """The imports between the package's top-level modules and subpackages, a subpackage
+    counting as one (mpi_teleport.core.rng -> core)."""
+    def unit(name: str) -> str:
+        parts = name.split(".")
+        return parts[1] if len(parts) > 1 else "__init__"
+
+    out: dict[str, set[str]] = {}
+    for name, (inside, _) in graph().items():
+        out.setdefault(unit(name), set()).update(unit(m) for m in inside if unit(m) != unit(name))
+    return out
+
+
+def test_the_layout_has_few_top_level_modules_and_short_import_chains():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 15, top
+    edges = units()
+    state: dict[str, str] = {}
+    depth: dict[str, list[str]] = {}
+
+    def longest(node: str) -> list[str]:  # (the unit graph has no cycle: checked here)
+        if node in depth:
+            return depth[node]
+        assert state.get(node) != "open", f"import cycle between subpackages through {node}"
+        state[node] = "open"
+        best = [node]
+        for nxt in sorted(edges.get(node, ())):
+            chain = longest(nxt)
+            if len(chain) + 1 > len(best):
+                best = [node, *chain]
+        state[node] = "done"
+        depth[node] = best
+        return best
+
+    chain = max((longest(node) for node in sorted(edges)), key=len)
+    assert len(chain) <= 10, " -> ".join(chain)
+    for group in ("core", "runtime", "disk", "front"):  # internal: their docstring says so
+        doc = (PACKAGE / group / "__init__.py").read_text()
+        assert doc.lstrip('"').startswith("Internal"), group
+    core = {m for m in edges["core"]}
+    assert core <= {"errors", "problem"}, f"the pure core imports {core}"
 
 
 def test_torch_only_on_the_network_paths():

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-from mpi_teleport.front.config import resolve  # noqa: E402
+from mpi_teleport.front.settings import resolve  # noqa: E402
 from mpi_teleport.disk.output import RunFiles  # noqa: E402
 from mpi_teleport.problems import make_problem, with_epochs  # noqa: E402
 from mpi_teleport.sim import main, simulate  # noqa: E402
@@ -81,7 +81,7 @@ def test_device_choice(monkeypatch):
     (the MPI layer computes it from a shared-memory split that every rank joins)."""
     import torch
 
-    from mpi_teleport.front.config import UsageError
+    from mpi_teleport.front.settings import UsageError
     from mpi_teleport.problems.network import pick_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

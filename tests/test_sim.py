@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from mpi_teleport.front.config import Config, resolve
+from mpi_teleport.front.settings import Config, resolve
 from mpi_teleport.disk.output import RunFiles, read_jsonl
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main, simulate

@@ -4,7 +4,7 @@ line's rules (:mod:`mpi_teleport.front.settings`), the inputs on disk checked on
 process (:mod:`mpi_teleport.front.resume`), as one :class:`RunSettings` for :func:`mpi_teleport.train`.
 
 The public functions (:mod:`mpi_teleport.api`) build a :class:`RunSpec` and the option
-objects (:mod:`mpi_teleport.front.options`) and call :func:`checked_settings`; nothing here is
+objects (:mod:`mpi_teleport.front.settings`) and call :func:`checked_settings`; nothing here is
 public.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..core import topology as topo
 from ..checkpoint import CheckpointPlan, any_checkpoint, locate
 from ..errors import UsageError
 from ..latency.model import parse_spec
-from .options import Checkpoints, Latency, Records
+from .settings import Checkpoints, Latency, Records
 from ..disk.paths import absolute, check_writable
 from ..problem import with_defaults
 from .settings import API, check_checkpoints, check_k, check_values, flag

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .config import OPTIONS, Config, UsageError, from_toml
+from .settings import OPTIONS, Config, UsageError, from_toml
 from ..runtime.signals import EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) 
     """Flags (over the TOML file, over defaults) -> validated Config checked against the
     disk (the preflight), or UsageError."""
     from . import preflight
-    from .config import OPTION_BY_NAME, coerce
+    from .settings import OPTION_BY_NAME, coerce
 
     ns = vars(parser.parse_args(argv))
     raw = from_toml(ns.pop("config")) if "config" in ns else {}

@@ -9,7 +9,7 @@ import math
 
 from ..core.algorithms import Nesterov
 from ..errors import UsageError
-from .options import Default
+from .settings import Default
 
 __all__ = ["rounds_for", "eval_rounds", "optimizer_settings", "within_phase", "momentum_of"]
 

@@ -1,6 +1,6 @@
 """Checks against the disk before a command-line run starts.
 
-The values of the settings are checked by :func:`mpi_teleport.front.config.resolve` (through
+The values of the settings are checked by :func:`mpi_teleport.front.settings.resolve` (through
 :mod:`mpi_teleport.front.settings`, the same rules as the Python API); what depends on files
 happens here, on every process before any communication: the settings a ``--resume``
 inherits from its checkpoint (:func:`mpi_teleport.front.resume.inherit`), the data directory,
@@ -17,7 +17,7 @@ from pathlib import Path
 from ..disk import report
 from ..checkpoint import any_checkpoint, locate
 from ..checkpoint.keeper import CheckpointPlan
-from .config import NETWORK_PROBLEMS, resolve
+from .settings import NETWORK_PROBLEMS, resolve
 from ..errors import UsageError
 from ..latency.model import parse_spec
 from ..runtime.memory import check_fits
@@ -51,7 +51,7 @@ def check(cfg):
 
 def check_checkpoints(cfg):
     """Check the checkpoint settings of a resolved Config against the disk (before any
-    communication); their values alone were checked by config.resolve. Raises
+    communication); their values alone were checked by settings.resolve. Raises
     UsageError with one line."""
     auto = any(k == "auto" for _, k in report.runs_requested(cfg))
     if cfg.checkpoint_dir is not None:

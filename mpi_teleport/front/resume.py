@@ -221,7 +221,7 @@ def inherit(raw: dict) -> dict:
     """``--resume DIR``: settings not given take the checkpoint's values, each checked as
     the flag would be. Raises UsageError when DIR holds no complete checkpoint, or one
     the command line cannot continue."""
-    from .config import OPTION_BY_NAME, coerce, field_names
+    from .settings import OPTION_BY_NAME, coerce, field_names
 
     path = raw["resume"]
     p = Path(path)
