@@ -115,7 +115,7 @@ def virtual_times(run_cfg: dict, rounds: list[int], tau_us: float, compute_us: f
     (``mpi_teleport.latency.virtual_clock.for_run`` on the run's RunSpec)."""
     from mpi_teleport.front.cli import run_spec
     from mpi_teleport.front.settings import resolve
-    from mpi_teleport.core.spec import LatencySettings
+    from mpi_teleport.latency.model import LatencySettings
     from mpi_teleport.latency.virtual_clock import for_run
 
     keys = ("nodes", "algorithm", "variant", "k", "topology", "momentum", "seed")

@@ -4,9 +4,9 @@ ICLR 2025) and its Decentralized-SGD baselines, with a single-process simulator.
 Bring your own problem (a :class:`Problem` in numpy, or a PyTorch model wrapped by
 :class:`TorchProblem`) and train it with :func:`teleportation`, :func:`dsgd` or choose k
 with :func:`search_k`, all nodes in this process (``comm=None``) or one node per MPI rank
-(``comm=MPI.COMM_WORLD``), with bit-identical records either way. Options come as flat keywords (``log_every=5``) or
+(``comm=MPI.COMM_WORLD``), with bit-identical records either way. Options come as flat keywords (``target=0.01``) or
 grouped in :class:`Records`, :class:`Checkpoints` and :class:`Latency`
-(``records=mt.Records(every=5)``). Each of these functions builds the run's
+(``records=mt.Records(target=0.01)``). Each of these functions builds the run's
 :class:`RunSettings` (validated once) and calls :func:`train`, the one run function, as
 ``python -m mpi_teleport.sim`` and ``mpirun ... python -m mpi_teleport.run`` do.
 

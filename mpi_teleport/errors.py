@@ -66,7 +66,7 @@ class RankLost(RuntimeError):
 # How a message spells a setting (the front end's words: a flag or a keyword).
 @dataclass(frozen=True)
 class Naming:
-    """How a message spells a setting: ``--log-every`` (command line) or ``log_every``
+    """How a message spells a setting: ``--eval-every`` (command line) or ``eval_every``
     (Python), and a setting with its value: ``--k 9`` or ``k=9``."""
 
     cli: bool

@@ -63,3 +63,14 @@ def test_the_mpi_command_line_runs_through_train(tmp_path, mpirun):
     assert sim_main(["--nodes", "4", *FLAGS, "--out", str(tmp_path / "sim")]) == 0
     assert (without_time(read_jsonl(tmp_path / "mpi" / "metrics.jsonl"))
             == without_time(read_jsonl(tmp_path / "sim" / "metrics.jsonl")))
+
+
+def test_a_setting_lives_in_few_modules():
+    """A setting is defined, checked and spelt in front/settings.py, taken as a keyword in
+    api.py, and read where it acts: no module in between names it (DESIGN §6.1a: how to
+    add a setting)."""
+    package = ROOT / "mpi_teleport"
+    for name in ("keep_checkpoints", "checkpoint_every", "log_every", "compute_time"):
+        users = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                       if name in p.read_text())
+        assert len(users) <= 5, (name, users)

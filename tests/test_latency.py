@@ -12,7 +12,7 @@ import pytest
 from mpi_teleport import latency
 from mpi_teleport.core import schedule
 from mpi_teleport.front.cli import run_spec
-from mpi_teleport.core.spec import LatencySettings
+from mpi_teleport.latency.model import LatencySettings
 from mpi_teleport.latency.virtual_clock import for_run
 from mpi_teleport.front.settings import UsageError, resolve
 from mpi_teleport.front.preflight import load

@@ -52,10 +52,10 @@ class Keeper:
     """
 
     def __init__(self, plan: CheckpointPlan, backend: Backend, recorder, terminator=None, *, settings: dict,
-                 spec, log_every: int, stop_at_target: bool, resume_from=None):
+                 spec, logging, resume_from=None):
         self.plan, self.backend, self.rec, self.terminator = plan, backend, recorder, terminator
         self.settings, self.spec = settings, spec
-        self.log_every, self.stop_at_target = log_every, stop_at_target
+        self.logging = logging  # (when records are taken; stop at the target or not)
         self.resume_from = resume_from
         self.wall_offset = float(plan.manifest.get("wall_s", 0.0)) if plan.manifest else 0.0
         self._t0 = time.perf_counter() - self.wall_offset
@@ -80,7 +80,7 @@ class Keeper:
         """The rounds left of [start, stop): none after the final checkpoint of a run that
         stopped at its target (--stop-at-target)."""
         m = self.plan.manifest
-        stopped = bool(m and m.get("final") and self.stop_at_target
+        stopped = bool(m and m.get("final") and self.logging.stop_at_target
                        and (m.get("recorder") or {}).get("rounds_to_target") is not None)
         return range(stop, stop) if stopped else range(min(max(start, self.start), stop), stop)
 
@@ -119,7 +119,7 @@ class Keeper:
         if self.backend.checks_every_round:
             if not due and not (term is not None and term.signum):
                 return
-        elif r % self.log_every and not due:
+        elif r % self.logging.every and not due:
             return  # neither a logging nor a checkpoint round
         paused = self.rec.pause()
         signum = self.backend.agree(term.signum if term is not None else 0)

@@ -123,20 +123,6 @@ class Logging:
         return rel == 0 or rel % self.eval_every == 0 or r == stop
 
 
-@dataclass(frozen=True)
-class LatencySettings:
-    """The latency layer: a model spec (``none``, ``const:US``, ``mod:TAU``,
-    ``matrix:FILE``, ``,bw:GBPS``), the clock, and the modelled compute time."""
-
-    spec: str = "none"
-    clock: str = "real"
-    compute_time: float | None = None
-
-    @property
-    def active(self) -> bool:
-        return needs_layer(self.spec, self.clock, self.compute_time)
-
-
 def cosine_lr(lr: float, total: int) -> Callable[[int], float]:
     """lr * (1 + cos(pi t / T)) / 2 over T rounds (``--lr-schedule cosine``)."""
     total = max(1, total)
@@ -149,10 +135,3 @@ def cosine_lr(lr: float, total: int) -> Callable[[int], float]:
     cosine.base = lr  # type: ignore[attr-defined]  # (named in messages)
     cosine.checked = True  # type: ignore[attr-defined]
     return cosine
-
-
-def needs_layer(spec, clock: str, compute_time) -> bool:
-    """Whether a run needs the latency layer: any latency, the virtual clock, or a
-    modelled compute time."""
-    return (str(spec).strip().lower() != "none" or clock == "virtual"
-            or compute_time is not None)

@@ -24,8 +24,10 @@ from ..latency.model import parse_spec
 from .settings import Checkpoints, Latency, Records
 from ..disk.paths import absolute, check_writable
 from ..problem import with_defaults
-from .settings import API, check_checkpoints, check_k, check_values, flag
-from ..core.spec import LatencySettings, Logging, RunSpec
+from .settings import (API, check_checkpoints, check_k, check_values, checkpoint_policy, flag,
+                       flat_settings, latency_of, logging_of, recorded)
+from ..core.spec import Logging, RunSpec
+from ..latency.model import LatencySettings
 
 
 @dataclass(frozen=True)
@@ -62,13 +64,13 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
     becomes ``refused``, which :func:`mpi_teleport.train` makes one UsageError on every
     process, before anything is written."""
     problem = with_defaults(problem)  # (TypeError naming what is missing)
-    spec, logging, latency_settings, files = _checked(spec, nesterov, comm, out, records,
-                                                      checkpoints, latency)
+    spec, logging, latency_settings, files, values = _checked(spec, nesterov, comm, out,
+                                                              records, checkpoints, latency)
     given = problem.nodes
     if isinstance(given, int) and not isinstance(given, bool) and given != spec.nodes:
         raise UsageError(f"the problem was built for nodes={given} but the run has "
                          f"nodes={spec.nodes}: give both the same number")
-    record = resume_rules.plain({**_record(spec, logging, latency_settings, files),
+    record = resume_rules.plain({**_record(spec, logging, values, files),
                                  **resume_rules.describe_problem(problem, spec.seed,
                                                                  files.touches_checkpoints)})
     plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep)
@@ -95,7 +97,7 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
 
 
 def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: Checkpoints,
-             latency: Latency) -> tuple[RunSpec, Logging, LatencySettings, _Files]:
+             latency: Latency) -> tuple[RunSpec, Logging, LatencySettings, _Files, dict]:
     """The run's settings with every value checked by the rules the command line uses
     (spelt as the flat keywords: ``log_every``, also for ``Records(every=...)``), or
     UsageError (one line)."""
@@ -106,12 +108,7 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     values = check_values({
         "nodes": spec.nodes, "rounds": spec.rounds, "lr": spec.lr, "momentum": spec.momentum,
         "topology": spec.topology, "variant": spec.variant, "seed": spec.seed,
-        "log_every": records.every, "eval_every": records.eval_every, "target": records.target,
-        "stop_at_target": records.stop_at_target,
-        "latency": latency.model, "clock": latency.clock,
-        "compute_time": latency.compute_time, "out": out,
-        "checkpoint_every": checkpoints.every, "checkpoint_dir": checkpoints.dir,
-        "keep_checkpoints": checkpoints.keep, "resume": checkpoints.resume,
+        **flat_settings(records, latency, checkpoints, out),
     }, API)
     progress = flag(records.progress, "progress", API)
     k = spec.k
@@ -124,9 +121,7 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
                    momentum_of(values["momentum"], nesterov),
                    values["topology"], values["variant"], values["seed"], spec.k_select,
                    spec.optimizer)
-    logging = Logging(values["log_every"], values["target"], values["stop_at_target"],
-                      naming=API, eval_every=values["eval_every"])
-    settings = LatencySettings(values["latency"], values["clock"], values["compute_time"])
+    logging, settings = logging_of(values, API), latency_of(values)
 
     def where(name):
         return None if values[name] is None else Path(absolute(name, values[name], API))
@@ -136,9 +131,9 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
         ck_dir = _continued_dir(resume, spec.algorithm)
     if ck_dir is None and out is not None:
         ck_dir = out / "checkpoints"
-    files = _Files(out, ck_dir, values["checkpoint_every"], values["keep_checkpoints"],
+    files = _Files(out, ck_dir, *checkpoint_policy(values),
                    resume, progress)
-    return spec, logging, settings, files
+    return spec, logging, settings, files, values
 
 
 def _continued_dir(resume: Path, algorithm: str) -> Path | None:
@@ -154,18 +149,14 @@ def _continued_dir(resume: Path, algorithm: str) -> Path | None:
     return None if apart is None else Path(apart)
 
 
-def _record(spec: RunSpec, logging: Logging, latency: LatencySettings, files: _Files) -> dict:
+def _record(spec: RunSpec, logging: Logging, values: dict, files: _Files) -> dict:
     """The settings a checkpoint manifest keeps (named as the command line's Config
     names them, so ``--resume`` reads them) and a resume compares."""
     record = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.tokens,
               "rounds": spec.rounds, "lr": resume_rules.describe_lr(spec.lr),
               "lr_schedule": "function" if callable(spec.lr) else "constant",
               "momentum": float(spec.momentum), "topology": topo.describe(spec.topology),
-              "variant": spec.variant, "seed": spec.seed, "log_every": logging.every,
-              "target": logging.target, "stop_at_target": logging.stop_at_target,
-              "latency": latency.spec, "clock": latency.clock,
-              "compute_time": latency.compute_time, "checkpoint_every": files.every,
-              "keep_checkpoints": files.keep,
+              "variant": spec.variant, "seed": spec.seed, **recorded(values),
               "out": None if files.out is None else str(files.out),
               "checkpoint_dir": None if files.checkpoint_dir is None else str(files.checkpoint_dir)}
     if spec.algorithm == "search":

@@ -13,7 +13,8 @@ from ..runtime.signals import EXIT_USAGE
 
 if TYPE_CHECKING:
     from ..checkpoint import CheckpointPlan
-    from ..core.spec import LatencySettings, Logging, RunSpec
+    from ..core.spec import Logging, RunSpec
+    from ..latency.model import LatencySettings
 
 
 class _Parser(argparse.ArgumentParser):
@@ -133,7 +134,6 @@ def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
     from . import preflight
     from ..runtime.elastic import parse_failures
     from ..problems import describe, factory, is_factory, with_epochs
-    from ..core.spec import LatencySettings, Logging
 
     rounds_given = cfg.rounds
     used = factory.record(cfg.problem, cfg, mpi) if is_factory(cfg.problem) else None
@@ -150,8 +150,7 @@ def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
         unused = set(used["unused"]) - ({"batch_size"} if cfg.epochs is not None else set())
         record = {key: value for key, value in record.items() if key not in unused}
         record["factory_args"] = used["factory_args"]
-    logging = Logging(cfg.log_every, cfg.target, cfg.stop_at_target)
-    latency = LatencySettings(cfg.latency, cfg.clock, cfg.compute_time)
+    logging, latency = cfg.logging(), cfg.latency_settings()
     plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None
     failures = parse_failures(list(cfg.fail or ()), cfg.nodes, cfg.spares)
     return RunInputs(spec, logging, latency, plan, record, phases, failures)

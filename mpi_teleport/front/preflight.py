@@ -23,7 +23,7 @@ from ..latency.model import parse_spec
 from ..runtime.memory import check_fits
 from ..disk.paths import absolute_paths, check_writable, leg_dir
 from .resume import check_source, check_target, inherit
-from .settings import CLI
+from .settings import CLI, checkpoint_policy
 
 
 def load(raw: dict, world_size: int | None = None):
@@ -93,7 +93,7 @@ def _source(cfg, algorithm: str, k: int) -> Path | None:
 
 def checkpoint_plan(cfg, algorithm: str) -> CheckpointPlan:
     """The (already validated) checkpoint plan of one run of a Config."""
-    p = CheckpointPlan(leg_dir(cfg, algorithm), cfg.checkpoint_every, cfg.keep_checkpoints)
+    p = CheckpointPlan(leg_dir(cfg, algorithm), *checkpoint_policy(cfg.to_dict()))
     if cfg.resume is not None:
         found = locate(Path(cfg.resume), algorithm, cfg.algorithm == "compare")
         if found is not None:

@@ -29,17 +29,8 @@ from ..checkpoint.find import round_entries
 from ..errors import UsageError
 from ..disk.output import dumps
 from ..disk.paths import show
+from .settings import RESUMABLE_CHANGES
 
-# Settings a resumed run may change: they never change the numbers of the tokens.
-RESUMABLE_CHANGES = frozenset({
-    "out", "progress", "rounds", "stop_at_target", "log_every", "variant", "latency", "clock",
-    "compute_time", "checkpoint_every", "checkpoint_dir", "keep_checkpoints", "resume",
-    "eval_every", "data_dir", "download", "device",
-    "algorithm", "k",  # (compared apart: compare's legs; k in the manifest itself)
-    "elastic",  # (the manifest's losses, not the flag, decide who is left out)
-    "spares",  # (a requeued job may have another number of spare ranks)
-    "agree_every",  # (when a loss is seen; the checkpoint's losses say what was lost)
-})
 # Settings never taken from the checkpoint (they describe this invocation only). Where a
 # resumed run writes is taken from where its checkpoint lies on disk, never from the
 # manifest's text, so a manifest cannot direct writes into another run's directory.

@@ -22,7 +22,9 @@ from ..disk.output import RunFiles
 from ..problem import with_defaults
 from ..runtime.progress import Progress
 from ..errors import CLI, Naming
-from ..core.spec import LatencySettings, Logging, RunSpec
+from .settings import check_together
+from ..core.spec import Logging, RunSpec
+from ..latency.model import LatencySettings
 
 
 @dataclass(frozen=True)
@@ -95,14 +97,11 @@ def train(problem, settings: RunSettings, comm=None) -> engine.Result:
 
     problem = with_defaults(problem)
     own_transport, release = None, None
-    # (the oracle sizes state as momentum; state_slots > 1: an optimizer's, never None)
-    if spec.state_slots > 1 and spec.optimizer is not None and latency.active:
-        raise UsageError(f"optimizer={spec.optimizer.name} does not run under the latency layer "
-                         "yet; drop latency=/clock=/compute_time= or use SGD (momentum=)")
-    if elastic:
-        check_elastic(spec, latency, transport is not None or comm is not None, failures,
-                      logging.naming, spares, pool)
+    check_together(spec, latency, logging.naming, elastic=elastic, failures=failures,
+                   mpi=transport is not None or comm is not None, spares=spares,
+                   spare_ranks=pool is not None)
     if elastic and (transport is not None or comm is not None):
+        _refuse_without_ulfm()
         from ..runtime.transport import ElasticTransport
 
         # (a communicator of its own that survives lost ranks; the caller's is left alone)
@@ -230,33 +229,14 @@ def _survivors_meet(transport) -> None:
         pass
 
 
-def check_elastic(spec: RunSpec, latency: LatencySettings, mpi: bool, failures,
-                  naming: Naming = CLI, spares: int = 0, pool=None) -> None:
-    """What elastic mode cannot do, refused with what to do (UsageError), its settings
-    spelt as the entry point spells them (``--elastic`` or ``elastic``)."""
-    n = naming.name
-    mode = f"elastic mode ({n('elastic')}, {n('fail')})"
-    if mpi and spares and pool is None:
-        raise UsageError("spares under MPI: the spare ranks wait outside the run, which only "
-                         "the command line arranges; use mpirun -n N+S python -m "
-                         "mpi_teleport.run --elastic --spares S")
-    if spec.algorithm == "search":
-        raise UsageError(f"{mode} runs Teleportation or DSGD, not "
-                         f"{'--k auto' if naming.cli else 'search_k'}; choose k")
-    if spec.state_slots > 1 and spec.optimizer is not None:  # (> 1: an optimizer's)
-        raise UsageError(f"{mode} runs SGD (with momentum), not optimizer={spec.optimizer.name}")
-    if latency.active:
-        raise UsageError(f"{mode} does not run under the latency layer; drop "
-                         f"{n('latency')}/{n('clock')}/{n('compute_time')}")
-    if mpi and failures:
-        raise UsageError(f"{n('fail')} is the simulator's failure plan; under MPI, "
-                         f"{n('elastic')} detects lost ranks itself")
-    if mpi:
-        from ..runtime.transport import ulfm_problem
+def _refuse_without_ulfm() -> None:
+    """Elastic mode under MPI needs ULFM (Open MPI under ``mpirun --with-ft ulfm``):
+    refused in one line (UsageError) otherwise, saying how to launch."""
+    from ..runtime.transport import ulfm_problem
 
-        problem = ulfm_problem()
-        if problem:
-            raise UsageError(problem)
+    problem = ulfm_problem()
+    if problem:
+        raise UsageError(problem)
 
 
 def hold_agreed(dirs, transport, root: bool, refused: str | None = None):
@@ -308,5 +288,5 @@ def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elasti
 
         layer = LatencyTransport(transport, parse_spec(latency.spec, spec.nodes), latency.clock)
         warn_oversubscribed(layer)
-        transport, problem = layer, TimedProblem(problem, layer, latency.compute_time)
+        transport, problem = layer, TimedProblem(problem, layer, latency)
     return MpiBackend(problem, spec, transport)

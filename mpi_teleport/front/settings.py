@@ -33,7 +33,8 @@ from typing import Callable
 
 from ..core.topology import TOPOLOGIES
 from ..errors import API, CLI, Naming, UsageError  # noqa: F401  (re-exported)
-from ..latency.model import check_compute_time, parse_spec
+from ..core.spec import Logging
+from ..latency.model import LatencySettings, check_compute_time, parse_spec
 from ..problems.sampling import SAMPLINGS  # noqa: F401  (the one list of choices)
 from ..runtime.search import CRITERIA as K_SELECTS
 
@@ -197,6 +198,18 @@ def path(value, field, naming):
     return value
 
 
+# Settings a resumed run may change: they never change the numbers of the tokens.
+RESUMABLE_CHANGES = frozenset({
+    "out", "progress", "rounds", "stop_at_target", "log_every", "variant", "latency", "clock",
+    "compute_time", "checkpoint_every", "checkpoint_dir", "keep_checkpoints", "resume",
+    "eval_every", "data_dir", "download", "device",
+    "algorithm", "k",  # (compared apart: compare's legs; k in the manifest itself)
+    "elastic",  # (the manifest's losses, not the flag, decide who is left out)
+    "spares",  # (a requeued job may have another number of spare ranks)
+    "agree_every",  # (when a loss is seen; the checkpoint's losses say what was lost)
+})
+
+
 # The rule of each single setting; a setting absent here has no range to keep.
 RULES: dict[str, Callable] = {
     "nodes": at_least(1),
@@ -255,6 +268,76 @@ def check_k(k, n: int, algorithm: str, naming: Naming):
         raise UsageError(f"{naming.given('k', k)} exceeds the number of nodes {n}; choose "
                          f"1 <= k <= {n}")
     return k
+
+
+def flat_settings(records, latency, checkpoints, out) -> dict:
+    """The API's option groups (:class:`Records`, :class:`Latency`, :class:`Checkpoints`)
+    and ``out`` as the flat settings the rules check, named as the flat keywords, in the
+    order the rules check them."""
+    return {"log_every": records.every, "eval_every": records.eval_every,
+            "target": records.target, "stop_at_target": records.stop_at_target,
+            "latency": latency.model, "clock": latency.clock,
+            "compute_time": latency.compute_time, "out": out,
+            "checkpoint_every": checkpoints.every, "checkpoint_dir": checkpoints.dir,
+            "keep_checkpoints": checkpoints.keep, "resume": checkpoints.resume}
+
+
+def logging_of(values: dict, naming: Naming) -> Logging:
+    """The engine's :class:`~mpi_teleport.core.spec.Logging` of checked flat settings."""
+    return Logging(values["log_every"], values["target"], values["stop_at_target"],
+                   naming=naming, eval_every=values["eval_every"])
+
+
+def latency_of(values: dict) -> LatencySettings:
+    """The latency package's settings of checked flat settings."""
+    return LatencySettings(values["latency"], values["clock"], values["compute_time"])
+
+
+def checkpoint_policy(values: dict) -> tuple[int, int]:
+    """How often checkpoints are written and how many are kept, of checked flat settings
+    (a Config's too: ``checkpoint_policy(cfg.to_dict())``)."""
+    return values["checkpoint_every"], values["keep_checkpoints"]
+
+
+def recorded(values: dict) -> dict:
+    """The plain settings a checkpoint's manifest keeps beside the run's spec (named as
+    the command line's Config names them, so ``--resume`` reads them), in their order."""
+    return {name: values[name] for name in ("log_every", "target", "stop_at_target", "latency",
+                                            "clock", "compute_time", "checkpoint_every",
+                                            "keep_checkpoints")}
+
+
+def check_together(spec, latency: LatencySettings, naming: Naming, *, elastic: bool,
+                   failures=(), mpi: bool = False, spares: int = 0,
+                   spare_ranks: bool = False) -> None:
+    """The rules that tie a run's settings together once the front end built them
+    (UsageError, spelt as the front end spells the settings): an optimizer's state under
+    the latency layer, and what elastic mode (``elastic``: ``--elastic``/``--fail`` or
+    their keywords) cannot do. ``mpi``: one node per rank; ``spare_ranks``: the command
+    line's hot-spare ranks exist."""
+    n = naming.name
+    # (the oracle sizes state as momentum; state_slots > 1: an optimizer's, never None)
+    if spec.state_slots > 1 and spec.optimizer is not None and latency.active:
+        raise UsageError(f"optimizer={spec.optimizer.name} does not run under the latency layer "
+                         "yet; drop latency=/clock=/compute_time= or use SGD (momentum=)")
+    if not elastic:
+        return
+    mode = f"elastic mode ({n('elastic')}, {n('fail')})"
+    if mpi and spares and not spare_ranks:
+        raise UsageError("spares under MPI: the spare ranks wait outside the run, which only "
+                         "the command line arranges; use mpirun -n N+S python -m "
+                         "mpi_teleport.run --elastic --spares S")
+    if spec.algorithm == "search":
+        raise UsageError(f"{mode} runs Teleportation or DSGD, not "
+                         f"{'--k auto' if naming.cli else 'search_k'}; choose k")
+    if spec.state_slots > 1 and spec.optimizer is not None:  # (> 1: an optimizer's)
+        raise UsageError(f"{mode} runs SGD (with momentum), not optimizer={spec.optimizer.name}")
+    if latency.active:
+        raise UsageError(f"{mode} does not run under the latency layer; drop "
+                         f"{n('latency')}/{n('clock')}/{n('compute_time')}")
+    if mpi and failures:
+        raise UsageError(f"{n('fail')} is the simulator's failure plan; under MPI, "
+                         f"{n('elastic')} detects lost ranks itself")
 
 
 def check_checkpoints(values: dict, naming: Naming, search: bool = False) -> None:
@@ -343,6 +426,14 @@ class Config:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def logging(self) -> Logging:
+        """When this run records and evaluates (the engine's settings)."""
+        return Logging(self.log_every, self.target, self.stop_at_target)
+
+    def latency_settings(self) -> LatencySettings:
+        """This run's latency layer (the latency package's settings)."""
+        return latency_of(self.to_dict())
 
     def replace(self, **changes) -> "Config":
         data = self.to_dict()

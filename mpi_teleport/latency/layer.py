@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from .model import CLOCKS, LatencyModel
+from .model import CLOCKS, LatencyModel, LatencySettings
 
 _SLICE_S = 0.05  # longest uninterrupted sleep: a signal is honoured within this
 _SPIN_MARGIN_S = 5e-4  # sleep no closer than this to a due time (time.sleep overshoots ~0.1 ms)
@@ -225,8 +225,8 @@ class LatencyTransport:
 
 class TimedProblem:
     """The problem as the back end's local step sees it: each ``gradient`` call (one
-    local step) adds its compute time to the layer's clock: ``compute_time_us`` when
-    given, else the CPU time of the calling thread spent in it (so time a rank spends
+    local step) adds its compute time to the layer's clock: the modelled compute time
+    of ``settings`` (a :class:`~.model.LatencySettings`, ``--compute-time``) when given, else the CPU time of the calling thread spent in it (so time a rank spends
     descheduled on an oversubscribed host is not counted; for work off the CPU, e.g. a
     GPU, or multithreaded gradients, give --compute-time).
 
@@ -234,8 +234,8 @@ class TimedProblem:
     ``dim``, ``dtype`` and ``token_device``; everything else (evaluation) the engine asks
     of the problem itself."""
 
-    def __init__(self, problem, layer: "LatencyTransport", compute_time_us: float | None):
-        self._problem, self._layer, self._fixed = problem, layer, compute_time_us
+    def __init__(self, problem, layer: "LatencyTransport", settings: LatencySettings):
+        self._problem, self._layer, self._fixed = problem, layer, settings.compute_time
         self.dim, self.dtype = problem.dim, problem.dtype
         self.token_device = getattr(problem, "token_device", None)  # (optional members)
         self._after_step = getattr(problem, "after_step", None)

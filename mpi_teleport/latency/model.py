@@ -207,3 +207,30 @@ def check_compute_time(value) -> None:
         return
     if not math.isfinite(value) or value < 0:
         raise UsageError(f"--compute-time must be a finite number of microseconds >= 0, got {value}")
+
+
+def needs_layer(spec, clock: str, compute_time) -> bool:
+    """Whether a run needs the latency layer: any latency, the virtual clock, or a
+    modelled compute time."""
+    return (str(spec).strip().lower() != "none" or clock == "virtual"
+            or compute_time is not None)
+
+
+@dataclass(frozen=True)
+class LatencySettings:
+    """The latency layer: a model spec (``none``, ``const:US``, ``mod:TAU``,
+    ``matrix:FILE``, ``,bw:GBPS``), the clock, and the modelled compute time."""
+
+    spec: str = "none"
+    clock: str = "real"
+    compute_time: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return needs_layer(self.spec, self.clock, self.compute_time)
+
+    @property
+    def compute_us(self) -> float:
+        """The modelled compute time per local step, microseconds (0 when not modelled:
+        the simulator's oracle; the MPI layer then measures each step)."""
+        return self.compute_time or 0.0

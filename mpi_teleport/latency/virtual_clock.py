@@ -6,7 +6,7 @@ delta(i, j) + bytes / bandwidth). This module computes the same clocks for every
 at once from the round's messages (:func:`mpi_teleport.core.plan.round_messages`, the same
 plan the ranks execute) with the same float operations, so the simulator's
 ``virtual_time_s`` equals the ranks' bit for bit when the compute time is modelled
-(``compute_time``). Message sizes are those of the tokens' real dtype.
+(``--compute-time``). Message sizes are those of the tokens' real dtype.
 """
 from __future__ import annotations
 
@@ -70,11 +70,12 @@ class Oracle:
 
 def for_run(spec, latency, dim: int, itemsize: int) -> Oracle:
     """The oracle of one run (:class:`mpi_teleport.core.spec.RunSpec`) under the latency
-    settings (:class:`mpi_teleport.core.spec.LatencySettings`), for tokens of ``dim``
-    elements of ``itemsize`` bytes. Compute time is ``latency.compute_time`` (0 when not
-    modelled: the simulator does not measure its steps)."""
+    settings (:class:`mpi_teleport.latency.model.LatencySettings`), for tokens of ``dim``
+    elements of ``itemsize`` bytes, with its modelled compute time
+    (``LatencySettings.compute_us``: 0 when not modelled, the simulator does not measure
+    its steps)."""
     from . import parse_spec
 
     return Oracle(parse_spec(latency.spec, spec.nodes), spec.nodes, dim * itemsize,
-                  latency.compute_time or 0.0, spec.topology, spec.moves, spec.momentum > 0,
+                  latency.compute_us, spec.topology, spec.moves, spec.momentum > 0,
                   spec.phases())

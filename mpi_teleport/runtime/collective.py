@@ -39,7 +39,7 @@ import sys
 import traceback
 import warnings
 
-from dataclasses import replace
+from dataclasses import astuple, replace
 
 from ..core import contract
 from ..core import topology as topo
@@ -199,7 +199,7 @@ def check_start(problem, spec, logging, latency, plan, transport):
                     "topology": topo.describe(spec.topology), "variant": spec.variant,
                     "seed": spec.seed, "k_select": spec.k_select,
                     "logging": [logging.every, logging.target, logging.stop_at_target],
-                    "latency": [latency.spec, latency.clock, latency.compute_time],
+                    "latency": list(astuple(latency)),
                     "checkpoints": None if plan is None else
                     [str(plan.dir), plan.every, plan.keep, plan.start]}
         fingerprint = problem_fingerprint(problem, x0, settings)

@@ -75,8 +75,7 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
     there, as a reached target does with ``stop_at_target``."""
     plan = plan or CheckpointPlan(None, 0, 2)
     keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
-                    log_every=logging.every, stop_at_target=logging.stop_at_target,
-                    resume_from=resume_from)
+                    logging=logging, resume_from=resume_from)
     x0 = problem.initial()
     restore = keeper.restore()
     stopped = False
@@ -113,8 +112,7 @@ def join(problem, spec, logging, backend: ElasticBackend, recorder: RunRecorder,
     records), then runs the rounds as any node. Returns as :func:`execute`."""
     plan = plan or CheckpointPlan(None, 0, 2)
     keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
-                    log_every=logging.every, stop_at_target=logging.stop_at_target,
-                    resume_from=resume_from)
+                    logging=logging, resume_from=resume_from)
     phase = spec.phases()[0]
     backend.begin(phase, r, problem.initial(), None)  # (buffers; the tokens come in recovery)
     backend.join(r)
