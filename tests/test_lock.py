@@ -15,7 +15,7 @@ from mpi_teleport.disk import lock
 from mpi_teleport.disk.lock import RUN_LOCK, LockedError, LockError, acquire
 from helpers import ROOT
 
-HOLD = ("import sys, time; from mpi_teleport import lock; "
+HOLD = ("import sys, time; from mpi_teleport.disk import lock; "
         "h = lock.acquire(sys.argv[1], '--out'); print('held', flush=True); time.sleep(600)")
 
 
@@ -70,7 +70,7 @@ def test_release_and_reacquire(tmp_path):
 
 def test_released_at_process_exit(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    code = "import sys; from mpi_teleport import lock; lock.acquire(sys.argv[1])"
+    code = "import sys; from mpi_teleport.disk import lock; lock.acquire(sys.argv[1])"
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, env=env, cwd=ROOT,
                    timeout=60)
     assert not (tmp_path / RUN_LOCK).exists()
@@ -102,7 +102,7 @@ def test_record_from_another_host_is_refused_with_the_remedy(tmp_path):
 
 def test_many_processes_at_once_exactly_one_holds(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    code = ("import sys; from mpi_teleport import lock\n"
+    code = ("import sys; from mpi_teleport.disk import lock\n"
             "try:\n    h = lock.acquire(sys.argv[1])\nexcept lock.LockedError:\n    print('refused')\n"
             "else:\n    print('held', flush=True); sys.stdin.read()\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "r")], env=env, cwd=ROOT,

@@ -112,7 +112,7 @@ def test_seeds_and_rounds_differ(n, k):
 
 
 def test_same_answer_in_another_process():
-    code = ("from mpi_teleport import schedule; import json;"
+    code = ("from mpi_teleport.core import schedule; import json;"
             "print(json.dumps([schedule.holders(5, 1000, 16, t).tolist() for t in (0, 1, 777)]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     import json
