@@ -22,12 +22,14 @@ Ranks are node ids. A message from a node to itself is not a message: it stays i
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
 
 from . import topology as topo
+from .topology import Mixing, Topology
 from .schedule import Phase, flat_rosters
 
 _EMPTY = np.zeros(0, dtype=np.float64)
@@ -85,7 +87,7 @@ class SimpleStep:
     weights: np.ndarray
 
 
-def overlap_step(topology: str, now: list[np.ndarray], nxt: list[np.ndarray], node: int,
+def overlap_step(topology: Topology, now: list[np.ndarray], nxt: list[np.ndarray], node: int,
                  t: int) -> OverlapStep:
     """Algorithm 3, round t, for ``node``; ``now``/``nxt`` are the rosters of t and t+1."""
     run, m = role(now, node)
@@ -106,7 +108,7 @@ def overlap_step(topology: str, now: list[np.ndarray], nxt: list[np.ndarray], no
     return OverlapStep(t, run, m, y_to, momentum_to, next_run, j, y_from, weights, momentum_from)
 
 
-def simple_step(topology: str, prev: list[np.ndarray], now: list[np.ndarray], node: int,
+def simple_step(topology: Topology, prev: list[np.ndarray], now: list[np.ndarray], node: int,
                 t: int) -> SimpleStep:
     """Algorithm 1, round t, for ``node``: tokens sit with ``prev`` on entry."""
     held_run, held = role(prev, node)
@@ -143,7 +145,7 @@ class Messages:
     momentum: tuple[np.ndarray, np.ndarray] | None
 
 
-def round_messages(topology: str, variant: str, prev: list[np.ndarray] | None,
+def round_messages(topology: Topology, variant: str, prev: list[np.ndarray] | None,
                    now: list[np.ndarray], nxt: list[np.ndarray], t: int,
                    momentum: bool) -> Messages:
     """All nodes' messages of round t. ``variant`` 'overlap' (Alg. 3: y goes from holders(t)
@@ -255,7 +257,8 @@ def _roles(flat: np.ndarray, col_run: np.ndarray, col_tok: np.ndarray,
     return runs, toks
 
 
-def _groups(topology, sizes: tuple[int, ...], runs: np.ndarray, t0: int):
+def _groups(topology: Topology, sizes: tuple[int, ...], runs: np.ndarray,
+            t0: int) -> Iterator[tuple[int, np.ndarray, Mixing]]:
     """Rows (rounds) grouped by (run, mixing matrix): yields (q, rows, W)."""
     t = None
     for q, k in enumerate(sizes):
@@ -280,14 +283,15 @@ def _gather_nodes(flat_rows: np.ndarray, offset: int, tokens: np.ndarray) -> np.
     return np.where(tokens >= 0, picked, -1)
 
 
-def overlap_block(topology, rosters: list[list[np.ndarray]], node: int, t0: int) -> OverlapBlock:
+def overlap_block(topology: Topology, rosters: list[list[np.ndarray]], node: int,
+                  t0: int) -> OverlapBlock:
     """Algorithm 3 for ``node`` in rounds t0 .. t0 + B - 1; ``rosters`` are the B + 1
     rosters of rounds t0 .. t0 + B."""
     return overlap_block_flat(topology, flat_rosters(rosters), tuple(len(h) for h in rosters[0]),
                               node, t0)
 
 
-def overlap_block_flat(topology, flat: np.ndarray, sizes: tuple[int, ...], node: int,
+def overlap_block_flat(topology: Topology, flat: np.ndarray, sizes: tuple[int, ...], node: int,
                        t0: int) -> OverlapBlock:
     """:func:`overlap_block` from the B + 1 rosters as one array (:func:`flat_rosters`)."""
     col_run, col_tok, offsets = _columns(sizes)
@@ -320,7 +324,7 @@ def overlap_block_flat(topology, flat: np.ndarray, sizes: tuple[int, ...], node:
                         y_from, weights, n_from, momentum_from)
 
 
-def simple_block(topology, prevs: list[list[np.ndarray]], nows: list[list[np.ndarray]],
+def simple_block(topology: Topology, prevs: list[list[np.ndarray]], nows: list[list[np.ndarray]],
                  node: int, t0: int) -> SimpleBlock:
     """Algorithm 1 for ``node`` in rounds t0 .. t0 + B - 1: ``prevs[i]`` is where the tokens
     of round t0 + i sit on entry, ``nows[i]`` its roster."""
@@ -328,8 +332,8 @@ def simple_block(topology, prevs: list[list[np.ndarray]], nows: list[list[np.nda
                              tuple(len(h) for h in nows[0]), node, t0)
 
 
-def simple_block_flat(topology, pflat: np.ndarray, flat: np.ndarray, sizes: tuple[int, ...],
-                      node: int, t0: int) -> SimpleBlock:
+def simple_block_flat(topology: Topology, pflat: np.ndarray, flat: np.ndarray,
+                      sizes: tuple[int, ...], node: int, t0: int) -> SimpleBlock:
     """:func:`simple_block` from the rosters as arrays (:func:`flat_rosters`): ``pflat``
     row i where round t0 + i's tokens sit on entry, ``flat`` row i its roster."""
     col_run, col_tok, offsets = _columns(sizes)
