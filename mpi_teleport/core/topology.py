@@ -13,7 +13,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, cast
+from typing import Any, Callable, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -23,12 +23,17 @@ from ..errors import UsageError
 TOPOLOGIES = ("ring", "torus", "exp", "onepeer-exp", "base2", "complete")
 UNDIRECTED = frozenset({"ring", "torus", "base2", "complete"})
 
-# A topology: a built-in name, or a user function (k, t) -> W(t), a k x k array (what it
-# returns is checked, from_matrix: Any).
+Ints = npt.NDArray[np.int64]  # node/token ids, CSR offsets
+Floats = npt.NDArray[np.float64]  # mixing weights
+
+# A topology: a built-in name, or a user function (k, t) -> W(t), a k x k array (Any:
+# from_matrix checks what it returns).
 Topology = str | Callable[[int, int], Any]
 
+_A = TypeVar("_A", bound=np.ndarray)
 
-def _read_only(a: np.ndarray) -> np.ndarray:
+
+def _read_only(a: _A) -> _A:
     a.flags.writeable = False
     return a
 
@@ -38,20 +43,20 @@ class Mixing:
     """W(t) of one round, sparse. ``complete`` marks W = J/k (no CSR is built)."""
 
     k: int
-    indptr: np.ndarray  # (k+1,)
-    sources: np.ndarray  # (nnz,), ascending within each row
-    weights: np.ndarray  # (nnz,)
+    indptr: Ints  # (k+1,)
+    sources: Ints  # (nnz,), ascending within each row
+    weights: Floats  # (nnz,)
     complete: bool = False
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def row(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+    def row(self, j: int) -> tuple[Ints, Floats]:
         """(sources, weights) of receiver j, sources ascending."""
         if self.complete:
             return self._everyone(), self._uniform()
         a, b = self.indptr[j], self.indptr[j + 1]
         return self.sources[a:b], self.weights[a:b]
 
-    def receivers(self, m: int) -> np.ndarray:
+    def receivers(self, m: int) -> Ints:
         """Tokens j with W[j, m] > 0 (where sender m's y must go), ascending."""
         if self.complete:
             return self._everyone()
@@ -62,20 +67,20 @@ class Mixing:
             ptr = np.concatenate(([0], np.cumsum(counts)))
             self._cache["receivers"] = (ptr, rows[order])
         ptr, rows = self._cache["receivers"]
-        return cast(np.ndarray, rows[ptr[m]:ptr[m + 1]])
+        return cast(Ints, rows[ptr[m]:ptr[m + 1]])
 
-    def _everyone(self) -> np.ndarray:
+    def _everyone(self) -> Ints:
         """0..k-1, built once per matrix (complete graph: every row, every receiver list)."""
         if "everyone" not in self._cache:
             self._cache["everyone"] = _read_only(np.arange(self.k))
-        return cast(np.ndarray, self._cache["everyone"])
+        return cast(Ints, self._cache["everyone"])
 
-    def _uniform(self) -> np.ndarray:
+    def _uniform(self) -> Floats:
         if "uniform" not in self._cache:
             self._cache["uniform"] = _read_only(np.full(self.k, 1.0 / self.k))
-        return cast(np.ndarray, self._cache["uniform"])
+        return cast(Floats, self._cache["uniform"])
 
-    def padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def padded(self) -> tuple[Ints, Floats, Ints, Ints, Ints]:
         """(sources, weights, n_sources, receivers, n_receivers): row j's sources and
         weights and column m's receivers as (k, width) arrays padded with -1 and 0.0, and
         their lengths; built once per matrix (the vectorised planner's lookup tables,
@@ -95,10 +100,9 @@ class Mixing:
             for m, receivers in enumerate(outs):
                 rcv[m, :len(receivers)], n_rcv[m] = receivers, len(receivers)
             self._cache["padded"] = tuple(_read_only(a) for a in (src, wts, n_src, rcv, n_rcv))
-        return cast("tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]",
-                    self._cache["padded"])
+        return cast("tuple[Ints, Floats, Ints, Ints, Ints]", self._cache["padded"])
 
-    def slots(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def slots(self) -> list[tuple[Ints, Ints, Floats]]:
         """Vectorised view for the simulator: per slot s, the receivers having an s-th
         source, that source and its weight. Summing slot by slot adds each row's inputs
         in ascending source order, exactly as a single receiver does."""
@@ -110,9 +114,9 @@ class Mixing:
                 idx = self.indptr[rows] + s
                 out.append((rows, self.sources[idx], self.weights[idx][:, None]))
             self._cache["slots"] = out
-        return cast("list[tuple[np.ndarray, np.ndarray, np.ndarray]]", self._cache["slots"])
+        return cast("list[tuple[Ints, Ints, Floats]]", self._cache["slots"])
 
-    def dense(self) -> np.ndarray:
+    def dense(self) -> Floats:
         if self.complete:
             return np.full((self.k, self.k), 1.0 / self.k)
         w = np.zeros((self.k, self.k))
@@ -163,8 +167,8 @@ def _torus(k: int) -> Mixing:
     a, b = torus_shape(k)
     node = np.arange(k)
     r, c = node // b, node % b
-    neighbours: list[np.ndarray] = []
-    step: Callable[[int], np.ndarray]
+    neighbours: list[Ints] = []
+    step: Callable[[int], Ints]
     for size, step in ((b, lambda s: r * b + (c + s) % b), (a, lambda s: ((r + s) % a) * b + c)):
         if size >= 3:
             neighbours += [step(1), step(-1)]
