@@ -40,7 +40,7 @@ from .runtime import engine
 from .front.api_checks import run_checked
 from .front.loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
 from .front.options import Checkpoints, Latency, Records, merge, merge_latency
-from .core.schedulers import step_size
+from .core.schedulers import Scheduler, step_size
 from .core.spec import RunSpec
 from .core.topology import Topology
 
@@ -57,7 +57,7 @@ __all__ = ["teleportation", "dsgd", "search_k"]
 
 
 def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None,
-                  lr: float | Callable[[int], float] | None = None,
+                  lr: float | Callable[[int], float] | Scheduler | None = None,
                   epochs: float | None = None, lr_step: str = "epoch", optimizer: Any = None,
                   topology: Topology = "ring", momentum: float = 0.0,
                   nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm: Any = None,
@@ -267,7 +267,7 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
 
 
 def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
-         lr: float | Callable[[int], float] | None = None,
+         lr: float | Callable[[int], float] | Scheduler | None = None,
          epochs: float | None = None, lr_step: str = "epoch", optimizer: Any = None,
          topology: Topology = "ring", momentum: float = 0.0, nesterov: bool = False,
          seed: int = 0, comm: Any = None,
@@ -323,7 +323,7 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
 
 
 def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
-             lr: float | Callable[[int], float], epochs: float | None = None,
+             lr: float | Callable[[int], float] | Scheduler, epochs: float | None = None,
              lr_step: str = "epoch",
              topology: Topology = "ring", momentum: float = 0.0,
              nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm: Any = None,

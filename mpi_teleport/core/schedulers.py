@@ -22,16 +22,30 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 __all__ = ["is_scheduler", "step_size", "scheduled_lr", "rounds_per_epoch", "STEPS"]
 
 STEPS = ("epoch", "round")
 
 
-def is_scheduler(obj: object) -> bool:
+class Scheduler(Protocol):
+    """What ``lr=`` takes of a torch learning-rate scheduler (a structural type: torch is
+    optional): the members :func:`is_scheduler` looks for."""
+
+    optimizer: Any  # the torch optimizer it drives
+
+    def step(self) -> None: ...
+
+    def get_last_lr(self) -> list[Any]: ...  # (torch: float or Tensor values)
+
+
+def is_scheduler(obj: object) -> TypeIs[Scheduler]:
     """A torch learning-rate scheduler (anything with ``step``, ``get_last_lr`` and the
     ``optimizer`` it drives)."""
     return all(hasattr(obj, name) for name in ("step", "get_last_lr", "optimizer"))
@@ -53,11 +67,10 @@ def rounds_per_epoch(problem: Any, active: int) -> float:
     return cast(float, n_train / (batch * active))  # (the problem's attributes: Any)
 
 
-def step_size(lr: float | Callable[[int], float] | Any, lr_step: str, problem: Any,
+def step_size(lr: float | Callable[[int], float] | Scheduler, lr_step: str, problem: Any,
               active: int) -> float | Callable[[int], float]:
     """The API's ``lr``: a scheduler becomes a function of the round (:func:`scheduled_lr`);
     a number or a function is returned as it is."""
-    # (lr's Any: a torch scheduler, untyped)
     if is_scheduler(lr):
         return scheduled_lr(lr, lr_step, problem, active)
     if lr_step not in STEPS:
@@ -69,6 +82,7 @@ def scheduled_lr(scheduler: Any, lr_step: str, problem: Any = None,
                  active: int | None = None) -> Callable[[int], float]:
     """The step size of round t from a torch scheduler stepped per ``lr_step`` ("epoch" or
     "round"; the module docstring says how). UsageError for a scheduler already stepped."""
+    # (scheduler: a Scheduler, typed Any: its last_epoch is read too, where it has one)
     if lr_step not in STEPS:
         raise UsageError(f"lr_step must be 'epoch' or 'round', got {lr_step!r}")
     name = type(scheduler).__name__
