@@ -15,6 +15,8 @@ grouped in :class:`Records`, :class:`Checkpoints` and :class:`Latency`
 >>> mt.teleportation(Quadratic(n=10, d=4), nodes=10, k=2, rounds=20, lr=0.05).k
 2
 """
+import typing as _typing  # (private: no public name is added to the package)
+
 from .api import RunSettings, dsgd, search_k, teleportation, train
 from .runtime.engine import Result
 from .errors import NonFiniteError, OutputError, UsageError
@@ -33,7 +35,7 @@ __all__ = ["teleportation", "dsgd", "search_k", "train", "RunSettings", "Problem
 _TORCH_NAMES = ("TorchProblem", "EvalMetric")
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> _typing.Any:
     if name in _TORCH_NAMES:  # torch is imported only when asked for
         from .problems import torch_problem
 

@@ -32,16 +32,18 @@ What a call does when something is wrong (details: ``mpi_teleport/DESIGN.md`` se
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from .runtime import engine
 from .front.api_checks import checked_settings
 from .front.runner import RunSettings, train
 from .front.loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
 from .front.settings import Checkpoints, Latency, Records, merge, merge_latency
-from .core.schedulers import step_size
+from .core.schedulers import Scheduler, step_size
 from .core.spec import RunSpec
+from .core.topology import Topology
 
 if TYPE_CHECKING:
     _T = TypeVar("_T")
@@ -52,21 +54,21 @@ if TYPE_CHECKING:
 else:
     from .front.settings import Default
 
-__all__ = ["teleportation", "dsgd", "search_k"]
+__all__ = ["teleportation", "dsgd", "search_k", "train", "RunSettings"]
 
 
-def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
-                  lr: float | Callable[[int], float] | None = None,
-                  epochs: float | None = None, lr_step: str = "epoch", optimizer=None,
-                  topology: str | Callable = "ring", momentum: float = 0.0,
-                  nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
+def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None,
+                  lr: float | Callable[[int], float] | Scheduler | None = None,
+                  epochs: float | None = None, lr_step: str = "epoch", optimizer: Any = None,
+                  topology: Topology = "ring", momentum: float = 0.0,
+                  nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm: Any = None,
                   out: str | Path | None = None,
                   records: Records | None = None,
                   log_every: int = Default(10),
                   target: float | None = Default(None),
                   stop_at_target: bool = Default(False),
                   progress: bool = Default(False),
-                  callback: Callable[[dict], object] | None = Default(None),
+                  callback: Callable[[dict[str, Any]], object] | None = Default(None),
                   eval_every: int | None = Default(None),
                   eval_every_epochs: float | None = None,
                   checkpoints: Checkpoints | None = None,
@@ -77,7 +79,9 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
                   latency: str | Latency = Default("none"),
                   clock: str = Default("real"),
                   compute_time: float | None = Default(None),
-                  elastic: bool = False, fail=None, spares: int = 0) -> engine.Result:
+                  elastic: bool = False,
+                  fail: str | Sequence[str | tuple[int, int]] | None = None,
+                  spares: int = 0) -> engine.Result:
     """Train with Teleportation (Takezawa & Stich, ICLR 2025).
 
     In each round only k of the n nodes are active: they take the models (tokens) of the
@@ -264,18 +268,18 @@ def teleportation(problem, *, nodes: int, k: int, rounds: int | None = None,
         elastic=elastic, fail=fail, spares=spares), comm)
 
 
-def dsgd(problem, *, nodes: int, rounds: int | None = None,
-         lr: float | Callable[[int], float] | None = None,
-         epochs: float | None = None, lr_step: str = "epoch", optimizer=None,
-         topology: str | Callable = "ring", momentum: float = 0.0, nesterov: bool = False,
-         seed: int = 0, comm=None,
+def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
+         lr: float | Callable[[int], float] | Scheduler | None = None,
+         epochs: float | None = None, lr_step: str = "epoch", optimizer: Any = None,
+         topology: Topology = "ring", momentum: float = 0.0, nesterov: bool = False,
+         seed: int = 0, comm: Any = None,
          out: str | Path | None = None,
          records: Records | None = None,
          log_every: int = Default(10),
          target: float | None = Default(None),
          stop_at_target: bool = Default(False),
          progress: bool = Default(False),
-         callback: Callable[[dict], object] | None = Default(None),
+         callback: Callable[[dict[str, Any]], object] | None = Default(None),
          eval_every: int | None = Default(None),
          eval_every_epochs: float | None = None,
          checkpoints: Checkpoints | None = None,
@@ -286,7 +290,8 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
          latency: str | Latency = Default("none"),
          clock: str = Default("real"),
          compute_time: float | None = Default(None),
-         elastic: bool = False, fail=None, spares: int = 0) -> engine.Result:
+         elastic: bool = False, fail: str | Sequence[str | tuple[int, int]] | None = None,
+         spares: int = 0) -> engine.Result:
     """Train with Decentralized SGD: every node active every round, node m always holds
     replica m, gossip over ``topology`` among all n nodes.
 
@@ -320,17 +325,17 @@ def dsgd(problem, *, nodes: int, rounds: int | None = None,
         elastic=elastic, fail=fail, spares=spares), comm)
 
 
-def search_k(problem, *, nodes: int, rounds: int | None = None,
-             lr: float | Callable[[int], float], epochs: float | None = None,
+def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
+             lr: float | Callable[[int], float] | Scheduler, epochs: float | None = None,
              lr_step: str = "epoch",
-             topology: str | Callable = "ring", momentum: float = 0.0,
-             nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm=None,
+             topology: Topology = "ring", momentum: float = 0.0,
+             nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm: Any = None,
              out: str | Path | None = None, select: str = "averaged",
              records: Records | None = None,
              log_every: int = Default(10),
              target: float | None = Default(None),
              progress: bool = Default(False),
-             callback: Callable[[dict], object] | None = Default(None),
+             callback: Callable[[dict[str, Any]], object] | None = Default(None),
              latency: str | Latency = Default("none"),
              clock: str = Default("real"),
              compute_time: float | None = Default(None)) -> engine.Result:

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import os
+    from pathlib import Path
 
 
 class UsageError(ValueError):
@@ -28,7 +33,7 @@ class OutputError(OSError):
     temporary name, renamed when complete), so the newest complete checkpoint still
     resumes."""
 
-    def __init__(self, path, exc: OSError):
+    def __init__(self, path: str | os.PathLike[str], exc: OSError) -> None:
         super().__init__(exc.errno, exc.strerror or str(exc))
         self.filename = str(path)
         full = exc.errno in (28, 122)  # ENOSPC, EDQUOT
@@ -43,8 +48,9 @@ class OutputError(OSError):
 class Terminated(Exception):
     """Raised on every rank at the agreed round after a signal (and the final checkpoint)."""
 
-    def __init__(self, signum: int, r: int, checkpoint=None, resume_from=None,
-                 before_start: bool = False):
+    def __init__(self, signum: int, r: int, checkpoint: Path | None = None,
+                 resume_from: str | os.PathLike[str] | None = None,
+                 before_start: bool = False) -> None:
         self.signum, self.round, self.checkpoint = signum, r, checkpoint
         name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
         if before_start:  # during the set-up: nothing ran, the resumed checkpoint stands
@@ -74,7 +80,7 @@ class Naming:
     def name(self, field: str) -> str:
         return "--" + field.replace("_", "-") if self.cli else field
 
-    def given(self, field: str, value) -> str:
+    def given(self, field: str, value: object) -> str:
         return f"{self.name(field)} {value}" if self.cli else f"{field}={value!r}"
 
     def retell(self, exc: UsageError) -> UsageError:

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="no-any-return"
+# (ProblemWithDefaults returns members of the user's problem, any object: typed Any.)
 """What a training problem is to the engine: the :class:`Problem` protocol, and
 :func:`with_defaults`, which fills in the parts a problem may leave out.
 
@@ -12,6 +14,7 @@ import math
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["Problem", "ProblemWithDefaults", "with_defaults", "higher_is_better",
            "REQUIRED_MEMBERS"]
@@ -122,7 +125,8 @@ class Problem(Protocol):
         """The initial token ``x0``, shape ``(dim,)``, of ``dtype``, finite, identical in
         every process (all checked at start; under MPI the ranks compare a hash of it)."""
 
-    def gradient(self, nodes, x: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+    def gradient(self, nodes: npt.ArrayLike, x: np.ndarray, t: int,
+                 out: np.ndarray | None = None) -> np.ndarray:
         """Row r: the stochastic gradient of node ``nodes[r]``'s local loss at ``x[r]`` in
         round ``t`` (``x``: ``(len(nodes), dim)``). Randomness is keyed by (seed, node, t)
         only, so a row is the same bits whether computed alone (an MPI rank) or among k
@@ -132,7 +136,7 @@ class Problem(Protocol):
         (finite, shape ``(len(nodes), dim)``, the problem's dtype); every round, a
         returned array other than ``out`` (:mod:`mpi_teleport.core.contract`)."""
 
-    def evaluate(self, x: np.ndarray) -> dict:
+    def evaluate(self, x: np.ndarray) -> dict[str, Any]:
         """Metrics of a token matrix (rows are tokens in token order); must hold
         ``metric`` as a number (checked at every logging round: a one-line
         ``UsageError`` otherwise)."""
@@ -148,7 +152,7 @@ class ProblemWithDefaults:
     Build it with :func:`with_defaults`.
     """
 
-    def __init__(self, problem):
+    def __init__(self, problem: Any) -> None:
         self.problem = problem
 
     # -- required: straight from the problem
@@ -157,7 +161,7 @@ class ProblemWithDefaults:
         return int(self.problem.dim)
 
     @property
-    def dtype(self) -> np.dtype:
+    def dtype(self) -> np.dtype[Any]:
         return np.dtype(self.problem.dtype)
 
     @property
@@ -180,10 +184,11 @@ class ProblemWithDefaults:
     def initial(self) -> np.ndarray:
         return self.problem.initial()
 
-    def gradient(self, nodes, x, t, out=None) -> np.ndarray:
+    def gradient(self, nodes: npt.ArrayLike, x: np.ndarray, t: int,
+                 out: np.ndarray | None = None) -> np.ndarray:
         return self.problem.gradient(nodes, x, t, out=out)
 
-    def evaluate(self, x) -> dict:
+    def evaluate(self, x: np.ndarray) -> dict[str, Any]:
         return self.problem.evaluate(x)
 
     # -- optional: the problem's own, else a default
@@ -210,16 +215,16 @@ class ProblemWithDefaults:
     def validation_unavailable(self) -> str | None:
         return getattr(self.problem, "validation_unavailable", None)
 
-    def validate(self, x) -> float:
+    def validate(self, x: np.ndarray) -> float:
         if self._has("validate"):
             return float(self.problem.validate(x))
         return float(self.problem.evaluate(x)[self.metric])
 
-    def after_step(self, nodes, y) -> None:
+    def after_step(self, nodes: npt.ArrayLike, y: np.ndarray) -> None:
         if self._has("after_step"):
             self.problem.after_step(nodes, y)
 
-    def training_metrics(self, t: int) -> dict:
+    def training_metrics(self, t: int) -> dict[int, dict[str, float]]:
         """node -> {name: value} of round t's batches computed here (the records'
         training loss, :mod:`mpi_teleport.core.training`), else {}."""
         if self._has("training_metrics"):
@@ -238,7 +243,7 @@ class ProblemWithDefaults:
         return getattr(self.problem, "batch_size", None)
 
     @property
-    def token_device(self):
+    def token_device(self) -> Any:
         """Where tokens live as torch tensors (a GPU problem's device), or None: numpy."""
         return getattr(self.problem, "token_device", None)
 
@@ -248,15 +253,16 @@ class ProblemWithDefaults:
         """Whether the problem evaluates in chunks shared by processes."""
         return all(hasattr(self.problem, m) for m in SHARED_EVALUATION)
 
-    def evaluation_sums(self, vector, lo: int = 0, hi: int | None = None, split: str = "test"):
+    def evaluation_sums(self, vector: np.ndarray, lo: int = 0, hi: int | None = None,
+                        split: str = "test") -> np.ndarray:
         return self.problem.evaluation_sums(vector, lo, hi, split)
 
-    def metrics_from_sums(self, sums, x=None):
+    def metrics_from_sums(self, sums: Any, x: np.ndarray | None = None) -> dict[str, Any]:
         if x is None:  # (as called without a token matrix: validation)
             return self.problem.metrics_from_sums(sums)
         return self.problem.metrics_from_sums(sums, x)
 
-    def average(self, x) -> np.ndarray:
+    def average(self, x: np.ndarray) -> np.ndarray:
         return self.problem.average(x)
 
     @property
@@ -276,7 +282,7 @@ class ProblemWithDefaults:
         """The problem's ``name`` (for summaries), else its class name."""
         return getattr(self.problem, "name", None) or type(self.problem).__name__
 
-    def reached(self, metrics: dict, target: float | None) -> bool:
+    def reached(self, metrics: dict[str, float], target: float | None) -> bool:
         if target is None:
             return False  # no target: nothing to reach
         if self._has("reached"):
@@ -284,13 +290,13 @@ class ProblemWithDefaults:
         value = metrics[self.metric]
         return value >= target if self.higher_is_better else value <= target
 
-    def finite(self, metrics: dict) -> bool:
+    def finite(self, metrics: dict[str, Any]) -> bool:
         if self._has("finite"):
             return bool(self.problem.finite(metrics))
         return all(math.isfinite(v) for v in metrics.values()
                    if isinstance(v, (int, float)) and not isinstance(v, bool))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return dict(self.problem.describe()) if self._has("describe") else {}
 
     def __repr__(self) -> str:
@@ -307,7 +313,7 @@ def higher_is_better(metric: str) -> bool:
     return any(w in HIGHER_IS_BETTER_WORDS for w in words)
 
 
-def with_defaults(problem) -> ProblemWithDefaults:
+def with_defaults(problem: Any) -> ProblemWithDefaults:
     """Check that ``problem`` implements :class:`Problem` and fill in its optional parts.
 
     Parameters

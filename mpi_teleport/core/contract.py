@@ -24,10 +24,17 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Callable, SupportsInt
 
 import numpy as np
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from .spec import RunSpec
+
+# ``problem`` below: the user's object, checked here for the Problem protocol's members (Any).
 
 __all__ = ["initial_model", "probe", "landed", "check_metrics", "checked_lr", "check_lr",
            "first_rounds_lr", "first_rounds_topology", "can_validate"]
@@ -35,7 +42,7 @@ __all__ = ["initial_model", "probe", "landed", "check_metrics", "checked_lr", "c
 INF = math.inf
 
 
-def _what(value) -> str:
+def _what(value: object) -> str:
     """A returned value as a message shows it: type, shape and dtype of an array."""
     if value is None:
         return "None"
@@ -45,11 +52,11 @@ def _what(value) -> str:
     return f"{type(value).__name__} {value!r}"[:120]
 
 
-def _name(problem) -> str:
+def _name(problem: object) -> str:
     return getattr(problem, "name", None) or type(problem).__name__
 
 
-def initial_model(problem) -> np.ndarray:
+def initial_model(problem: Any) -> np.ndarray:
     """``problem.initial()``, checked: a finite numpy array of shape ``(dim,)`` and the
     problem's dtype (UsageError naming what to fix otherwise)."""
     x0 = problem.initial()
@@ -70,7 +77,7 @@ def initial_model(problem) -> np.ndarray:
     return x0
 
 
-def can_validate(problem) -> None:
+def can_validate(problem: Any) -> None:
     """Algorithm 2 selects k on ``validate``: a problem that says it cannot validate
     (``validation_unavailable``) is refused before the first round, in one line saying
     what to pass, rather than at the first logging round from inside the engine."""
@@ -80,7 +87,7 @@ def can_validate(problem) -> None:
                          f"but {why}")
 
 
-def probe(problem, nodes, x0: np.ndarray, t: int = 0) -> None:
+def probe(problem: Any, nodes: Iterable[SupportsInt], x0: np.ndarray, t: int = 0) -> None:
     """Call ``gradient(nodes, x0 rows, t)`` once and check what comes back (UsageError).
 
     A gradient is keyed by (seed, node, t) only (the Problem contract), so this call
@@ -98,7 +105,7 @@ def probe(problem, nodes, x0: np.ndarray, t: int = 0) -> None:
                          f"problem: no step has been taken yet)")
 
 
-def landed(problem, g, out, x) -> np.ndarray:
+def landed(problem: Any, g: object, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
     """What ``gradient()`` returned when it is not ``out`` itself: checked, and copied
     into ``out`` (when given), so the caller can always step on ``out``."""
     rows = x.shape[0] if getattr(x, "ndim", 0) == 2 else 1
@@ -124,7 +131,7 @@ def landed(problem, g, out, x) -> np.ndarray:
     return out
 
 
-def check_metrics(problem, metrics) -> None:
+def check_metrics(problem: Any, metrics: object) -> None:
     """``evaluate()``'s result holds the problem's metric as a number (UsageError)."""
     metric = problem.metric
     if not isinstance(metrics, dict):
@@ -140,7 +147,7 @@ def check_metrics(problem, metrics) -> None:
                          f"must be a number (e.g. float(value))")
 
 
-def check_lr(value, t: int) -> float:
+def check_lr(value: object, t: int) -> float:
     """The step size of round t as a float, or UsageError: a number, finite, >= 0 (a
     negative step would be gradient *ascent*)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -153,7 +160,7 @@ def check_lr(value, t: int) -> float:
     return value
 
 
-def checked_lr(lr):
+def checked_lr(lr: float | Callable[[int], float]) -> float | Callable[[int], float]:
     """A step-size function whose every value is checked (:func:`check_lr`); a number is
     returned as it is (the API and the command line validate it up front)."""
     if not callable(lr) or getattr(lr, "checked", False):
@@ -165,14 +172,15 @@ def checked_lr(lr):
             return value
         return check_lr(value, t)
 
-    lr_of_round.checked = True
+    # (function attributes: the type checker does not know them)
+    lr_of_round.checked = True  # type: ignore[attr-defined]
     if hasattr(lr, "base"):  # (named in messages)
-        lr_of_round.base = lr.base
-    lr_of_round.__wrapped__ = lr
+        lr_of_round.base = lr.base  # type: ignore[attr-defined]
+    lr_of_round.__wrapped__ = lr  # type: ignore[attr-defined]
     return lr_of_round
 
 
-def first_rounds_topology(spec) -> None:
+def first_rounds_topology(spec: RunSpec) -> None:
     """Call a topology function for the first rounds and the last of every phase, for
     every run's k (Algorithm 2: each candidate's), at start (UsageError naming the function,
     k and t), so one that fails or returns no mixing matrix is refused before anything
@@ -188,7 +196,7 @@ def first_rounds_topology(spec) -> None:
                     topo.mixing(spec.topology, len(holders), t)
 
 
-def first_rounds_lr(lr, rounds: int) -> None:
+def first_rounds_lr(lr: float | Callable[[int], float], rounds: int) -> None:
     """Check a step-size function's values of the first rounds and the last one at start
     (UsageError), so a wrong function is refused before anything runs (on every process
     alike); later rounds are checked as they come (:func:`checked_lr`)."""

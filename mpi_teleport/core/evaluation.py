@@ -11,6 +11,10 @@ the validation only on the rounds the recorder uses it (:class:`Evaluations`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SPLITS = ("test", "validation")
 
@@ -24,12 +28,12 @@ class Evaluations:
     ``token_validation[q][m]``: ``problem.validate`` of token m alone (Algorithm 2's
     ``tokens`` criterion), or None."""
 
-    metrics: list
-    validation: list | None = None
-    token_validation: list | None = None
+    metrics: list[dict[str, Any]]
+    validation: list[float] | None = None
+    token_validation: list[list[float]] | None = None
 
 
-def chunk_slices(n_samples: int, chunk: int, parts: int) -> list:
+def chunk_slices(n_samples: int, chunk: int, parts: int) -> list[tuple[int, int]]:
     """Split ``range(n_samples)`` into ``parts`` contiguous ``(lo, hi)`` slices whose
     boundaries are multiples of ``chunk`` (or ``n_samples``), as even as whole chunks
     allow; the first slices get the extra chunks, later ones may be empty.
@@ -53,7 +57,7 @@ def chunk_slices(n_samples: int, chunk: int, parts: int) -> list:
     return out
 
 
-def is_shared(problem, split: str = "test") -> bool:
+def is_shared(problem: Any, split: str = "test") -> bool:
     """Whether ``problem`` offers chunked evaluation of a non-empty ``split`` (else one
     process evaluates it, as ``evaluate``/``validate`` do)."""
     from ..problem import with_defaults
@@ -63,22 +67,22 @@ def is_shared(problem, split: str = "test") -> bool:
     return set_size(problem, split) > 0
 
 
-def set_size(problem, split: str) -> int:
+def set_size(problem: Any, split: str) -> int:
     """Samples of the evaluated set: ``n_test`` or ``n_validation``."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     return int(problem.n_test if split == "test" else problem.n_validation)
 
 
-def part(problem, split: str, rank: int, size: int) -> tuple:
+def part(problem: Any, split: str, rank: int, size: int) -> tuple[int, int]:
     """Rank ``rank`` of ``size``'s slice ``(lo, hi)`` of the set."""
     return chunk_slices(set_size(problem, split), problem.eval_batch_size, size)[rank]
 
 
-def result(problem, rows, x, split: str):
+def result(problem: Any, rows: Any, x: np.ndarray | None, split: str) -> Any:
     """The problem's answer from all chunk rows of a set: ``evaluate``'s metrics dict
     (consensus from the token matrix ``x``) for "test", ``validate``'s number for
-    "validation"."""
+    "validation" (Any: what the problem's ``metrics_from_sums`` returns)."""
     if split == "test":
         return problem.metrics_from_sums(rows, x)
     return problem.metrics_from_sums(rows)[problem.metric]

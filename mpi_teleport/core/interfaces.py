@@ -22,10 +22,16 @@ has every member.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from .evaluation import Evaluations
+    from .schedule import Phase
 
 # Message kinds (a tag says the round and the kind): a token's y (the gossip input), its
 # momentum, its model (Alg. 1's fetch, line 8).
@@ -65,7 +71,7 @@ class TokenTransport(Protocol):
 
     # -- collectives (logging rounds, checkpoints, start-up) ---------------------------------
     def gather_rows(self, row: np.ndarray | None, holders: np.ndarray, d: int,
-                    dtype=np.float64) -> np.ndarray | None:
+                    dtype: npt.DTypeLike = np.float64) -> np.ndarray | None:
         """Rank 0 gets the k token rows (row of token m from rank holders[m]) in token
         order; other ranks None."""
 
@@ -75,13 +81,13 @@ class TokenTransport(Protocol):
     def gather_rows_in_order(self, rows: np.ndarray) -> np.ndarray | None:
         """Every rank's float64 rows stacked in rank order on rank 0 (None elsewhere)."""
 
-    def bcast(self, obj):
+    def bcast(self, obj: Any) -> Any:
         """Rank 0's object on every rank."""
 
-    def gather(self, obj) -> list | None:
+    def gather(self, obj: Any) -> list[Any] | None:
         """Every rank's object on rank 0, in rank order (None elsewhere)."""
 
-    def allgather(self, obj) -> list:
+    def allgather(self, obj: Any) -> list[Any]:
         """Every rank's object on every rank, in rank order."""
 
     def agree_max(self, value: int) -> int:
@@ -114,13 +120,13 @@ class ChannelTransport(TokenTransport, Protocol):
     def recv_channel(self, buf: np.ndarray, source: int, kind: int) -> Any:
         """The persistent receive into ``buf`` from ``source`` (made on first use)."""
 
-    def start(self, channels: list) -> None:
+    def start(self, channels: list[Any]) -> None:
         """Start ``channels`` (a send's data is what its buffer holds now)."""
 
-    def wait_all(self, channels: list) -> None:
+    def wait_all(self, channels: list[Any]) -> None:
         """Complete ``channels``."""
 
-    def release_channels(self, buffers=None) -> None:
+    def release_channels(self, buffers: Iterable[np.ndarray | None] | None = None) -> None:
         """Free the channels of ``buffers`` (all when None)."""
 
 
@@ -157,7 +163,8 @@ class Backend(Protocol):
     replacements: Any  # the nodes a spare took over (elastic.replacement_records); empty otherwise
     spares: int  # the spares the run started with (0: none)
 
-    def begin(self, phase, start: int, x0: np.ndarray, restore=None) -> None:
+    def begin(self, phase: Phase, start: int, x0: np.ndarray,
+              restore: tuple[Path, dict[str, Any]] | None = None) -> None:
         """Place the tokens of round ``start`` of ``phase`` (a schedule.Phase): x0 on every
         token, or the checkpoint ``restore`` = (directory, manifest)."""
 
@@ -167,10 +174,11 @@ class Backend(Protocol):
     def tokens(self, run: int) -> np.ndarray | None:
         """Collective: run ``run``'s token matrix (rows in token order) on the root."""
 
-    def evaluate(self, problem, x: np.ndarray | None, split: str = "test"):
-        """Collective: the metrics of the root's token matrix x, on the root."""
+    def evaluate(self, problem: Any, x: np.ndarray | None, split: str = "test") -> Any:
+        """Collective: the metrics of the root's token matrix x, on the root (``evaluate``'s
+        dict for "test", ``validate``'s number for "validation"; None elsewhere)."""
 
-    def training_metrics(self, problem, t: int) -> dict:
+    def training_metrics(self, problem: Any, t: int) -> dict[str, float]:
         """Collective: the mean of each value the problem reports of round t's batches
         over that round's active nodes, on the root ({} elsewhere or when none are)."""
 
@@ -230,14 +238,14 @@ class RunRecorder(Protocol):
     def validates_tokens(self, phase: int, r: int) -> bool:
         """Whether round r of ``phase`` also validates each token alone."""
 
-    def record(self, phase: int, r: int, mats: list, time_s: float, extra: dict,
-               evaluated=None) -> bool:
+    def record(self, phase: int, r: int, mats: list[np.ndarray | None], time_s: float,
+               extra: dict[str, Any], evaluated: Evaluations | None = None) -> bool:
         """Round r's record from the token matrices; True when the run should stop."""
 
     def final_tokens(self) -> np.ndarray | None:
         """The token matrix the result's averaged model comes from."""
 
-    def summary(self, wall: float, extra: dict | None = None) -> dict:
+    def summary(self, wall: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Write and return summary.json's contents."""
 
 
@@ -245,8 +253,8 @@ class RunRecorder(Protocol):
 class CheckpointedRecorder(RunRecorder, Protocol):
     """A recorder whose state a checkpoint keeps (Algorithm 2 takes no checkpoints)."""
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """What a checkpoint keeps of the records."""
 
-    def restore(self, state: dict) -> None:
+    def restore(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state`."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class Adam:
     first ``trainable`` entries of a token (a TorchProblem's parameters, not its
     normalisation buffers); None: to all."""
 
-    betas: tuple = (0.9, 0.999)
+    betas: tuple[float, ...] = (0.9, 0.999)
     eps: float = 1e-8
     weight_decay: float = 0.0
     decoupled: bool = False
@@ -77,7 +78,8 @@ class SgdDecay:
                 f"weight_decay={float(self.weight_decay)!r})")
 
 
-def decay_gradient(g: np.ndarray, x: np.ndarray, weight_decay: float, trainable) -> None:
+def decay_gradient(g: np.ndarray, x: np.ndarray, weight_decay: float,
+                   trainable: int | None) -> None:
     """g += weight_decay * x on the trainable entries (torch's L2 term), in g's dtype."""
     n = g.shape[-1] if trainable is None else min(int(trainable), g.shape[-1])
     g[..., :n] += g.dtype.type(weight_decay) * x[..., :n]
@@ -108,7 +110,8 @@ def adam_step(rule: Adam, g: np.ndarray, x: np.ndarray, v: np.ndarray, lr: float
                     max(0, min(n, b) - a))
 
 
-def _adam_block(rule: Adam, g, x, m, s, lr: float, step: int, n: int) -> None:
+def _adam_block(rule: Adam, g: np.ndarray, x: np.ndarray, m: np.ndarray, s: np.ndarray,
+                lr: float, step: int, n: int) -> None:
     """:func:`adam_step` on one block of columns, its first ``n`` trainable."""
     dt = g.dtype.type
     b1, b2 = float(rule.betas[0]), float(rule.betas[1])
@@ -132,7 +135,7 @@ def _adam_block(rule: Adam, g, x, m, s, lr: float, step: int, n: int) -> None:
         np.subtract(x, update, out=g)
 
 
-def from_torch(optimizer, trainable: int | None = None) -> dict:
+def from_torch(optimizer: Any, trainable: int | None = None) -> dict[str, Any]:
     """What ``optimizer=`` (a torch optimizer class, factory or instance) asks for:
     ``{"lr": its lr, "momentum": float, "nesterov": bool, "rule": Adam or None}``, or a
     one-line UsageError for what the package does not run."""
@@ -166,7 +169,7 @@ def from_torch(optimizer, trainable: int | None = None) -> dict:
                      "(class, factory or instance)")
 
 
-def _torch():
+def _torch() -> Any:
     try:
         import torch
     except ImportError:  # pragma: no cover (the nn extra)
@@ -174,7 +177,7 @@ def _torch():
     return torch
 
 
-def _instance(optimizer, torch):
+def _instance(optimizer: Any, torch: Any) -> Any:
     """The optimizer itself, or the one a class or factory builds over a stand-in parameter
     (only its hyperparameters are read)."""
     if isinstance(optimizer, torch.optim.Optimizer):

@@ -22,18 +22,20 @@ Ranks are node ids. A message from a node to itself is not a message: it stays i
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
 
 from . import topology as topo
+from .topology import Floats, Ints, Mixing, Topology
 from .schedule import Phase, flat_rosters
 
 _EMPTY = np.zeros(0, dtype=np.float64)
 
 
-def role(roster: list[np.ndarray], node: int) -> tuple[int, int]:
+def role(roster: list[Ints], node: int) -> tuple[int, int]:
     """(run, token) that ``node`` holds under ``roster``, or (-1, -1) when inactive."""
     for q, holders in enumerate(roster):
         m = int((holders == node).argmax())  # holders are distinct: one hit at most
@@ -60,7 +62,7 @@ class OverlapStep:
     next_run: int  # run of the token held in round t+1 (-1)
     next_token: int  # j, held in round t+1 (-1)
     y_from: tuple[int, ...]  # nodes whose y enters x_j, ascending source token order
-    weights: np.ndarray  # W(t)[j, sources], same order
+    weights: Floats  # W(t)[j, sources], same order
     momentum_from: int  # holders(t)[j] (-1)
 
 
@@ -82,10 +84,10 @@ class SimpleStep:
     model_from: int  # its previous holder (-1)
     y_to: tuple[int, ...]
     y_from: tuple[int, ...]
-    weights: np.ndarray
+    weights: Floats
 
 
-def overlap_step(topology: str, now: list[np.ndarray], nxt: list[np.ndarray], node: int,
+def overlap_step(topology: Topology, now: list[Ints], nxt: list[Ints], node: int,
                  t: int) -> OverlapStep:
     """Algorithm 3, round t, for ``node``; ``now``/``nxt`` are the rosters of t and t+1."""
     run, m = role(now, node)
@@ -106,7 +108,7 @@ def overlap_step(topology: str, now: list[np.ndarray], nxt: list[np.ndarray], no
     return OverlapStep(t, run, m, y_to, momentum_to, next_run, j, y_from, weights, momentum_from)
 
 
-def simple_step(topology: str, prev: list[np.ndarray], now: list[np.ndarray], node: int,
+def simple_step(topology: Topology, prev: list[Ints], now: list[Ints], node: int,
                 t: int) -> SimpleStep:
     """Algorithm 1, round t, for ``node``: tokens sit with ``prev`` on entry."""
     held_run, held = role(prev, node)
@@ -136,15 +138,15 @@ class Messages:
     (line 8) and the momentum hops of Alg. 3.
     """
 
-    compute: np.ndarray  # nodes that take a local step this round
-    fetch: tuple[np.ndarray, np.ndarray] | None
-    groups: list[tuple[np.ndarray, np.ndarray]]
-    complete: list[tuple[np.ndarray, np.ndarray]]  # runs on the complete graph: (senders, receivers)
-    momentum: tuple[np.ndarray, np.ndarray] | None
+    compute: Ints  # nodes that take a local step this round
+    fetch: tuple[Ints, Ints] | None
+    groups: list[tuple[Ints, Ints]]
+    complete: list[tuple[Ints, Ints]]  # runs on the complete graph: (senders, receivers)
+    momentum: tuple[Ints, Ints] | None
 
 
-def round_messages(topology: str, variant: str, prev: list[np.ndarray] | None,
-                   now: list[np.ndarray], nxt: list[np.ndarray], t: int,
+def round_messages(topology: Topology, variant: str, prev: list[Ints] | None,
+                   now: list[Ints], nxt: list[Ints], t: int,
                    momentum: bool) -> Messages:
     """All nodes' messages of round t. ``variant`` 'overlap' (Alg. 3: y goes from holders(t)
     to holders(t+1)) or 'simple' (Alg. 1: fetch from ``prev``, gossip within holders(t))."""
@@ -161,7 +163,7 @@ def round_messages(topology: str, variant: str, prev: list[np.ndarray] | None,
         for rows, sources, _ in w.slots():
             groups.append((senders[sources], receivers[rows]))
     if variant == "simple":
-        prev = cast(list[np.ndarray], prev)  # (Alg. 1 rounds are given their previous holders)
+        prev = cast(list[Ints], prev)  # (Alg. 1 rounds are given their previous holders)
         fetch = (np.concatenate(prev) if len(prev) > 1 else prev[0], compute)
     elif momentum:
         mom = (compute, np.concatenate(nxt) if len(nxt) > 1 else nxt[0])
@@ -181,17 +183,17 @@ class OverlapBlock:
     """Algorithm 3 for one node over rounds t0 .. t0 + len - 1 (fields as in OverlapStep)."""
 
     t0: int
-    run: np.ndarray  # (B,)
-    token: np.ndarray
-    y_to: np.ndarray  # (B, width), -1 padded
-    n_to: np.ndarray  # (B,)
-    momentum_to: np.ndarray
-    next_run: np.ndarray
-    next_token: np.ndarray
-    y_from: np.ndarray  # (B, width), -1 padded, ascending source token order
-    weights: np.ndarray  # (B, width), 0 padded
-    n_from: np.ndarray
-    momentum_from: np.ndarray
+    run: Ints  # (B,)
+    token: Ints
+    y_to: Ints  # (B, width), -1 padded
+    n_to: Ints  # (B,)
+    momentum_to: Ints
+    next_run: Ints
+    next_token: Ints
+    y_from: Ints  # (B, width), -1 padded, ascending source token order
+    weights: Floats  # (B, width), 0 padded
+    n_from: Ints
+    momentum_from: Ints
 
     def __len__(self) -> int:
         return len(self.run)
@@ -211,17 +213,17 @@ class SimpleBlock:
     """Algorithm 1 for one node over rounds t0 .. t0 + len - 1 (fields as in SimpleStep)."""
 
     t0: int
-    held_run: np.ndarray
-    held: np.ndarray
-    model_to: np.ndarray
-    run: np.ndarray
-    token: np.ndarray
-    model_from: np.ndarray
-    y_to: np.ndarray
-    n_to: np.ndarray
-    y_from: np.ndarray
-    weights: np.ndarray
-    n_from: np.ndarray
+    held_run: Ints
+    held: Ints
+    model_to: Ints
+    run: Ints
+    token: Ints
+    model_from: Ints
+    y_to: Ints
+    n_to: Ints
+    y_from: Ints
+    weights: Floats
+    n_from: Ints
 
     def __len__(self) -> int:
         return len(self.run)
@@ -235,7 +237,7 @@ class SimpleBlock:
 
 
 @functools.lru_cache(maxsize=64)
-def _columns(sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _columns(sizes: tuple[int, ...]) -> tuple[Ints, Ints, Ints]:
     """Each column's run and token, and each run's first column, for runs of ``sizes``."""
     offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     col_run = np.repeat(np.arange(len(sizes)), sizes)
@@ -245,8 +247,8 @@ def _columns(sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return col_run, col_tok, offsets
 
 
-def _roles(flat: np.ndarray, col_run: np.ndarray, col_tok: np.ndarray,
-           node: int) -> tuple[np.ndarray, np.ndarray]:
+def _roles(flat: Ints, col_run: Ints, col_tok: Ints,
+           node: int) -> tuple[Ints, Ints]:
     """(run, token) of ``node`` in every roster (rows of ``flat``); -1 where inactive."""
     rows, cols = np.nonzero(flat == node)  # holders are distinct: one hit per row at most
     runs = np.full(len(flat), -1, dtype=np.int64)
@@ -255,7 +257,8 @@ def _roles(flat: np.ndarray, col_run: np.ndarray, col_tok: np.ndarray,
     return runs, toks
 
 
-def _groups(topology, sizes: tuple[int, ...], runs: np.ndarray, t0: int):
+def _groups(topology: Topology, sizes: tuple[int, ...], runs: Ints,
+            t0: int) -> Iterator[tuple[int, Ints, Mixing]]:
     """Rows (rounds) grouped by (run, mixing matrix): yields (q, rows, W)."""
     t = None
     for q, k in enumerate(sizes):
@@ -274,20 +277,21 @@ def _groups(topology, sizes: tuple[int, ...], runs: np.ndarray, t0: int):
             yield q, rows, topo.mixing(topology, k, int(t[rows[0]]))
 
 
-def _gather_nodes(flat_rows: np.ndarray, offset: int, tokens: np.ndarray) -> np.ndarray:
+def _gather_nodes(flat_rows: Ints, offset: int, tokens: Ints) -> Ints:
     """flat_rows[i, offset + tokens[i, c]] where tokens >= 0, else -1."""
     picked = np.take_along_axis(flat_rows, offset + np.maximum(tokens, 0), axis=1)
     return np.where(tokens >= 0, picked, -1)
 
 
-def overlap_block(topology, rosters: list[list[np.ndarray]], node: int, t0: int) -> OverlapBlock:
+def overlap_block(topology: Topology, rosters: list[list[Ints]], node: int,
+                  t0: int) -> OverlapBlock:
     """Algorithm 3 for ``node`` in rounds t0 .. t0 + B - 1; ``rosters`` are the B + 1
     rosters of rounds t0 .. t0 + B."""
     return overlap_block_flat(topology, flat_rosters(rosters), tuple(len(h) for h in rosters[0]),
                               node, t0)
 
 
-def overlap_block_flat(topology, flat: np.ndarray, sizes: tuple[int, ...], node: int,
+def overlap_block_flat(topology: Topology, flat: Ints, sizes: tuple[int, ...], node: int,
                        t0: int) -> OverlapBlock:
     """:func:`overlap_block` from the B + 1 rosters as one array (:func:`flat_rosters`)."""
     col_run, col_tok, offsets = _columns(sizes)
@@ -320,7 +324,7 @@ def overlap_block_flat(topology, flat: np.ndarray, sizes: tuple[int, ...], node:
                         y_from, weights, n_from, momentum_from)
 
 
-def simple_block(topology, prevs: list[list[np.ndarray]], nows: list[list[np.ndarray]],
+def simple_block(topology: Topology, prevs: list[list[Ints]], nows: list[list[Ints]],
                  node: int, t0: int) -> SimpleBlock:
     """Algorithm 1 for ``node`` in rounds t0 .. t0 + B - 1: ``prevs[i]`` is where the tokens
     of round t0 + i sit on entry, ``nows[i]`` its roster."""
@@ -328,8 +332,8 @@ def simple_block(topology, prevs: list[list[np.ndarray]], nows: list[list[np.nda
                              tuple(len(h) for h in nows[0]), node, t0)
 
 
-def simple_block_flat(topology, pflat: np.ndarray, flat: np.ndarray, sizes: tuple[int, ...],
-                      node: int, t0: int) -> SimpleBlock:
+def simple_block_flat(topology: Topology, pflat: Ints, flat: Ints,
+                      sizes: tuple[int, ...], node: int, t0: int) -> SimpleBlock:
     """:func:`simple_block` from the rosters as arrays (:func:`flat_rosters`): ``pflat``
     row i where round t0 + i's tokens sit on entry, ``flat`` row i its roster."""
     col_run, col_tok, offsets = _columns(sizes)
@@ -357,7 +361,7 @@ def simple_block_flat(topology, pflat: np.ndarray, flat: np.ndarray, sizes: tupl
                        y_from, weights, n_from)
 
 
-def entry_rosters(phase: Phase, t0: int, t1: int) -> np.ndarray:
+def entry_rosters(phase: Phase, t0: int, t1: int) -> Ints:
     """Where Algorithm 1's tokens of rounds t0 .. t1 - 1 sit on entry (line 8 fetches them
     from there), one row per round: the previous round's roster, or the round's own in a
     placement round (:meth:`~mpi_teleport.core.schedule.Phase.is_placement_round`)."""

@@ -19,6 +19,7 @@ import functools
 from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -48,7 +49,7 @@ def _mix_int(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def _const(value: int) -> np.ndarray:
+def _const(value: int) -> npt.NDArray[np.uint64]:
     """A read-only 0-d uint64 array: as an operand it dispatches faster than a numpy scalar,
     which matters when a call mixes only a few dozen words."""
     c = np.array(value, dtype=np.uint64)
@@ -61,7 +62,7 @@ _M1, _M2 = _const(0xBF58476D1CE4E5B9), _const(0x94D049BB133111EB)
 _GOLDEN, _ONE = _const(GOLDEN), _const(1)
 
 
-def _mix_array(z: np.ndarray) -> np.ndarray:
+def _mix_array(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """SplitMix64 finaliser on a uint64 array (wrapping arithmetic); ``z`` is not changed."""
     z = z ^ (z >> _S30)  # a new array: the steps below work in place on it
     z *= _M1
@@ -80,7 +81,7 @@ def key(*parts: int) -> int:
     return h
 
 
-def uniforms(k: int, nodes: np.ndarray, count: int) -> np.ndarray:
+def uniforms(k: int, nodes: npt.ArrayLike, count: int) -> npt.NDArray[np.float64]:
     """(len(nodes), count) float64 uniforms in (0, 1], row i a pure function of (k, node)."""
     nodes = np.asarray(nodes, dtype=np.uint64).reshape(-1, 1)
     node_keys = _mix_array(np.uint64(k) ^ _mix_array(nodes * np.uint64(GOLDEN) + np.uint64(1)))
@@ -89,7 +90,7 @@ def uniforms(k: int, nodes: np.ndarray, count: int) -> np.ndarray:
     return ((words >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 9007199254740992.0)
 
 
-def normals(k: int, nodes, d: int) -> np.ndarray:
+def normals(k: int, nodes: npt.ArrayLike, d: int) -> npt.NDArray[np.float64]:
     """Standard normal rows, shape (len(nodes), d): row r depends only on (k, nodes[r]).
 
     Box-Muller on two independent contiguous uniform blocks, so every ufunc sees the same
@@ -109,7 +110,7 @@ def normals(k: int, nodes, d: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _counters(count: int) -> np.ndarray:
+def _counters(count: int) -> npt.NDArray[np.uint64]:
     """(i + 1) * GOLDEN for i < count (wrapping), read-only: the per-word offsets."""
     c = np.arange(1, count + 1, dtype=np.uint64) * np.uint64(GOLDEN)
     c.flags.writeable = False
@@ -120,7 +121,7 @@ def _round_key_int(stream_key: int, t: int) -> int:
     return _mix_int(stream_key ^ _mix_int(((int(t) & MASK64) * GOLDEN + 1) & MASK64))
 
 
-def words(seed: int, stream: int, ts, count: int) -> np.ndarray:
+def words(seed: int, stream: int, ts: Any, count: int) -> npt.NDArray[np.uint64]:
     """Hash words, uint64 of shape (len(ts), count): word [r, i] is a pure function of
     (seed, stream, ts[r], i), so a round's row is the same computed alone or in a block.
 
@@ -129,6 +130,7 @@ def words(seed: int, stream: int, ts, count: int) -> np.ndarray:
     is the SplitMix64 finaliser and arithmetic wraps mod 2^64 (the shape of
     :func:`uniforms`, with a round in place of a node).
     """
+    # ts: one round, a range or a sequence/array of rounds (Any: told apart at run time)
     stream_key = key(seed, stream)
     counters = _counters(count)
     if isinstance(ts, range):
@@ -149,7 +151,7 @@ def words(seed: int, stream: int, ts, count: int) -> np.ndarray:
 _LOW32, _SHIFT32 = _const(0xFFFFFFFF), _const(32)
 
 
-def below(words: np.ndarray, bounds) -> np.ndarray:
+def below(words: npt.ArrayLike, bounds: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """floor(words * bounds / 2^64) exactly, element-wise (broadcasting): an integer in
     [0, bounds) from each uint64 word (Lemire's multiply-high; bias < bounds / 2^64).
 
@@ -173,7 +175,7 @@ def below(words: np.ndarray, bounds) -> np.ndarray:
     return high.astype(np.int64)
 
 
-def _philox_state(seed: int, stream: int, t: int, i: int) -> dict:
+def _philox_state(seed: int, stream: int, t: int, i: int) -> dict[str, Any]:
     return {
         "bit_generator": "Philox",
         "state": {"counter": np.array([0, 0, int(i) & MASK64, 0], dtype=np.uint64),

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from . import rng
 
 
 @functools.lru_cache(maxsize=64)
-def _span(k: int) -> np.ndarray:
+def _span(k: int) -> npt.NDArray[np.int64]:
     """0, 1, ..., k-1 (read-only, cached: no allocation per call)."""
     span = np.arange(k, dtype=np.int64)
     span.flags.writeable = False
@@ -28,7 +29,7 @@ def _span(k: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _remaining(n: int, k: int) -> np.ndarray:
+def _remaining(n: int, k: int) -> npt.NDArray[np.uint64]:
     """n - j for j < k: the number of nodes step j of a shuffle still chooses from."""
     left = (n - _span(k)).astype(np.uint64)
     left.flags.writeable = False
@@ -38,7 +39,8 @@ def _remaining(n: int, k: int) -> np.ndarray:
 _WORDS_AT_ONCE = 1 << 20  # hash words one pass holds (8 MiB, plus the sort's as much again)
 
 
-def _ordered_sample_block(seed: int, stream: int, n: int, k: int, t0: int, count: int) -> np.ndarray:
+def _ordered_sample_block(seed: int, stream: int, n: int, k: int, t0: int,
+                          count: int) -> npt.NDArray[np.int64]:
     """(count, k) int64: row r a uniformly random ordered choice of k distinct integers
     out of range(n), a pure function of (seed, stream, n, k, t0 + r).
 
@@ -75,19 +77,20 @@ def _ordered_sample_block(seed: int, stream: int, n: int, k: int, t0: int, count
     return draws
 
 
-def holders_block(seed: int, n: int, k: int, t0: int, count: int) -> np.ndarray:
+def holders_block(seed: int, n: int, k: int, t0: int, count: int) -> npt.NDArray[np.int64]:
     """(count, k) int64: row r = holders(seed, n, k, t0 + r), all rows in one pass."""
     if not 1 <= k <= n:
         raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
     return _ordered_sample_block(seed, rng.STREAM_SCHEDULE, n, k, t0, count)
 
 
-def holders(seed: int, n: int, k: int, t: int) -> np.ndarray:
+def holders(seed: int, n: int, k: int, t: int) -> npt.NDArray[np.int64]:
     """holders(t)[m] = the node holding token m in round t (k distinct nodes of n)."""
-    return holders_block(seed, n, k, t, 1)[0]
+    # (a row: numpy's stubs type an integer index as Any)
+    return cast("npt.NDArray[np.int64]", holders_block(seed, n, k, t, 1)[0])
 
 
-def fixed_holders(n: int) -> np.ndarray:
+def fixed_holders(n: int) -> npt.NDArray[np.int64]:
     """Decentralized SGD: node m always holds replica m."""
     return np.arange(n, dtype=np.int64)
 
@@ -98,13 +101,13 @@ def candidate_ks(n: int) -> list[int]:
     return [1 << q for q in range(top)]
 
 
-def search_order_block(seed: int, n: int, t0: int, count: int) -> np.ndarray:
+def search_order_block(seed: int, n: int, t0: int, count: int) -> npt.NDArray[np.int64]:
     """(count, sum(candidate_ks(n))) int64: row r = Alg. 2's disjoint blocks of round
     t0 + r side by side (an ordered sample of distinct nodes, the sampler of holders)."""
     return _ordered_sample_block(seed, rng.STREAM_BLOCKS, n, sum(candidate_ks(n)), t0, count)
 
 
-def search_blocks(seed: int, n: int, t: int) -> list[np.ndarray]:
+def search_blocks(seed: int, n: int, t: int) -> list[npt.NDArray[np.int64]]:
     """Alg. 2 phase 2: disjoint holder sets for every candidate k in round t.
 
     One shared random ordering of the nodes is cut into consecutive blocks of sizes
@@ -114,7 +117,7 @@ def search_blocks(seed: int, n: int, t: int) -> list[np.ndarray]:
     return [order[k - 1:2 * k - 1] for k in candidate_ks(n)]  # block of size k starts at 1+2+...+k/2 = k-1
 
 
-def flat_rosters(rosters: list[list[np.ndarray]]) -> np.ndarray:
+def flat_rosters(rosters: list[list[npt.NDArray[np.int64]]]) -> npt.NDArray[np.int64]:
     """Rosters as one (R, K) int64 array: row r holds every run's holders side by side
     (run 0's first). The runs' sizes are the same in every round of a phase."""
     return np.array([np.concatenate(r) if len(r) > 1 else r[0] for r in rosters], dtype=np.int64)
@@ -127,13 +130,13 @@ class Phase:
     roster(start) (Algorithm 2, phase 2). ``block``, when given, computes the rosters of
     many rounds at once (:meth:`rosters`); it must agree with ``roster``."""
 
-    roster: Callable[[int], list]
+    roster: Callable[[int], list[npt.NDArray[np.int64]]]
     start: int
     stop: int
     fresh: bool = False
-    block: Callable[[int, int], np.ndarray] | None = None
+    block: Callable[[int, int], npt.NDArray[np.int64]] | None = None
 
-    def rosters(self, t0: int, t1: int) -> np.ndarray:
+    def rosters(self, t0: int, t1: int) -> npt.NDArray[np.int64]:
         """The rosters of rounds t0 .. t1 - 1 as one (t1 - t0, K) int64 array, every run's
         holders side by side (:func:`flat_rosters`)."""
         if self.block is not None:

@@ -22,22 +22,36 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 __all__ = ["is_scheduler", "step_size", "scheduled_lr", "rounds_per_epoch", "STEPS"]
 
 STEPS = ("epoch", "round")
 
 
-def is_scheduler(obj) -> bool:
+class Scheduler(Protocol):
+    """What ``lr=`` takes of a torch learning-rate scheduler (a structural type: torch is
+    optional): the members :func:`is_scheduler` looks for."""
+
+    optimizer: Any  # the torch optimizer it drives
+
+    def step(self) -> None: ...
+
+    def get_last_lr(self) -> list[Any]: ...  # (torch: float or Tensor values)
+
+
+def is_scheduler(obj: object) -> TypeIs[Scheduler]:
     """A torch learning-rate scheduler (anything with ``step``, ``get_last_lr`` and the
     ``optimizer`` it drives)."""
     return all(hasattr(obj, name) for name in ("step", "get_last_lr", "optimizer"))
 
 
-def rounds_per_epoch(problem, active: int) -> float:
+def rounds_per_epoch(problem: Any, active: int) -> float:
     """Rounds one pass over the training data takes when ``active`` nodes each draw a
     batch of the problem's ``batch_size`` per round: ``n_train / (batch_size * active)``;
     active = k for Teleportation, n for DSGD (``epochs=E`` runs ``ceil(E * this)`` rounds).
@@ -50,10 +64,11 @@ def rounds_per_epoch(problem, active: int) -> float:
     if not n_train or not batch:
         raise UsageError(f"rounds per epoch need a problem that knows n_train and batch_size "
                          f"(a TorchProblem); {type(problem).__name__} does not")
-    return n_train / (batch * active)
+    return cast(float, n_train / (batch * active))  # (the problem's attributes: Any)
 
 
-def step_size(lr, lr_step: str, problem, active: int):
+def step_size(lr: float | Callable[[int], float] | Scheduler, lr_step: str, problem: Any,
+              active: int) -> float | Callable[[int], float]:
     """The API's ``lr``: a scheduler becomes a function of the round (:func:`scheduled_lr`);
     a number or a function is returned as it is."""
     if is_scheduler(lr):
@@ -63,9 +78,11 @@ def step_size(lr, lr_step: str, problem, active: int):
     return lr
 
 
-def scheduled_lr(scheduler, lr_step: str, problem=None, active: int | None = None) -> Callable[[int], float]:
+def scheduled_lr(scheduler: Any, lr_step: str, problem: Any = None,
+                 active: int | None = None) -> Callable[[int], float]:
     """The step size of round t from a torch scheduler stepped per ``lr_step`` ("epoch" or
     "round"; the module docstring says how). UsageError for a scheduler already stepped."""
+    # (scheduler: a Scheduler, typed Any: its last_epoch is read too, where it has one)
     if lr_step not in STEPS:
         raise UsageError(f"lr_step must be 'epoch' or 'round', got {lr_step!r}")
     name = type(scheduler).__name__
@@ -77,7 +94,7 @@ def scheduled_lr(scheduler, lr_step: str, problem=None, active: int | None = Non
         raise UsageError(f"lr={name}: its optimizer's parameter groups have different learning "
                          "rates; a token has one step size (use one group)")
     if lr_step == "epoch":
-        batch_rounds = _epoch_of(problem, active)
+        batch_rounds = _epoch_of(problem, active)  # type: ignore[arg-type]  # (given with "epoch")
     else:
         batch_rounds = None
     replay = copy.deepcopy(scheduler)  # (its own optimizer: the user's is never stepped)
@@ -100,9 +117,11 @@ def scheduled_lr(scheduler, lr_step: str, problem=None, active: int | None = Non
     return lr
 
 
-def _epoch_of(problem, active) -> Callable[[int], int]:
+def _epoch_of(problem: Any, active: int) -> Callable[[int], int]:
     """Round -> the epoch it is in, in exact integer arithmetic."""
     rounds_per_epoch(problem, active)  # (the one-line refusal for a problem without epochs)
+    samples: int
+    n_train: int
     samples, n_train = problem.batch_size * active, problem.n_train
 
     def epoch(t: int) -> int:

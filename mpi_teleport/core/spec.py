@@ -19,6 +19,7 @@ import numpy as np
 
 from . import schedule
 from .schedule import Phase
+from .topology import Topology
 from ..errors import CLI, Naming
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class RunSpec:
     rounds: int
     lr: float | Callable[[int], float]
     momentum: float = 0.0
-    topology: str | Callable = "ring"
+    topology: Topology = "ring"
     variant: str = "overlap"
     seed: int = 0
     k_select: str = "averaged"
@@ -51,7 +52,7 @@ class RunSpec:
         return 1 if self.momentum > 0 else 0
 
     @property
-    def step_rule(self):
+    def step_rule(self) -> Adam | SgdDecay | float:
         """What the local step applies: the optimizer's rule, else the momentum."""
         return self.optimizer if self.optimizer is not None else self.momentum
 

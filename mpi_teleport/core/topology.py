@@ -11,17 +11,29 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import UsageError
 
 TOPOLOGIES = ("ring", "torus", "exp", "onepeer-exp", "base2", "complete")
 UNDIRECTED = frozenset({"ring", "torus", "base2", "complete"})
 
+Ints = npt.NDArray[np.int64]  # node/token ids, CSR offsets
+Floats = npt.NDArray[np.float64]  # mixing weights
 
-def _read_only(a: np.ndarray) -> np.ndarray:
+# A topology: a built-in name, or a user function (k, t) -> W(t), a k x k array (Any:
+# from_matrix checks what it returns).
+Topology = str | Callable[[int, int], Any]
+
+_A = TypeVar("_A", bound=np.ndarray)
+
+
+def _read_only(a: _A) -> _A:
     a.flags.writeable = False
     return a
 
@@ -31,20 +43,20 @@ class Mixing:
     """W(t) of one round, sparse. ``complete`` marks W = J/k (no CSR is built)."""
 
     k: int
-    indptr: np.ndarray  # (k+1,)
-    sources: np.ndarray  # (nnz,), ascending within each row
-    weights: np.ndarray  # (nnz,)
+    indptr: Ints  # (k+1,)
+    sources: Ints  # (nnz,), ascending within each row
+    weights: Floats  # (nnz,)
     complete: bool = False
-    _cache: dict = field(default_factory=dict, repr=False)
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def row(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+    def row(self, j: int) -> tuple[Ints, Floats]:
         """(sources, weights) of receiver j, sources ascending."""
         if self.complete:
             return self._everyone(), self._uniform()
         a, b = self.indptr[j], self.indptr[j + 1]
         return self.sources[a:b], self.weights[a:b]
 
-    def receivers(self, m: int) -> np.ndarray:
+    def receivers(self, m: int) -> Ints:
         """Tokens j with W[j, m] > 0 (where sender m's y must go), ascending."""
         if self.complete:
             return self._everyone()
@@ -55,20 +67,20 @@ class Mixing:
             ptr = np.concatenate(([0], np.cumsum(counts)))
             self._cache["receivers"] = (ptr, rows[order])
         ptr, rows = self._cache["receivers"]
-        return rows[ptr[m]:ptr[m + 1]]
+        return cast(Ints, rows[ptr[m]:ptr[m + 1]])
 
-    def _everyone(self) -> np.ndarray:
+    def _everyone(self) -> Ints:
         """0..k-1, built once per matrix (complete graph: every row, every receiver list)."""
         if "everyone" not in self._cache:
             self._cache["everyone"] = _read_only(np.arange(self.k))
-        return self._cache["everyone"]
+        return cast(Ints, self._cache["everyone"])
 
-    def _uniform(self) -> np.ndarray:
+    def _uniform(self) -> Floats:
         if "uniform" not in self._cache:
             self._cache["uniform"] = _read_only(np.full(self.k, 1.0 / self.k))
-        return self._cache["uniform"]
+        return cast(Floats, self._cache["uniform"])
 
-    def padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def padded(self) -> tuple[Ints, Floats, Ints, Ints, Ints]:
         """(sources, weights, n_sources, receivers, n_receivers): row j's sources and
         weights and column m's receivers as (k, width) arrays padded with -1 and 0.0, and
         their lengths; built once per matrix (the vectorised planner's lookup tables,
@@ -88,9 +100,9 @@ class Mixing:
             for m, receivers in enumerate(outs):
                 rcv[m, :len(receivers)], n_rcv[m] = receivers, len(receivers)
             self._cache["padded"] = tuple(_read_only(a) for a in (src, wts, n_src, rcv, n_rcv))
-        return self._cache["padded"]
+        return cast("tuple[Ints, Floats, Ints, Ints, Ints]", self._cache["padded"])
 
-    def slots(self):
+    def slots(self) -> list[tuple[Ints, Ints, Floats]]:
         """Vectorised view for the simulator: per slot s, the receivers having an s-th
         source, that source and its weight. Summing slot by slot adds each row's inputs
         in ascending source order, exactly as a single receiver does."""
@@ -102,9 +114,9 @@ class Mixing:
                 idx = self.indptr[rows] + s
                 out.append((rows, self.sources[idx], self.weights[idx][:, None]))
             self._cache["slots"] = out
-        return self._cache["slots"]
+        return cast("list[tuple[Ints, Ints, Floats]]", self._cache["slots"])
 
-    def dense(self) -> np.ndarray:
+    def dense(self) -> Floats:
         if self.complete:
             return np.full((self.k, self.k), 1.0 / self.k)
         w = np.zeros((self.k, self.k))
@@ -113,7 +125,8 @@ class Mixing:
         return w
 
 
-def _from_entries(k: int, rows, cols, vals) -> Mixing:
+def _from_entries(k: int, rows: npt.ArrayLike, cols: npt.ArrayLike,
+                  vals: npt.ArrayLike) -> Mixing:
     """CSR from (row, col, value) triples; duplicate entries are summed."""
     rows = np.asarray(rows, dtype=np.int64)
     cols = np.asarray(cols, dtype=np.int64)
@@ -129,7 +142,7 @@ def _from_entries(k: int, rows, cols, vals) -> Mixing:
     return Mixing(k, indptr, c, summed)
 
 
-def _circulant(k: int, shifts, weight: float, self_weight: float) -> Mixing:
+def _circulant(k: int, shifts: Sequence[int], weight: float, self_weight: float) -> Mixing:
     """W[j, j] = self_weight and W[j, j - s] = weight for each shift s (mod k)."""
     j = np.arange(k)
     rows = [j] + [j for _ in shifts]
@@ -154,7 +167,8 @@ def _torus(k: int) -> Mixing:
     a, b = torus_shape(k)
     node = np.arange(k)
     r, c = node // b, node % b
-    neighbours = []
+    neighbours: list[Ints] = []
+    step: Callable[[int], Ints]
     for size, step in ((b, lambda s: r * b + (c + s) % b), (a, lambda s: ((r + s) % a) * b + c)):
         if size >= 3:
             neighbours += [step(1), step(-1)]
@@ -232,7 +246,7 @@ def check(name: str, k: int) -> None:
         raise ValueError(f"a topology needs at least one node, got k={k}")
 
 
-def mixing(name, k: int, t: int) -> Mixing:
+def mixing(name: Topology, k: int, t: int) -> Mixing:
     """W(t) of topology ``name`` over k tokens; ``name`` may also be a user function
     ``(k, t) -> W`` returning a k x k array (see :func:`from_matrix`)."""
     if callable(name):
@@ -240,7 +254,8 @@ def mixing(name, k: int, t: int) -> Mixing:
     return _mixing(name, k, t % period(name, k))
 
 
-def from_matrix(w, k: int, tol: float = 1e-9, source: str = "the topology function") -> Mixing:
+def from_matrix(w: npt.ArrayLike, k: int, tol: float = 1e-9,
+                source: str = "the topology function") -> Mixing:
     """A user's k x k mixing matrix as a Mixing, after checking that it is one: numbers,
     finite, non-negative, rows and columns summing to 1 (doubly stochastic, Assumption
     5); else UsageError, one line naming ``source`` (the call that returned ``w``)."""
@@ -273,10 +288,10 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-_USER_CACHE: dict = {}
+_USER_CACHE: dict[tuple[int, int, int], tuple[Callable[[int, int], Any], Mixing]] = {}
 
 
-def _user_mixing(fn, k: int, t: int) -> Mixing:
+def _user_mixing(fn: Callable[[int, int], Any], k: int, t: int) -> Mixing:
     """W(t) of a user function, checked once per (function, k, t) and kept a while (the
     plan asks for the same round several times). What the function does wrong (raises,
     returns something else) is one UsageError naming it, k and t: a pure function of
@@ -300,7 +315,7 @@ def _user_mixing(fn, k: int, t: int) -> Mixing:
     return w
 
 
-def describe(topology) -> str:
+def describe(topology: Topology) -> str:
     """A name for config.json and summaries: the built-in name, or the function's."""
     if callable(topology):
         return f"custom:{getattr(topology, '__qualname__', type(topology).__name__)}"
@@ -312,7 +327,7 @@ def is_symmetric(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def spectral_gap(name, k: int) -> float | None:
+def spectral_gap(name: Topology, k: int) -> float | None:
     """p = 1 - ||W - J/k||_2^2 for static topologies; None for time-varying ones.
 
     For the symmetric (and the circulant, hence normal) graphs here this equals

@@ -14,18 +14,21 @@ MPI agree bit for bit.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["round_means", "latest_mean"]
 
 
-def round_means(reports: list, holders) -> dict:
+def round_means(reports: list[dict[int, dict[str, Any]]],
+                holders: npt.ArrayLike) -> dict[str, float]:
     """The mean of each reported value over ``holders`` (every run's active nodes of one
     round), from the processes' ``reports`` (node -> {name: value} dicts; a node is
     computed by one process). Empty when some holder was not reported (a problem that
     does not report its batches)."""
-    merged: dict = {}
+    merged: dict[int, dict[str, Any]] = {}
     for report in reports:
         if report:
             merged.update(report)
@@ -37,7 +40,7 @@ def round_means(reports: list, holders) -> dict:
             for name in names}
 
 
-def latest_mean(report: dict) -> float | None:
+def latest_mean(report: dict[int, dict[str, Any]]) -> float | None:
     """The mean ``train_loss`` of the batches this process computed last (the progress
     bar's text between records: under MPI the root's own batches only)."""
     values = [v["train_loss"] for v in report.values() if "train_loss" in v]

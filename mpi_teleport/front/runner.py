@@ -71,7 +71,7 @@ class RunSettings:
     files: RunFiles | None = None
 
 
-def train(problem, settings: RunSettings, comm=None) -> engine.Result:
+def train(problem: Any, settings: RunSettings, comm: Any = None) -> engine.Result:
     """The one run function: ``problem`` trained as ``settings`` say, on the back end
     ``comm`` asks for. ``comm`` None: the simulator, every node in this process; an mpi4py
     communicator: one node per rank, on a duplicate the run frees (an exception on one

@@ -209,7 +209,7 @@ def check_compute_time(value) -> None:
         raise UsageError(f"--compute-time must be a finite number of microseconds >= 0, got {value}")
 
 
-def needs_layer(spec, clock: str, compute_time) -> bool:
+def needs_layer(spec: object, clock: str, compute_time: float | None) -> bool:
     """Whether a run needs the latency layer: any latency, the virtual clock, or a
     modelled compute time."""
     return (str(spec).strip().lower() != "none" or clock == "virtual"

@@ -9,12 +9,15 @@ to whom and when, is :mod:`mpi_teleport.core.algorithms.teleport` (one node) and
 """
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ..contract import landed
 from ..optimizers import Adam, SgdDecay, adam_step, decay_gradient
+from ..topology import Mixing
 
 
 # Elements per pass of the element-wise arithmetic. Vectors up to this size are done in
@@ -36,7 +39,7 @@ class Nesterov(float):
         return f"Nesterov({float(self)!r})"
 
 
-def _momentum_step(g, v, lr: float, momentum: float) -> None:
+def _momentum_step(g: np.ndarray, v: np.ndarray, lr: float, momentum: float) -> None:
     """g <- lr * (v = mu v + g) (heavy-ball) or lr * (g + mu (v = mu v + g)) (Nesterov)."""
     if isinstance(momentum, Nesterov):
         mu = float(momentum)  # (numpy computes with a float subclass in float64, with a
@@ -50,8 +53,9 @@ def _momentum_step(g, v, lr: float, momentum: float) -> None:
         np.multiply(v, lr, out=g)
 
 
-def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
-               lr: float, momentum: float, out: np.ndarray | None = None) -> np.ndarray:
+def local_step(problem: Any, nodes: npt.ArrayLike, x: np.ndarray, v: np.ndarray | None, t: int,
+               lr: float, momentum: float | Adam | SgdDecay,
+               out: np.ndarray | None = None) -> np.ndarray:
     """y = x - lr * g (Alg. 1 line 10 / Alg. 3 line 8), heavy-ball when momentum > 0
     (Nesterov's form when it is a :class:`Nesterov`), Adam's step when it is an
     :class:`~mpi_teleport.core.optimizers.Adam` (``v`` then holds both moments, step count
@@ -64,7 +68,7 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
     (both back ends step on ``out``, so they train alike). A problem with an ``after_step(nodes, y)``
     method sees y before it is gossiped (to write state its forward pass updated).
     """
-    g = problem.gradient(nodes, x, t, out=out)
+    g: np.ndarray = problem.gradient(nodes, x, t, out=out)  # (other than out: landed checks it)
     if g is not out:  # returned, not written: checked and copied into out (contract.landed)
         g = landed(problem, g, out, x)
     d = g.shape[-1]
@@ -75,7 +79,7 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
         adam_step(momentum, g, x, cast(np.ndarray, v), lr, t + 1)  # (Adam: its state is given)
     elif d <= BLOCK:  # one block: the same operations on the whole vectors, no views made
         if momentum > 0:
-            _momentum_step(g, v, lr, momentum)
+            _momentum_step(g, cast(np.ndarray, v), lr, momentum)  # (momentum: its state is given)
         else:
             g *= lr
         np.subtract(x, g, out=g)
@@ -87,24 +91,26 @@ def local_step(problem, nodes, x: np.ndarray, v: np.ndarray | None, t: int,
     return g
 
 
-def _blocked_step(g, x, v, lr: float, momentum: float) -> None:
+def _blocked_step(g: np.ndarray, x: np.ndarray, v: np.ndarray | None, lr: float,
+                  momentum: float) -> None:
     d = g.shape[-1]
     for a in range(0, d, BLOCK):  # block by block: v, g, x pass through memory once
         b = min(a + BLOCK, d)
         gb, xb = g[..., a:b], x[..., a:b]
         if momentum > 0:
-            _momentum_step(gb, v[..., a:b], lr, momentum)
+            _momentum_step(gb, cast(np.ndarray, v)[..., a:b], lr, momentum)  # (as above)
         else:
             gb *= lr
         np.subtract(xb, gb, out=gb)
 
 
-def work_buffer(d: int, dtype) -> np.ndarray:
+def work_buffer(d: int, dtype: npt.DTypeLike) -> np.ndarray:
     """The work space :func:`weighted_sum` needs for d-long vectors of ``dtype``."""
     return np.zeros(min(d, BLOCK), dtype)
 
 
-def weighted_sum(weights, inputs, out: np.ndarray, work: np.ndarray) -> np.ndarray:
+def weighted_sum(weights: npt.ArrayLike, inputs: Sequence[np.ndarray], out: np.ndarray,
+                 work: np.ndarray) -> np.ndarray:
     """out = sum_s weights[s] * inputs[s], added in the given (ascending source) order.
 
     The arithmetic is that of the token's dtype: the weights are rounded to it once, each
@@ -134,10 +140,10 @@ def weighted_sum(weights, inputs, out: np.ndarray, work: np.ndarray) -> np.ndarr
     return out
 
 
-_WORK: dict = {}
+_WORK: dict[tuple[str, tuple[int, ...], str], np.ndarray] = {}
 
 
-def _work(name: str, shape, dtype) -> np.ndarray:
+def _work(name: str, shape: tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray:
     """Reusable work arrays (no fresh allocation, hence no page faults, per round)."""
     key = (name, tuple(shape), np.dtype(dtype).str)
     if key not in _WORK:
@@ -147,7 +153,7 @@ def _work(name: str, shape, dtype) -> np.ndarray:
     return _WORK[key]
 
 
-def mix(w, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def mix(w: Mixing, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """x_j = sum_m W[j, m] y_m for every token j, each sum in ascending m (Alg. 1 line 13).
 
     In y's dtype (weights rounded to it once, every product and partial sum rounded to

@@ -38,7 +38,7 @@ class Node:
     transport: TokenTransport
     state: Any
     local_step: Callable[[int], None]
-    weighted_sum: Callable[[np.ndarray, list], None]
+    weighted_sum: Callable[[np.ndarray, list[np.ndarray]], None]
 
 
 def overlap_round(node: Node, p: OverlapStep, t: int) -> None:
@@ -77,7 +77,7 @@ def overlap_round(node: Node, p: OverlapStep, t: int) -> None:
         tr.wait(pending)
     if holds_next:
         # line 13: x_j = sum_m W(t)[j, m] y_m, ascending m (inputs: set above, holds_next)
-        node.weighted_sum(p.weights, cast(list, inputs))
+        node.weighted_sum(p.weights, cast(list[np.ndarray], inputs))
         if momentum_arrives:
             s.v, s.v_in = s.v_in, s.v
 
