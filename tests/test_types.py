@@ -48,3 +48,12 @@ def test_public_api_and_core_are_strict():
     assert len(strict) == 1, "one [[tool.mypy.overrides]] makes the core strict"
     assert sorted(strict[0]["module"]) == sorted(STRICT_MODULES)
     assert {flag: strict[0].get(flag) for flag in STRICT_FLAGS} == dict.fromkeys(STRICT_FLAGS, True)
+
+
+def test_docstring_examples_run_as_doctests():
+    """`pytest --doctest-modules mpi_teleport` passes: the docstrings' examples run."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--doctest-modules", "mpi_teleport",
+                           "-q", "-p", "no:cacheprovider", "-n", "0"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "no tests ran" not in proc.stdout
