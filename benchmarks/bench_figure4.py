@@ -138,7 +138,7 @@ def measure_compute_us(repeats: int = 5, calls: int = 200) -> float:
     from mpi_teleport.front.settings import resolve
     from mpi_teleport.problems import make_problem
 
-    return step_time_us(make_problem(resolve({"nodes": 25, "problem": "digits"})), repeats, calls)
+    return step_time_us(make_problem(resolve({"nodes": 25, "problem": "digits"}).problem_settings()), repeats, calls)
 
 
 def step_time_us(problem, repeats: int = 5, calls: int = 200, nodes: int = 25) -> float:

@@ -97,7 +97,7 @@ def launch(n: int, args: list[str], launcher: str, timeout: float) -> subprocess
 def measure_compute_us(repeats: int = 5, calls: int = 1000) -> float:
     """Time of one local gradient (d = 50): the 25th percentile of the per-call times, the
     smallest over a few repeats (background load only ever adds time)."""
-    problem = make_problem(resolve({"nodes": 25}))
+    problem = make_problem(resolve({"nodes": 25}).problem_settings())
     x, out = np.zeros((1, 50)), np.zeros((1, 50))
     medians = []
     for _ in range(repeats):

@@ -43,10 +43,10 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
     job's hot spares (``--spares``); ``local``: this rank's index on its host, when known."""
     problem, error, stopped = None, None, 0
     if local is None:  # (collective: before failing)
-        local = transport.local_rank() if needs_local_rank(cfg) else 0
+        local = transport.local_rank() if needs_local_rank(cfg.problem_settings()) else 0
     try:
         with signals.interruptible():  # (a slow factory: a signal need not wait for it)
-            problem = make_problem(cfg, local, local_nodes=[transport.rank])  # its data only
+            problem = make_problem(cfg.problem_settings(), local, local_nodes=[transport.rank])  # its data only
     except (UsageError, DatasetMissingError) as exc:
         error = str(exc)
     except signals.SetupInterrupted as stop:
@@ -200,9 +200,9 @@ def _spares_apart(cfg, comm):
         # below), not beside their rounds nor when it takes a node over
         from .problems import prepare
 
-        prepare(cfg)
+        prepare(cfg.problem_settings())
     pool = SparePool(comm, cfg.nodes)
-    local = pool.local_rank() if needs_local_rank(cfg) else 0  # (collective: all ranks)
+    local = pool.local_rank() if needs_local_rank(cfg.problem_settings()) else 0  # (collective: all ranks)
     pool.host_nodes = pool.nodes_on_host()  # (collective: all ranks)
     node_comm, _ = pool.node_comm()
     return pool, local, Transport(node_comm) if node_comm is not None else None

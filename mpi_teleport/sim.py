@@ -33,7 +33,7 @@ def simulate(cfg, algorithm: str, k, files: RunFiles, progress: Progress | None 
     keep_freed_memory()
     try:
         with signals.interruptible():  # (a slow factory: a signal need not wait for it)
-            problem = make_problem(cfg)
+            problem = make_problem(cfg.problem_settings())
     except signals.SetupInterrupted as stop:
         raise cli.stopped_in_setup(cfg, algorithm, k, stop.signum, terminator) from None
     if k == "auto" and terminator is not None:

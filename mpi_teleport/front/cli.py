@@ -4,11 +4,13 @@ file) and the same bad-input behaviour: one line on stderr, exit status 2."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .settings import OPTIONS, Config, UsageError, from_toml
+from ..problems import is_factory
 from ..runtime.signals import EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -129,14 +131,34 @@ def phase_rounds(cfg, rounds_given: int, n_train) -> dict:
     return out
 
 
+def with_epochs(cfg, algorithm: str, k, problem):
+    """--epochs E: the same number of training samples for every method, so a run with
+    k active nodes (n for DSGD and for each phase of --k auto) gets
+    ceil(E * n_train / (batch_size * k)) rounds."""
+    if cfg.epochs is None:
+        return cfg
+    if getattr(problem, "n_train", None) is None:
+        raise UsageError(f"--epochs needs a problem that knows its training-set size "
+                         f"(n_train); {cfg.problem} does not: use --rounds")
+    batch = getattr(problem, "batch_size", None)  # (a factory's own batch size)
+    if batch is None and is_factory(cfg.problem):
+        raise UsageError(f"--epochs needs a problem that knows its batch size (batch_size); "
+                         f"{cfg.problem} does not: use --rounds")
+    batch = int(batch or cfg.batch_size)
+    active = cfg.nodes if algorithm == "dsgd" or k == "auto" else k
+    return cfg.replace(batch_size=batch,
+                       rounds=max(1, math.ceil(cfg.epochs * problem.n_train / (batch * active))))
+
+
 def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
     """The spec, logging, checkpoint plan and config.json record of one run of ``cfg``."""
     from . import preflight
     from ..runtime.elastic import parse_failures
-    from ..problems import describe, factory, is_factory, with_epochs
+    from ..problems import describe, factory
 
     rounds_given = cfg.rounds
-    used = factory.record(cfg.problem, cfg, mpi) if is_factory(cfg.problem) else None
+    used = (factory.record(cfg.problem, cfg.problem_settings(), mpi) if is_factory(cfg.problem)
+            else None)
     cfg = with_epochs(cfg, algorithm, k, problem)  # (a factory's problem: its batch size)
     spec = run_spec(cfg, algorithm, k)
     backend = "mpi" if mpi else "sim"

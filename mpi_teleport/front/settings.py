@@ -35,6 +35,7 @@ from ..core.topology import TOPOLOGIES
 from ..errors import API, CLI, Naming, UsageError  # noqa: F401  (re-exported)
 from ..core.spec import Logging
 from ..latency.model import LatencySettings, check_compute_time, parse_spec
+from ..problems import ProblemSettings
 from ..problems.sampling import SAMPLINGS  # noqa: F401  (the one list of choices)
 from ..runtime.search import CRITERIA as K_SELECTS
 
@@ -381,6 +382,11 @@ class Option:
         return "--" + self.name.replace("_", "-")
 
 
+# The Config's settings a problem is built from, in ProblemSettings' order.
+_PROBLEM_FIELDS = ("problem", "nodes", "seed", "dim", "sigma2", "zeta2", "batch_size", "sampling",
+                   "alpha", "val_fraction", "data_dir", "download", "device", "elastic")
+
+
 @dataclass(frozen=True)
 class Config:
     nodes: int | None = None
@@ -426,6 +432,12 @@ class Config:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def problem_settings(self) -> ProblemSettings:
+        """What building this run's problem needs (the problems see no Config)."""
+        defaults = {f.name: f.default for f in fields(self)}
+        given = tuple(name for name in _PROBLEM_FIELDS if getattr(self, name) != defaults[name])
+        return ProblemSettings(**{name: getattr(self, name) for name in _PROBLEM_FIELDS}, given=given)
 
     def logging(self) -> Logging:
         """When this run records and evaluates (the engine's settings)."""

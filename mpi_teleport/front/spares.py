@@ -39,7 +39,7 @@ def serve(cfg, pool, local_rank: int, terminator, out) -> dict | None:
         pool.released = value
         return None
     (algorithm, k), = report.runs_requested(cfg)  # (elastic mode runs one algorithm)
-    problem = make_problem(cfg, local_rank, local_nodes=[pool.node])  # the dead node's data
+    problem = make_problem(cfg.problem_settings(), local_rank, local_nodes=[pool.node])  # the dead node's data
     return cli.join_config(cfg, algorithm, k, problem, pool, value, out, terminator)
 
 

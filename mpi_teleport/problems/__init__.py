@@ -10,19 +10,47 @@ neither torch nor mpi4py.
 from __future__ import annotations
 
 import functools
-import math
+from dataclasses import dataclass
 
 from .factory import from_factory  # noqa: F401  (re-exported)
 
 
-def needs_local_rank(cfg) -> bool:
+@dataclass(frozen=True)
+class ProblemSettings:
+    """What building a problem needs of a run's settings, and nothing of a front end's:
+    the problem's name (``quadratic``, ``digits``, ``fashion-mnist``, ``cifar10`` or a
+    user's ``package.module:function``), n and the seed, the synthetic problem's
+    dimension and noise, the network problems' data and split settings, whether the run
+    is elastic (a node's data must then be rebuildable alone), and ``given``: the data
+    settings set away from their defaults (a user's factory receives those it takes and
+    refuses the others). The command line builds it from its Config
+    (``Config.problem_settings``)."""
+
+    problem: str
+    nodes: int
+    seed: int
+    dim: int
+    sigma2: float
+    zeta2: float
+    batch_size: int
+    sampling: str
+    alpha: float
+    val_fraction: float
+    data_dir: str | None
+    download: bool
+    device: str
+    elastic: bool
+    given: tuple[str, ...] = ()
+
+
+def needs_local_rank(cfg: ProblemSettings) -> bool:
     """Whether building the problem needs this rank's index on its host (GPU mapping)."""
     return ((cfg.problem in ("digits", "fashion-mnist", "cifar10") or is_factory(cfg.problem))
             and cfg.device != "cpu")
 
 
-def make_problem(cfg, local_rank: int = 0, local_nodes=None):
-    """The problem a Config asks for (network problems are loaded once per process);
+def make_problem(cfg: ProblemSettings, local_rank: int = 0, local_nodes=None):
+    """The problem ``cfg`` asks for (network problems are loaded once per process);
     ``--problem module:function`` calls a user's factory (:func:`from_factory`).
 
     ``local_rank`` (this process's rank among those on its machine; the MPI layer
@@ -42,15 +70,13 @@ def make_problem(cfg, local_rank: int = 0, local_nodes=None):
     from .device import pick_device
 
     try:
-        return _network(cfg.replace(rounds=1, k=None, algorithm="compare", lr=1.0, epochs=None,
-                                momentum=0.0, lr_schedule="constant", out=None),
-                        pick_device(cfg.device, local_rank),
+        return _network(cfg, pick_device(cfg.device, local_rank),
                         None if local_nodes is None else tuple(int(i) for i in local_nodes))
     except NotEnoughSamplesError as exc:  # (datasets.check_enough_samples, at the partition)
         raise NotEnoughSamplesError(f"--problem {cfg.problem}: {exc}") from None
 
 
-def prepare(cfg) -> None:
+def prepare(cfg: ProblemSettings) -> None:
     """Import what building ``cfg``'s problem needs and build nothing: a hot spare does it
     before it waits (spares.serve), so that taking a node over does not start with
     importing torch (about 1 s). A network problem only; a ``module:function`` factory's
@@ -71,30 +97,9 @@ def is_factory(name: str) -> bool:
 
 @functools.lru_cache(maxsize=4)
 def _network(data_cfg, device, local_nodes=None):
-    from .network import from_config
+    from .network import from_settings
 
-    return from_config(data_cfg, device, local_nodes=local_nodes)
-
-
-def with_epochs(cfg, algorithm: str, k, problem):
-    """--epochs E: the same number of training samples for every method, so a run with
-    k active nodes (n for DSGD and for each phase of --k auto) gets
-    ceil(E * n_train / (batch_size * k)) rounds."""
-    if cfg.epochs is None:
-        return cfg
-    from ..errors import UsageError
-
-    if getattr(problem, "n_train", None) is None:
-        raise UsageError(f"--epochs needs a problem that knows its training-set size "
-                         f"(n_train); {cfg.problem} does not: use --rounds")
-    batch = getattr(problem, "batch_size", None)  # (a factory's own batch size)
-    if batch is None and is_factory(cfg.problem):
-        raise UsageError(f"--epochs needs a problem that knows its batch size (batch_size); "
-                         f"{cfg.problem} does not: use --rounds")
-    batch = int(batch or cfg.batch_size)
-    active = cfg.nodes if algorithm == "dsgd" or k == "auto" else k
-    return cfg.replace(batch_size=batch,
-                       rounds=max(1, math.ceil(cfg.epochs * problem.n_train / (batch * active))))
+    return from_settings(data_cfg, device, local_nodes=local_nodes)
 
 
 def describe(problem) -> dict:

@@ -17,7 +17,6 @@ problem is built once per process and reused by every run of ``--algorithm compa
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 
@@ -82,8 +81,7 @@ def _accepted(factory) -> set | None:
 
 def _given(cfg) -> list:
     """The data flags whose value differs from the default (given on the command line)."""
-    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
-    return [flag for flag in FLAGS if getattr(cfg, flag) != defaults.get(flag)]
+    return [flag for flag in FLAGS if flag in cfg.given]
 
 
 def arguments(name: str, cfg, local_nodes=None, local_rank: int = 0) -> dict:

@@ -86,12 +86,12 @@ def cifar10(nodes: int, seed: int = 0, *, data_dir=None, download: bool = False,
 FACTORIES = {"digits": digits, "fashion-mnist": fashion_mnist, "cifar10": cifar10}
 
 
-def from_config(cfg, device: str = "cpu", staged: bool | None = None, local_nodes=None):
-    """The network problem a Config names (``cfg.problem``, its data and split settings),
-    on ``device``. ``staged``, ``local_nodes``: see :class:`~.torch_problem.TorchProblem`."""
+def from_settings(cfg, device: str = "cpu", staged: bool | None = None, local_nodes=None):
+    """The network problem ``cfg`` names (a :class:`~mpi_teleport.problems.ProblemSettings`:
+    ``cfg.problem``, its data and split settings), on ``device``. ``staged``, ``local_nodes``: see :class:`~.torch_problem.TorchProblem`."""
     settings = dict(alpha=cfg.alpha, batch_size=cfg.batch_size, val_fraction=cfg.val_fraction,
                     sampling=cfg.sampling, device=device, staged=staged, local_nodes=local_nodes)
-    if getattr(cfg, "elastic", False) and local_nodes is not None:
+    if cfg.elastic and local_nodes is not None:
         # elastic mode: the survivors split the evaluation among themselves, so every
         # rank keeps the whole evaluation sets (mpi_teleport/DESIGN.md §11)
         settings["evaluation_part"] = (0, 1)
@@ -100,4 +100,4 @@ def from_config(cfg, device: str = "cpu", staged: bool | None = None, local_node
     return FACTORIES[cfg.problem](nodes=cfg.nodes, seed=cfg.seed, **settings)
 
 
-NetworkProblem = from_config  # the former class's constructor, for existing callers
+NetworkProblem = from_settings  # the former class's constructor, for existing callers
