@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import warnings
 
-from .front import cli
+from .front import cli, runner
 from .disk import paths, report
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
@@ -57,7 +57,8 @@ def main(argv=None) -> int:
             with warnings.catch_warnings():  # nothing printed ahead of a refusal's one line
                 warnings.simplefilter("ignore")
                 cfg = cli.parse(parser, argv)
-            release = paths.hold(cfg)  # --out, --checkpoint-dir: this job's alone
+            # --out, --checkpoint-dir: this job's alone (the one lock function, one process)
+            release = runner.hold_agreed(paths.lock_dirs(cfg), None, True)
             summaries = []
             for algorithm, k in report.runs_requested(cfg):
                 progress = Progress.for_run(cfg, algorithm)

@@ -11,7 +11,7 @@ import pytest
 
 from mpi_teleport.runtime import collective
 from mpi_teleport.disk import lock
-from mpi_teleport import run
+from mpi_teleport import run, sim
 from mpi_teleport.front import runner
 from mpi_teleport.errors import UsageError
 from helpers import ThreadAllgather
@@ -57,7 +57,9 @@ def test_the_root_locks_and_releases(tmp_path):
     lock.acquire(tmp_path / "out", "--out").release()
 
 
-def test_the_mpi_command_line_locks_through_the_same_function():
+def test_the_command_lines_lock_through_the_same_function():
+    for main in (run.main, sim.main):
+        source = inspect.getsource(main)
+        assert "runner.hold_agreed(" in source and "hold_dirs(" not in source
     source = inspect.getsource(run.main)
-    assert "runner.hold_agreed(" in source and "paths.hold(" not in source
     assert "agree_on_error" not in source  # (start-up: signals.agree_on_start, then the locks)

@@ -164,15 +164,11 @@ def distinct_dirs(dirs) -> list[tuple[Path, str]]:
     return unique
 
 
-def hold(cfg):
-    """Lock every directory of :func:`lock_dirs` for this process (the simulator, or rank 0
-    under MPI); returns a callable that releases them. A directory another job holds, or
-    that cannot hold a lock file, is a UsageError naming the holder or the reason."""
-    return hold_dirs(lock_dirs(cfg))
-
-
 def hold_dirs(dirs) -> Callable[[], None]:
-    """Lock each (path, flag) of ``dirs`` (see :func:`hold`)."""
+    """Lock each (path, flag) of ``dirs`` for this process (the simulator, or the root under
+    MPI; :func:`mpi_teleport.front.runner.hold_agreed` calls it for every entry point);
+    returns a callable that releases them. A directory another job holds, or that cannot
+    hold a lock file, is a UsageError naming the holder or the reason."""
     from . import lock
 
     held: list = []  # lock.RunLock
