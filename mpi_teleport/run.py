@@ -17,8 +17,7 @@ import traceback
 import warnings
 from typing import TYPE_CHECKING, cast
 
-from .front import cli, runner
-from .disk import paths, report
+from .front import cli, report, runner
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
@@ -26,7 +25,6 @@ from .runtime.memory import keep_freed_memory
 from . import api
 from .disk.output import RunFiles
 from .problems import make_problem, needs_local_rank
-from .runtime.progress import Progress
 from .runtime.transport import Transport
 
 if TYPE_CHECKING:
@@ -94,14 +92,14 @@ def main(argv=None) -> int:
     try:
         # The first communication: every rank valid, same config and schedule as rank 0.
         transport = Transport(comm)
-        refused = signals.agree_on_start(transport, cfg, error)
+        refused = cli.agree_on_config(transport, cfg, error)
         if refused:
             return cli.fail(PROG, refused, show=rank == 0)
         cfg = cast("Config", cfg)  # (not refused: every rank parsed it)
         # Rank 0 holds --out and --checkpoint-dir for the job; every rank learns a refusal
         # (another job holds them) in the same collective, so none waits for the others
         # (the API's path too: a refusal is a UsageError on every rank, reported below).
-        release = runner.hold_agreed(paths.lock_dirs(cfg), transport, rank == 0) or release
+        release = runner.hold_agreed(report.lock_dirs(cfg), transport, rank == 0) or release
         summaries: list[dict | None] = []
         local = None
         if cfg.elastic and cfg.spares:  # hot spares: S ranks wait outside the rounds
@@ -116,7 +114,7 @@ def main(argv=None) -> int:
             summaries.append(summary)
         else:
             for algorithm, k in report.runs_requested(cfg):
-                progress = Progress.for_run(cfg, algorithm, rank0=rank == 0)
+                progress = cli.progress_for(cfg, algorithm, rank0=rank == 0)
                 summaries.append(run_on_ranks(cfg, algorithm, k, transport, progress, terminator,
                                               pool, local))
         if _prints(comm, summaries, pool):  # (comparison.json too: while held)

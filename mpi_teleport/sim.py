@@ -12,8 +12,7 @@ from __future__ import annotations
 import sys
 import warnings
 
-from .front import cli, runner
-from .disk import paths, report
+from .front import cli, report, runner
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
@@ -58,10 +57,10 @@ def main(argv=None) -> int:
                 warnings.simplefilter("ignore")
                 cfg = cli.parse(parser, argv)
             # --out, --checkpoint-dir: this job's alone (the one lock function, one process)
-            release = runner.hold_agreed(paths.lock_dirs(cfg), None, True)
+            release = runner.hold_agreed(report.lock_dirs(cfg), None, True)
             summaries = []
             for algorithm, k in report.runs_requested(cfg):
-                progress = Progress.for_run(cfg, algorithm)
+                progress = cli.progress_for(cfg, algorithm)
                 files = RunFiles(report.out_dir(cfg, algorithm))
                 summaries.append(simulate(cfg, algorithm, k, files, progress, terminator))
             # (comparison.json too is written while the directory is held)

@@ -62,4 +62,4 @@ def test_the_command_lines_lock_through_the_same_function():
         source = inspect.getsource(main)
         assert "runner.hold_agreed(" in source and "hold_dirs(" not in source
     source = inspect.getsource(run.main)
-    assert "agree_on_error" not in source  # (start-up: signals.agree_on_start, then the locks)
+    assert "agree_on_error" not in source  # (start-up: cli.agree_on_config, then the locks)

@@ -135,6 +135,9 @@ def test_the_layout_has_few_top_level_modules_and_short_import_chains():
         assert doc.lstrip('"').startswith("Internal"), group
     core = {m for m in edges["core"]}
     assert core <= {"errors", "problem"}, f"the pure core imports {core}"
+    # domain and runtime code never sees a front end's settings (Config, the API's checks)
+    for unit in ("core", "runtime", "disk", "latency", "problems", "checkpoint"):
+        assert "front" not in edges.get(unit, ()), f"{unit} imports the front ends"
 
 
 def test_torch_only_on_the_network_paths():

@@ -119,37 +119,6 @@ def _refuses_directories(path: Path) -> bool:
     return fstype in _PSEUDO_FS
 
 
-def leg_dir(cfg, algorithm: str) -> Path | None:
-    """Where the checkpoints of one run of a Config (one algorithm of ``compare``) go,
-    or None."""
-    if cfg.checkpoint_dir is not None:
-        base = Path(cfg.checkpoint_dir)
-        return base / algorithm if cfg.algorithm == "compare" else base
-    from .report import out_dir
-
-    out = out_dir(cfg, algorithm)
-    return None if out is None else out / "checkpoints"
-
-
-def lock_dirs(cfg) -> list[tuple[Path, str]]:
-    """The directories a run of a Config writes into and must hold alone while it runs
-    (the run directory, an explicit checkpoint directory, and the checkpoint directories
-    of periodic checkpoints), as (path, flag) pairs."""
-    from . import report
-
-    found: list[tuple[Path, str]] = []
-    if cfg.out is not None:
-        found.append((Path(cfg.out), "--out"))
-    if cfg.checkpoint_dir is not None:
-        found.append((Path(cfg.checkpoint_dir), "--checkpoint-dir"))
-    if cfg.checkpoint_every:
-        for algorithm, k in report.runs_requested(cfg):
-            target = leg_dir(cfg, algorithm) if k != "auto" else None
-            if target is not None:
-                found.append((target, "checkpoint directory"))
-    return distinct_dirs(found)
-
-
 def distinct_dirs(dirs) -> list[tuple[Path, str]]:
     """(path, name) pairs with each directory once, under the first name it came with: one
     directory may serve as both ``out`` and ``checkpoint_dir``, and a run must not lock

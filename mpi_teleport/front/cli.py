@@ -4,13 +4,18 @@ file) and the same bad-input behaviour: one line on stderr, exit status 2."""
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
 
 from .settings import OPTIONS, Config, UsageError, from_toml
 from ..problems import is_factory
+from ..runtime.collective import first_error, ranks_text
 from ..runtime.signals import EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -87,6 +92,74 @@ def stopped_in_setup(cfg, algorithm: str, k, signum: int, terminator=None):
     return Terminated(signum, plan.start if resumed and plan is not None else 0,
                       plan.source if resumed and plan is not None else None,
                       cfg.out if cfg.out is None else Path(cfg.out), before_start=True)
+
+
+# ----------------------------------------------------------------------------- start-up
+def fingerprint(cfg) -> dict:
+    """What every rank must share: the resolved config, the schedule of the first rounds,
+    a few keyed random numbers, and the versions that compute them."""
+    from .._version import __version__
+    from ..core import rng, schedule
+    from .report import runs_requested
+
+    h = hashlib.sha256()
+    for algorithm, k in runs_requested(cfg):
+        h.update(algorithm.encode())
+        if algorithm == "teleportation" and k != "auto":
+            for t in range(4):
+                h.update(schedule.holders(cfg.seed, cfg.nodes, cast(int, k), t).tobytes())
+        elif k == "auto":
+            for t in range(2):
+                for block in schedule.search_blocks(cfg.seed, cfg.nodes, t):
+                    h.update(block.tobytes())
+    h.update(rng.normals(rng.key(cfg.seed, rng.STREAM_NOISE, 0), [0, cfg.nodes - 1], 4).tobytes())
+    settings = {k: v for k, v in cfg.to_dict().items() if k != "progress"}
+    return {
+        "config": settings,
+        "config_hash": hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest(),
+        "schedule": h.hexdigest(),
+        "versions": f"mpi_teleport {__version__}, numpy {np.__version__}",
+    }
+
+
+def agree_on_config(transport, cfg, error: str | None) -> str | None:
+    """The command line's start-up agreement under MPI, one allgather: returns the message every rank must stop with (rank 0 prints it),
+    or None when all ranks parsed the same valid configuration and schedule."""
+    mine = {"error": error, **(fingerprint(cfg) if cfg is not None and error is None else {})}
+    everyone = transport.allgather(mine)
+    refused = first_error([info["error"] for info in everyone])
+    if refused:
+        return refused
+    ref = everyone[0]
+    for key in ("config_hash", "schedule"):
+        differ = [r for r, info in enumerate(everyone) if info[key] != ref[key]]
+        if not differ:
+            continue
+        other = everyone[differ[0]]
+        who = f"rank {differ[0]}" if len(differ) == 1 else f"ranks {ranks_text(differ)}"
+        verb = "holds" if len(differ) == 1 else "hold"
+        if key == "config_hash":
+            names = sorted(n for n in set(ref["config"]) | set(other["config"])
+                           if ref["config"].get(n) != other["config"].get(n))
+            detail = "; ".join(f"{n} = {other['config'].get(n)!r} on rank {differ[0]}, "
+                               f"{ref['config'].get(n)!r} on rank 0" for n in names[:3])
+            return (f"{who} {verb} another configuration than rank 0 ({detail}): start every "
+                    f"rank with the same flags and config file")
+        versions = (f"{other['versions']} on rank {differ[0]}, {ref['versions']} on rank 0"
+                    if other["versions"] != ref["versions"] else f"both {ref['versions']}")
+        return (f"{who} {'computes' if len(differ) == 1 else 'compute'} another schedule than "
+                f"rank 0 from the same configuration ({versions}): install the same software "
+                f"on every node")
+    return None
+
+
+def progress_for(cfg, label: str, rank0: bool = True):
+    """The bar of one run: shown on rank 0 with ``--progress on``, or ``auto`` when stderr
+    is a terminal (its length is set when the run starts)."""
+    from ..runtime.progress import Progress
+
+    show = rank0 and (cfg.progress == "on" or (cfg.progress == "auto" and sys.stderr.isatty()))
+    return Progress(label, show)
 
 
 # ----------------------------------------------------------------------------- config -> run

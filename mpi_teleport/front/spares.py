@@ -28,7 +28,7 @@ def serve(cfg, pool, local_rank: int, terminator, out) -> dict | None:
     write their checkpoint first and then release the spares with status 75; a spare
     leaving at once would end the job under mpirun before that checkpoint is written."""
     from . import cli
-    from ..disk import report
+    from . import report
     from ..runtime.backends.elastic import _test_hook
     from ..problems import make_problem
     _test_hook(pool.me, 0, "start")  # (tests: a spare that dies while it waits)

@@ -15,18 +15,6 @@ class Progress:
         self._last = 0.0
         self.headline = ""  # the latest evaluation's metric, shown beside the training loss
 
-    @classmethod
-    def for_run(cls, cfg, label: str, rank0: bool = True) -> "Progress":
-        """The bar of one run: shown on rank 0 with ``--progress on``, or ``auto`` when
-        stderr is a terminal. Its length is set by :meth:`plan` once the run is known."""
-        show = rank0 and (cfg.progress == "on" or (cfg.progress == "auto" and sys.stderr.isatty()))
-        return cls(label, show)
-
-    def plan(self, cfg, k) -> None:
-        """Rounds the run takes: T (``--rounds``, or from ``--epochs``), 2T for ``--k auto``
-        (Algorithm 2 runs two phases of T rounds)."""
-        self.total = max(1, cfg.rounds * (2 if k == "auto" else 1))
-
     def update(self, done: int, info: str = "", force: bool = False) -> None:
         if not self.enabled:
             return

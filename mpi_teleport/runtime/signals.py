@@ -1,7 +1,7 @@
 """How a job starts and stops together: the start-up agreement, and stopping on a signal.
 
 **Start-up.** Every rank parses and validates its own command line and config file, then
-all ranks exchange one small record (:func:`agree_on_start`, one allgather, the first
+all ranks exchange one small record (:func:`mpi_teleport.front.cli.agree_on_config`, one allgather, the first
 communication of a run): their error if any, and a fingerprint of the resolved
 configuration and of the schedule (holders of the first rounds, a few keyed random
 numbers, the package version). If any rank failed, or any rank differs from rank 0, rank
@@ -32,15 +32,10 @@ also says so, since the stop may take up to a logging round.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import signal
 import sys
 import threading
-from typing import cast
-
-import numpy as np
 
 EXIT_CHECKPOINTED = 75  # stopped by a signal after a final checkpoint: requeue and --resume
 EXIT_USAGE = 2
@@ -201,65 +196,6 @@ def _prog() -> str:
     return "mpi_teleport"
 
 
-# ----------------------------------------------------------------------------- start-up
-def fingerprint(cfg) -> dict:
-    """What every rank must share: the resolved config, the schedule of the first rounds,
-    a few keyed random numbers, and the versions that compute them."""
-    from ..core import rng, schedule
-    from .._version import __version__
-    from ..disk.report import runs_requested
-
-    h = hashlib.sha256()
-    for algorithm, k in runs_requested(cfg):
-        h.update(algorithm.encode())
-        if algorithm == "teleportation" and k != "auto":
-            for t in range(4):
-                h.update(schedule.holders(cfg.seed, cfg.nodes, cast(int, k), t).tobytes())
-        elif k == "auto":
-            for t in range(2):
-                for block in schedule.search_blocks(cfg.seed, cfg.nodes, t):
-                    h.update(block.tobytes())
-    h.update(rng.normals(rng.key(cfg.seed, rng.STREAM_NOISE, 0), [0, cfg.nodes - 1], 4).tobytes())
-    settings = {k: v for k, v in cfg.to_dict().items() if k != "progress"}
-    return {
-        "config": settings,
-        "config_hash": hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest(),
-        "schedule": h.hexdigest(),
-        "versions": f"mpi_teleport {__version__}, numpy {np.__version__}",
-    }
-
-
-def agree_on_start(transport, cfg, error: str | None) -> str | None:
-    """One allgather: returns the message every rank must stop with (rank 0 prints it),
-    or None when all ranks parsed the same valid configuration and schedule."""
-    mine = {"error": error, **(fingerprint(cfg) if cfg is not None and error is None else {})}
-    everyone = transport.allgather(mine)
-    refused = _first_error([info["error"] for info in everyone])
-    if refused:
-        return refused
-    ref = everyone[0]
-    for key in ("config_hash", "schedule"):
-        differ = [r for r, info in enumerate(everyone) if info[key] != ref[key]]
-        if not differ:
-            continue
-        other = everyone[differ[0]]
-        who = f"rank {differ[0]}" if len(differ) == 1 else f"ranks {_ranks(differ)}"
-        verb = "holds" if len(differ) == 1 else "hold"
-        if key == "config_hash":
-            names = sorted(n for n in set(ref["config"]) | set(other["config"])
-                           if ref["config"].get(n) != other["config"].get(n))
-            detail = "; ".join(f"{n} = {other['config'].get(n)!r} on rank {differ[0]}, "
-                               f"{ref['config'].get(n)!r} on rank 0" for n in names[:3])
-            return (f"{who} {verb} another configuration than rank 0 ({detail}): start every "
-                    f"rank with the same flags and config file")
-        versions = (f"{other['versions']} on rank {differ[0]}, {ref['versions']} on rank 0"
-                    if other["versions"] != ref["versions"] else f"both {ref['versions']}")
-        return (f"{who} {'computes' if len(differ) == 1 else 'compute'} another schedule than "
-                f"rank 0 from the same configuration ({versions}): install the same software "
-                f"on every node")
-    return None
-
-
 def agree_on_error(transport, error: str | None, signum: int = 0) -> tuple[str | None, int]:
     """One allgather: (the message every rank must stop with when any rank met an error
     (data or device missing on one node only, say), else None; the first signal any rank
@@ -268,4 +204,4 @@ def agree_on_error(transport, error: str | None, signum: int = 0) -> tuple[str |
     return _first_error([e for e, _ in everyone]), max(s for _, s in everyone)
 
 
-from .collective import first_error as _first_error, ranks_text as _ranks  # noqa: E402,F401
+from .collective import first_error as _first_error  # noqa: E402
