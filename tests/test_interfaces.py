@@ -19,7 +19,8 @@ from mpi_teleport.runtime.metrics import Recorder
 from mpi_teleport.problems.quadratic import quadratic
 from mpi_teleport.runtime.search import SearchRecorder
 from mpi_teleport.core.spec import RunSpec
-from mpi_teleport.runtime.transport import Transport
+from mpi_teleport.runtime.transport import ElasticTransport, Transport
+from mpi_teleport.runtime.backends.elastic import ElasticBackend
 
 # The MPI transport's own methods that are not part of what a back end may call: creating
 # and freeing it, and the raw requests the latency layer builds on.
@@ -54,6 +55,8 @@ COLLECTIVES = {"gather_rows", "bcast_array", "gather_rows_in_order", "bcast", "g
     (Loopback, interfaces.ChannelTransport, COLLECTIVES),  # rounds only: the tests' wires
     (LocalBackend, interfaces.Backend, set()),
     (MpiBackend, interfaces.Backend, set()),
+    (ElasticBackend, interfaces.Backend, set()),
+    (ElasticTransport, interfaces.FaultTolerantTransport, set()),
     (Recorder, interfaces.CheckpointedRecorder, set()),
     (SearchRecorder, interfaces.RunRecorder, set()),
 ])
@@ -103,3 +106,19 @@ def test_no_attribute_forwarding():
 
     assert "__getattr__" not in vars(TimedProblem)
     assert inspect.signature(TimedProblem.gradient).parameters.keys() >= {"nodes", "x", "t", "out"}
+
+
+def test_the_engine_calls_only_declared_members():
+    """Elastic mode is part of the Backend protocol (the round boundary: keep, enter,
+    settle, recover, join, set_handover; agree_every) and of CheckpointedRecorder
+    (forget, follow, rounds_to_target): the engine calls them on every back end, so a
+    plain back end has them too and nothing is probed."""
+    for name in ("keep", "enter", "settle", "recover", "join", "set_handover"):
+        assert name in methods(interfaces.Backend), name
+    assert "agree_every" in attributes(interfaces.Backend)
+    assert {"forget", "follow"} <= methods(interfaces.CheckpointedRecorder)
+    assert {"record_training"} <= methods(interfaces.RunRecorder)
+    assert {"progress"} <= attributes(interfaces.RunRecorder)
+    assert {"settle", "shrink"} <= methods(interfaces.FaultTolerantTransport)
+    assert {"index", "spares", "shrunk", "replaced"} <= attributes(interfaces.FaultTolerantTransport)
+

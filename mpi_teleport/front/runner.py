@@ -124,8 +124,8 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
          agree_every: int = 1) -> engine.Result:
     """A hot spare that took a node over at round r (``reformed``: what ``pool.reform``
     returned: the dead, {node: spare}, the nodes' communicator and order): the rest of the
-    run as that node
-    (:func:`engine.join`). The job then ends as after any loss (the survivors meet)."""
+    run as that node (:func:`engine.execute` entered at round r, ``joining``). The job then
+    ends as after any loss (the survivors meet)."""
     from ..runtime.backends.elastic import ElasticBackend
     from ..runtime.metrics import Recorder
     from ..runtime.transport import ElasticTransport
@@ -141,9 +141,10 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
     backend = ElasticBackend(problem, spec, transport, agree_every=agree_every)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         try:
-            result = engine.join(problem, spec, logging, backend, recorder, r, plan=plan,
-                                 settings=settings, terminator=terminator,
-                                 resume_from=resume_from, summary_extra=summary_extra)
+            result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
+                                    settings=settings, terminator=terminator,
+                                    resume_from=resume_from, summary_extra=summary_extra,
+                                    joining=r)
         except TooFewSurvivors as exc:
             exc.meet = lambda: _survivors_meet(transport)
             raise collective.agreed(exc)
@@ -166,7 +167,7 @@ def share_cores(problem, transport, ranks_on_host: int | None = None) -> None:
         return
     if ranks_on_host is not None:
         settings.share_host(ranks_on_host)
-    elif transport is not None and hasattr(transport, "ranks_on_host"):
+    elif transport is not None:  # (the MPI runtime's Transport)
         settings.share_host(transport.ranks_on_host())
 
 
