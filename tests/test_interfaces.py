@@ -122,3 +122,42 @@ def test_the_engine_calls_only_declared_members():
     assert {"settle", "shrink"} <= methods(interfaces.FaultTolerantTransport)
     assert {"index", "spares", "shrunk", "replaced"} <= attributes(interfaces.FaultTolerantTransport)
 
+
+def _probes_and_bolts(path):
+    """(what is probed or assigned to, where) for getattr/hasattr calls and attributes
+    assigned on a caught exception."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    caught = {h.name for h in ast.walk(tree) if isinstance(h, ast.ExceptHandler) and h.name}
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")):
+            found.append((ast.unparse(node.args[0]), f"{path.name}:{node.lineno} {ast.unparse(node)}"))
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                    if (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                            and (t.value.id in caught or t.value.id == "error")):
+                        found.append((t.value.id, f"{path.name}:{node.lineno} {ast.unparse(t)} ="))
+    return found
+
+
+def test_no_probing_of_back_ends_and_no_attributes_on_exceptions():
+    """One engine loop over declared members: neither the engine, the elastic back end,
+    the runner (save its look at a problem's torch settings) nor the MPI entry point
+    probes with getattr/hasattr or attaches attributes to an exception."""
+    from pathlib import Path
+
+    import mpi_teleport
+
+    root = Path(mpi_teleport.__file__).parent
+    found = []
+    for name in ("runtime/engine.py", "runtime/backends/elastic.py", "front/runner.py",
+                 "run.py"):
+        found += _probes_and_bolts(root / name)
+    # (share_cores looks at a user's problem for a TorchProblem's optional torch settings)
+    problems = {"problem", "getattr(problem, 'problem', problem)", "settings"}
+    found = [where for probed, where in found if probed not in problems]
+    assert not found, found

@@ -158,10 +158,11 @@ def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
 
 
 def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=None,
-               terminator=None, problem=None, pool=None) -> dict | None:
+               terminator=None, problem=None, pool=None, meeting=None) -> dict | None:
     """One run of a Config (one algorithm of ``compare``) through the engine; returns the
     summary on the root (None elsewhere). ``transport``: the MPI runtime's; None: the
-    simulator. ``pool``: the job's hot spares (MPI, ``--spares``)."""
+    simulator. ``pool``: the job's hot spares (MPI, ``--spares``); ``meeting``: the
+    survivors' (a :class:`runner.Meeting`, elastic under MPI)."""
     from . import runner
 
     got = run_inputs(cfg, algorithm, k, problem, transport is not None)
@@ -171,13 +172,16 @@ def run_config(cfg, algorithm: str, k, *, transport=None, files=None, progress=N
                           files=files, config_record=got.record,
                           summary_extra=got.phases,  # (rounds per phase: also summary.json)
                           elastic=bool(cfg.elastic or got.failures), failures=got.failures,
-                          spares=cfg.spares, pool=pool, agree_every=cfg.agree_every)
+                          spares=cfg.spares, pool=pool, agree_every=cfg.agree_every,
+                          meeting=meeting)
     return result.summary
 
 
-def join_config(cfg, algorithm: str, k, problem, pool, reformed, out, terminator=None):
+def join_config(cfg, algorithm: str, k, problem, pool, reformed, out, terminator=None,
+                meeting=None):
     """A hot spare that took a node over (``reformed``: what ``pool.reform`` returned):
-    the rest of the run of ``cfg`` as that node; returns the summary."""
+    the rest of the run of ``cfg`` as that node; returns the summary. ``meeting``: the
+    survivors' (:class:`runner.Meeting`)."""
     from . import runner
 
     got = run_inputs(cfg, algorithm, k, problem, True)
@@ -185,5 +189,6 @@ def join_config(cfg, algorithm: str, k, problem, pool, reformed, out, terminator
     result = runner.join(problem, got.spec, got.logging, pool, r, reformed, out=out,
                          plan=got.plan, settings=cfg.to_dict(), terminator=terminator,
                          resume_from=cfg.out, problem_name=cfg.problem,
-                         summary_extra=got.phases, agree_every=cfg.agree_every)
+                         summary_extra=got.phases, agree_every=cfg.agree_every,
+                         meeting=meeting)
     return result.summary

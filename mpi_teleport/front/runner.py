@@ -29,7 +29,8 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
           resume_from=None, problem_name: str | None = None, files: RunFiles | None = None,
           config_record: dict | None = None, hold=(), summary_extra: dict | None = None,
           refused: str | None = None, callback=None, elastic: bool = False,
-          failures=(), spares: int = 0, pool=None, agree_every: int = 1) -> engine.Result:
+          failures=(), spares: int = 0, pool=None, agree_every: int = 1,
+          meeting: Meeting | None = None) -> engine.Result:
     """Run one spec on the back end ``comm``/``transport`` ask for (shared by the API and
     the command lines). ``transport``: an existing Transport (the CLI's); ``comm``: a
     communicator to duplicate; neither: the simulator. ``settings`` go into checkpoint
@@ -40,7 +41,10 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
     in the same collective as the locks, so all stop together with it (UsageError).
     ``callback(record)``: on the root after each logged round (:func:`engine.execute`).
     ``spares``: hot spares (elastic mode); under MPI ``pool``, the
-    :class:`~mpi_teleport.runtime.transport.SparePool` of the job (the command line's)."""
+    :class:`~mpi_teleport.runtime.transport.SparePool` of the job (the command line's).
+    ``meeting``: where an elastic run that ends in an exception after ranks died (or, with
+    ``pool``, any exception) hands its caller the survivors' communicator, so that they
+    meet once the caller has said why (:class:`Meeting`; the MPI command line's)."""
     from ..runtime.metrics import Recorder
     from ..runtime.search import SearchRecorder
 
@@ -96,14 +100,14 @@ def train(problem, spec: RunSpec, logging: Logging, latency: LatencySettings, *,
                                             resume_from=resume_from, summary_extra=summary_extra,
                                             callback=callback)
                 except TooFewSurvivors as exc:  # (every survivor at the same round)
-                    exc.meet = lambda: _survivors_meet(own_transport)  # (after the root's line)
+                    if meeting is not None:  # (they meet after the root's line)
+                        meeting.hold(own_transport)
                     raise collective.agreed(exc)
-                except Exception as exc:  # hot spares: the nodes meet before they leave
+                except Exception:  # hot spares: the nodes meet before they leave
                     if pool is not None:
-                        meeting = own_transport  # (kept for the meeting, not freed below)
-                        # (any exception: run.py reads it with getattr)
-                        exc.meet = lambda: _survivors_meet(meeting)  # type: ignore[attr-defined]
-                        own_transport = None
+                        if meeting is not None:
+                            meeting.hold(own_transport)
+                        own_transport = None  # (kept for the meeting, not freed below)
                     raise
             backend.close()
             if own_transport is not None and elastic and own_transport.shrunk:
@@ -121,11 +125,11 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
          out: Path | None = None, plan: CheckpointPlan | None = None,
          settings: dict | None = None, terminator=None, resume_from=None,
          problem_name: str | None = None, summary_extra: dict | None = None,
-         agree_every: int = 1) -> engine.Result:
+         agree_every: int = 1, meeting: Meeting | None = None) -> engine.Result:
     """A hot spare that took a node over at round r (``reformed``: what ``pool.reform``
     returned: the dead, {node: spare}, the nodes' communicator and order): the rest of the
     run as that node (:func:`engine.execute` entered at round r, ``joining``). The job then
-    ends as after any loss (the survivors meet)."""
+    ends as after any loss (the survivors meet; after an exception, through ``meeting``)."""
     from ..runtime.backends.elastic import ElasticBackend
     from ..runtime.metrics import Recorder
     from ..runtime.transport import ElasticTransport
@@ -146,11 +150,12 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
                                     resume_from=resume_from, summary_extra=summary_extra,
                                     joining=r)
         except TooFewSurvivors as exc:
-            exc.meet = lambda: _survivors_meet(transport)
+            if meeting is not None:
+                meeting.hold(transport)
             raise collective.agreed(exc)
-        except Exception as exc:  # (the nodes meet before they leave)
-            # (any exception: run.py reads it with getattr)
-            exc.meet = lambda: _survivors_meet(transport)  # type: ignore[attr-defined]
+        except Exception:  # (the nodes meet before they leave)
+            if meeting is not None:
+                meeting.hold(transport)
             raise
     backend.close()
     _survivors_meet(transport)
@@ -169,6 +174,30 @@ def share_cores(problem, transport, ranks_on_host: int | None = None) -> None:
         settings.share_host(ranks_on_host)
     elif transport is not None:  # (the MPI runtime's Transport)
         settings.share_host(transport.ranks_on_host())
+
+
+class Meeting:
+    """Elastic, after ranks died: the survivors meet (a barrier) before any leaves, and
+    only once the line saying why is out (the MPI command line then ends with os._exit:
+    MPI_Finalize may wait on the dead). When a run ends in an exception, :func:`train` or
+    :func:`join` hands the communicator to meet on to the caller's meeting
+    (:meth:`hold`) instead of freeing it; the caller, having printed its line, calls
+    :meth:`meet`. An explicit hand-over: nothing is attached to the exception."""
+
+    def __init__(self) -> None:
+        self._transport = None
+
+    def hold(self, transport) -> None:
+        """The survivors' transport (None: nothing to meet on, e.g. the simulator)."""
+        self._transport = transport
+
+    def meet(self) -> bool:
+        """The survivors' barrier (a rank lost meanwhile is passed over); False when no
+        transport was handed over."""
+        if self._transport is None:
+            return False
+        _survivors_meet(self._transport)
+        return True
 
 
 def _survivors_meet(transport) -> None:

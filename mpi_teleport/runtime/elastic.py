@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -41,7 +40,9 @@ class TooFewSurvivors(RuntimeError):
     Fields: ``round``, ``living`` (nodes left), ``k``, ``checkpoint`` (the one written,
     or None), ``all_lost`` (every token's holder died: nothing to restore from) and
     ``root``: this process is the survivors' root, the one that says so (the engine
-    raises it on every survivor with its own; one process: True)."""
+    raises it on every survivor with its own; one process: True). The survivors meet
+    before they leave through what the runner hands its caller (``runner.Meeting``),
+    not through the exception."""
 
     round: int
     living: int
@@ -49,7 +50,6 @@ class TooFewSurvivors(RuntimeError):
     checkpoint: Path | None
     all_lost: bool
     root: bool
-    meet: Callable[[], None]  # (set by the runner where it is caught: the survivors meet)
 
     def __init__(self, r: int, living: int, k: int, checkpoint=None, resume_from=None,
                  all_lost: bool = False, root: bool = True):
