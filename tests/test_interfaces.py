@@ -161,3 +161,18 @@ def test_no_probing_of_back_ends_and_no_attributes_on_exceptions():
     problems = {"problem", "getattr(problem, 'problem', problem)", "settings"}
     found = [where for probed, where in found if probed not in problems]
     assert not found, found
+
+
+def test_agreed_is_a_declared_field():
+    """collective.agreed sets UsageError's declared ``agreed`` field (no attribute of its
+    own bolted on); NonFiniteError, Terminated and TooFewSurvivors always are agreed."""
+    from mpi_teleport.errors import NonFiniteError, UsageError
+    from mpi_teleport.runtime import collective
+    from mpi_teleport.runtime.elastic import TooFewSurvivors
+
+    exc = UsageError("x")
+    assert UsageError.agreed is False and not collective.is_agreed(exc)
+    assert collective.agreed(exc) is exc and exc.agreed and collective.is_agreed(exc)
+    assert set(vars(exc)) == {"agreed"}
+    assert collective.is_agreed(NonFiniteError("x"))
+    assert collective.is_agreed(TooFewSurvivors(3, 1, 2, root=False))
