@@ -119,7 +119,7 @@ def test_ctrl_c_while_setting_up_stops_at_once_without_traceback(tmp_path):
 
 def test_second_ctrl_c_while_busy_stops_at_once(tmp_path):
     """The same without the simulator: a process busy where no round ends."""
-    code = ("import time; from mpi_teleport import signals\n"
+    code = ("import time; from mpi_teleport.runtime import signals\n"
             "with signals.Terminator(prog='demo') as t:\n"
             "    print('ready', flush=True)\n"
             "    while True: time.sleep(0.01)\n")
@@ -150,7 +150,7 @@ def test_terminator_catches_sigint_and_restores_the_handler():
 def test_release_turns_ctrl_c_into_a_one_line_stop(tmp_path):
     """After release() (work without checkpoints) a Ctrl-C still ends the process in one
     line, not with a KeyboardInterrupt traceback."""
-    code = ("import time; from mpi_teleport import signals\n"
+    code = ("import time; from mpi_teleport.runtime import signals\n"
             "with signals.Terminator(prog='demo') as t:\n"
             "    t.release(); print('ready', flush=True); time.sleep(60)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
