@@ -153,12 +153,13 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
     backend.set_handover(export, take)
     rounds = keeper.rounds(phase.start, phase.stop)
     every = max(1, backend.agree_every)
+    each = every == 1  # (every boundary agreed: plain runs, the default)
 
     def agreed_boundary(t: int) -> bool:
         """Boundaries the survivors agree at and keep the tokens of: every ``every``-th
         (``--agree-every``), and every one with a collective (a record, a checkpoint, the
         signal check at logging rounds) or the run's end."""
-        return (every == 1 or t == where["first"] or (t - where["first"]) % every == 0
+        return (each or t == where["first"] or (t - where["first"]) % every == 0
                 or t % logging.every == 0 or logging.is_log_round(t, phase.start, phase.stop)
                 or keeper.plan.due(t, spec.total_rounds) or t >= last)
 
@@ -169,7 +170,7 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
         if not lost:
             first, resuming = where["first"], where["resuming"]
             last = rounds.stop if len(rounds) else first
-            if agreed_boundary(r):
+            if each or agreed_boundary(r):
                 backend.keep(r)
                 kept = r
             else:
@@ -189,7 +190,7 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
                         _show_round(recorder, r + 1)
             except RankLost:
                 ok = False
-            if not ok or stopped or agreed_boundary(r + 1):  # (between them: no agreement)
+            if each or not ok or stopped or agreed_boundary(r + 1):  # (between: no agreement)
                 lost = not backend.settle(r, ok)
         if lost:
             lost = False
