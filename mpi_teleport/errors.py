@@ -15,7 +15,13 @@ if TYPE_CHECKING:
 
 
 class UsageError(ValueError):
-    """Bad input: a flag, a setting, a file. The message says what was wrong and what to do."""
+    """Bad input: a flag, a setting, a file. The message says what was wrong and what to do.
+
+    ``agreed``: raised by every process of a run together (a refusal agreed at start, a
+    verdict shared by rank 0), so it passes the runtime's guard on every rank instead of
+    ending the job (``runtime.collective.agreed`` sets it; False otherwise)."""
+
+    agreed: bool = False
 
 
 class NonFiniteError(RuntimeError):

@@ -34,11 +34,14 @@ PROG = "mpirun -n N python -m mpi_teleport.run"
 
 
 def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
-                 terminator=None, pool=None, local=None) -> dict | None:
+                 terminator=None, pool=None, local=None,
+                 meeting: runner.Meeting | None = None) -> dict | None:
     """One run over the communicator; rank 0 writes the files and returns the summary.
     A problem that cannot be built on some rank (node-local data missing, no GPU) stops
     every rank with one line: the ranks agree on it before anything else. ``pool``: the
-    job's hot spares (``--spares``); ``local``: this rank's index on its host, when known."""
+    job's hot spares (``--spares``); ``local``: this rank's index on its host, when known;
+    ``meeting``: the survivors' (elastic: a run that ends in an exception after a loss
+    hands it their communicator, :class:`runner.Meeting`)."""
     problem, error, stopped = None, None, 0
     if local is None:  # (collective: before failing)
         local = transport.local_rank() if needs_local_rank(cfg.problem_settings()) else 0
@@ -60,7 +63,8 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
     # (elastic: every rank knows the directory, so that the lowest survivor can take over)
     files = RunFiles(report.out_dir(cfg, algorithm) if root or cfg.elastic else None, writes=root)
     settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True, files=files,
-                               progress=progress, terminator=terminator, pool=pool)
+                               progress=progress, terminator=terminator, pool=pool,
+                               meeting=meeting)
     return api.train(problem, settings, transport).summary  # (the root's; None elsewhere)
 
 
@@ -80,6 +84,7 @@ def main(argv=None) -> int:
         "Outputs (with --out, written by rank 0): config.json, metrics.jsonl, summary.json.",
     )
     cfg, error, release, pool = None, None, lambda: None, None
+    meeting = runner.Meeting()  # (elastic: the survivors meet before they leave)
     try:
         quiet = contextlib.redirect_stdout(io.StringIO()) if rank else contextlib.nullcontext()
         with quiet, warnings.catch_warnings():  # --help prints once; no warning ahead of a refusal
@@ -108,7 +113,7 @@ def main(argv=None) -> int:
             from .front import spares
 
             summary = spares.serve(cfg, pool, cast(int, local), terminator,  # (set with the pool)
-                                   report.out_dir(cfg, cfg.algorithm))
+                                   report.out_dir(cfg, cfg.algorithm), meeting)
             if summary is None:  # released by the nodes (or a signal): this spare ends here
                 _leave(pool.released)
             summaries.append(summary)
@@ -116,7 +121,7 @@ def main(argv=None) -> int:
             for algorithm, k in report.runs_requested(cfg):
                 progress = cli.progress_for(cfg, algorithm, rank0=rank == 0)
                 summaries.append(run_on_ranks(cfg, algorithm, k, transport, progress, terminator,
-                                              pool, local))
+                                              pool, local, meeting))
         if _prints(comm, summaries, pool):  # (comparison.json too: while held)
             # (the printing process: a summary of every run)
             text = report.finish(cfg, cast(list[dict], summaries),
@@ -125,7 +130,7 @@ def main(argv=None) -> int:
         status = cli.fail(PROG, str(exc), show=rank == 0 if pool is None else pool.root)
         if pool is not None:  # (the spares wait for the nodes' word)
             release()
-            _end_with_spares(pool, status, exc, transport)
+            _end_with_spares(pool, status, meeting, transport)
         if isinstance(exc, NonFiniteError) and cfg is not None and cfg.elastic:
             _leave(status)  # (ranks may have died: MPI_Finalize could wait for them)
         return status
@@ -139,13 +144,13 @@ def main(argv=None) -> int:
             print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         if pool is not None:
             release()
-            _end_with_spares(pool, signals.exit_status(exc), exc, transport)
+            _end_with_spares(pool, signals.exit_status(exc), meeting, transport)
         return signals.exit_status(exc)
     except TooFewSurvivors as exc:  # elastic: every survivor, at the same round
         release()
-        if getattr(exc, "root", rank == 0):
+        if exc.root:  # (the survivors' root)
             print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
-        getattr(exc, "meet", lambda: None)()  # (no survivor leaves before the line is out)
+        meeting.meet()  # (no survivor leaves before the line is out)
         if pool is not None:
             pool.release(signals.EXIT_CHECKPOINTED)
         _leave(signals.EXIT_CHECKPOINTED)
@@ -167,16 +172,14 @@ def main(argv=None) -> int:
     return 0
 
 
-def _end_with_spares(pool, status: int, exc, transport) -> None:
+def _end_with_spares(pool, status: int, meeting: runner.Meeting, transport) -> None:
     """A run with hot spares ends early (a refusal, a signal's checkpoint): the root (its
-    line is out already) releases the waiting spares, the nodes meet, and every process
-    leaves with ``status`` (none leaves first: under mpirun an early exit may end the
-    others before the root's line and release)."""
+    line is out already) releases the waiting spares, the nodes meet (on what the run
+    handed ``meeting``), and every process leaves with ``status`` (none leaves first:
+    under mpirun an early exit may end the others before the root's line and release)."""
     pool.release(status)
-    meet = getattr(exc, "meet", None)
-    if meet is not None:
-        meet()
-    elif transport is not None:  # (before the run: the nodes' first communicator)
+    if not meeting.meet() and transport is not None:  # (nothing handed over: the
+        # exception came before the run, on the nodes' first communicator)
         try:
             transport.barrier()
         except Exception:  # noqa: BLE001  (leaving anyway)

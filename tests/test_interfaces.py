@@ -19,7 +19,8 @@ from mpi_teleport.runtime.metrics import Recorder
 from mpi_teleport.problems.quadratic import quadratic
 from mpi_teleport.runtime.search import SearchRecorder
 from mpi_teleport.core.spec import RunSpec
-from mpi_teleport.runtime.transport import Transport
+from mpi_teleport.runtime.transport import ElasticTransport, Transport
+from mpi_teleport.runtime.backends.elastic import ElasticBackend
 
 # The MPI transport's own methods that are not part of what a back end may call: creating
 # and freeing it, and the raw requests the latency layer builds on.
@@ -54,6 +55,8 @@ COLLECTIVES = {"gather_rows", "bcast_array", "gather_rows_in_order", "bcast", "g
     (Loopback, interfaces.ChannelTransport, COLLECTIVES),  # rounds only: the tests' wires
     (LocalBackend, interfaces.Backend, set()),
     (MpiBackend, interfaces.Backend, set()),
+    (ElasticBackend, interfaces.Backend, set()),
+    (ElasticTransport, interfaces.FaultTolerantTransport, set()),
     (Recorder, interfaces.CheckpointedRecorder, set()),
     (SearchRecorder, interfaces.RunRecorder, set()),
 ])
@@ -103,3 +106,73 @@ def test_no_attribute_forwarding():
 
     assert "__getattr__" not in vars(TimedProblem)
     assert inspect.signature(TimedProblem.gradient).parameters.keys() >= {"nodes", "x", "t", "out"}
+
+
+def test_the_engine_calls_only_declared_members():
+    """Elastic mode is part of the Backend protocol (the round boundary: keep, enter,
+    settle, recover, join, set_handover; agree_every) and of CheckpointedRecorder
+    (forget, follow, rounds_to_target): the engine calls them on every back end, so a
+    plain back end has them too and nothing is probed."""
+    for name in ("keep", "enter", "settle", "recover", "join", "set_handover"):
+        assert name in methods(interfaces.Backend), name
+    assert "agree_every" in attributes(interfaces.Backend)
+    assert {"forget", "follow"} <= methods(interfaces.CheckpointedRecorder)
+    assert {"record_training"} <= methods(interfaces.RunRecorder)
+    assert {"progress"} <= attributes(interfaces.RunRecorder)
+    assert {"settle", "shrink"} <= methods(interfaces.FaultTolerantTransport)
+    assert {"index", "spares", "shrunk", "replaced"} <= attributes(interfaces.FaultTolerantTransport)
+
+
+def _probes_and_bolts(path):
+    """(what is probed or assigned to, where) for getattr/hasattr calls and attributes
+    assigned on a caught exception."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    caught = {h.name for h in ast.walk(tree) if isinstance(h, ast.ExceptHandler) and h.name}
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")):
+            found.append((ast.unparse(node.args[0]), f"{path.name}:{node.lineno} {ast.unparse(node)}"))
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                    if (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                            and (t.value.id in caught or t.value.id == "error")):
+                        found.append((t.value.id, f"{path.name}:{node.lineno} {ast.unparse(t)} ="))
+    return found
+
+
+def test_no_probing_of_back_ends_and_no_attributes_on_exceptions():
+    """One engine loop over declared members: neither the engine, the elastic back end,
+    the runner (save its look at a problem's torch settings) nor the MPI entry point
+    probes with getattr/hasattr or attaches attributes to an exception."""
+    from pathlib import Path
+
+    import mpi_teleport
+
+    root = Path(mpi_teleport.__file__).parent
+    found = []
+    for name in ("runtime/engine.py", "runtime/backends/elastic.py", "front/runner.py",
+                 "run.py"):
+        found += _probes_and_bolts(root / name)
+    # (share_cores looks at a user's problem for a TorchProblem's optional torch settings)
+    problems = {"problem", "getattr(problem, 'problem', problem)", "settings"}
+    found = [where for probed, where in found if probed not in problems]
+    assert not found, found
+
+
+def test_agreed_is_a_declared_field():
+    """collective.agreed sets UsageError's declared ``agreed`` field (no attribute of its
+    own bolted on); NonFiniteError, Terminated and TooFewSurvivors always are agreed."""
+    from mpi_teleport.errors import NonFiniteError, UsageError
+    from mpi_teleport.runtime import collective
+    from mpi_teleport.runtime.elastic import TooFewSurvivors
+
+    exc = UsageError("x")
+    assert UsageError.agreed is False and not collective.is_agreed(exc)
+    assert collective.agreed(exc) is exc and exc.agreed and collective.is_agreed(exc)
+    assert set(vars(exc)) == {"agreed"}
+    assert collective.is_agreed(NonFiniteError("x"))
+    assert collective.is_agreed(TooFewSurvivors(3, 1, 2, root=False))

@@ -3,7 +3,9 @@
 * :class:`Backend`: how token vectors move and are stepped (the simulator's
   :class:`~mpi_teleport.runtime.backends.local.LocalBackend`, one node per rank
   :class:`~mpi_teleport.runtime.backends.mpi.MpiBackend`); all the engine
-  (:func:`mpi_teleport.runtime.engine.execute`) and the checkpoint keeper use.
+  (:func:`mpi_teleport.runtime.engine.execute`) and the checkpoint keeper use. Elastic
+  mode's round boundary (``keep``, ``settle``, ``recover``, ...) is part of it: the one
+  loop calls it on every back end, and a plain one does nothing there.
 * :class:`TokenTransport`: what a rank's back end moves vectors through (MPI's
   :class:`~mpi_teleport.runtime.transport.Transport`, the latency layer's
   :class:`~mpi_teleport.latency.layer.LatencyTransport`, the tests' thread loopback).
@@ -12,6 +14,9 @@
   channels, which the compiled fast path :mod:`mpi_teleport.runtime.backends.compiled` needs) and
   ``has_clock`` (it is also a :class:`ClockedTransport`: a logical clock stamped on every
   message, so each message must be posted round by round).
+  :class:`FaultTolerantTransport` adds what elastic mode needs (MPI's
+  :class:`~mpi_teleport.runtime.transport.ElasticTransport`: agreement and shrinking
+  over the survivors).
 * :class:`RunRecorder`: what the root records through (``metrics.Recorder``,
   ``search.SearchRecorder``); :class:`CheckpointedRecorder` adds the state a checkpoint
   keeps.
@@ -150,6 +155,27 @@ class ClockedTransport(TokenTransport, Protocol):
 
 
 @runtime_checkable
+class FaultTolerantTransport(TokenTransport, Protocol):
+    """A transport that survives the death of ranks (elastic mode; MPI's
+    ``transport.ElasticTransport`` over ULFM). Ranks keep their node ids (``rank``); the
+    survivors' root is ``index`` 0. Per-round messages never raise (a failure is
+    remembered); a collective that fails raises :class:`~mpi_teleport.errors.RankLost`."""
+
+    index: int  # this node's place among the survivors (0: the root, which writes)
+    spares: int  # the hot spares the job started with (0: none)
+    shrunk: bool  # ranks died: the run went on over a smaller communicator
+    replaced: dict[int, int]  # the last shrink's {node: spare that took it over}
+
+    def settle(self, ok: bool = True) -> bool:
+        """Collective over the survivors: True when every rank finished the round and none
+        saw a failure (MPI_Comm_agree)."""
+
+    def shrink(self, r: int = -1) -> list[int]:
+        """Acknowledge the failures, go on over the survivors (hot spares take dead nodes
+        over, ``replaced``); returns the nodes that died, the same on every survivor."""
+
+
+@runtime_checkable
 class Backend(Protocol):
     """Where the tokens live and how a round moves them; all the engine uses. Collective
     methods are called by every process in the same order (trivial in one process)."""
@@ -162,6 +188,7 @@ class Backend(Protocol):
     losses: Any  # the nodes lost so far, as recorded (elastic.loss_records); empty otherwise
     replacements: Any  # the nodes a spare took over (elastic.replacement_records); empty otherwise
     spares: int  # the spares the run started with (0: none)
+    agree_every: int  # elastic: the survivors agree every this many rounds (--agree-every; else 1)
 
     def begin(self, phase: Phase, start: int, x0: np.ndarray,
               restore: tuple[Path, dict[str, Any]] | None = None) -> None:
@@ -213,6 +240,36 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release what the run held (persistent channels, the latency layer)."""
 
+    # -- the round boundary (elastic mode, mpi_teleport/DESIGN.md §11; the engine calls
+    # them on every back end: a plain one keeps nothing, agrees on nothing, loses nothing)
+    def keep(self, r: int) -> None:
+        """Round r's start is an agreed boundary: keep what a recovery at r starts from
+        (the tokens held, where they sit, who lives). Plain: nothing."""
+
+    def enter(self, r: int) -> None:
+        """Round r's start between two agreed boundaries (``agree_every``): nothing kept."""
+
+    def settle(self, r: int, ok: bool = True) -> bool:
+        """Collective (elastic): True when no process failed since the last agreed
+        boundary and this one's ``ok`` (no collective of round r raised
+        :class:`~mpi_teleport.errors.RankLost`). Plain: ``ok`` (it is always true)."""
+
+    def recover(self, r: int) -> None:
+        """After a failed :meth:`settle`: go on from round r's start (the last kept
+        boundary) without the lost nodes, hot spares taking dead nodes over; raises
+        RankLost (a loss during the recovery: the next agreement sees it) or
+        elastic.TooFewSurvivors. Never called on a plain back end (nothing fails)."""
+
+    def join(self, r: int) -> None:
+        """A hot spare that took a node over at round r: it holds nothing yet and enters
+        the survivors' recovery of round r, which hands it the node's tokens. Only an
+        elastic back end with spares is joined."""
+
+    def set_handover(self, export: Callable[[], Any], take: Callable[[Any], None]) -> None:
+        """What a recovery hands a spare that took a node over, beside the tokens: the
+        engine's part, ``export()`` on the root and ``take(state)`` on the spare (the
+        records, the checkpoint lineage). Plain: unused."""
+
 
 @runtime_checkable
 class RunRecorder(Protocol):
@@ -222,6 +279,7 @@ class RunRecorder(Protocol):
     problem: Any
     spec: Any
     files: Any  # output.RunFiles
+    progress: Any  # the root's progress.Progress bar (None: none)
 
     def pause(self) -> float:
         """Start of an interval excluded from ``time_s`` (logging, checkpoints)."""
@@ -242,6 +300,10 @@ class RunRecorder(Protocol):
                extra: dict[str, Any], evaluated: Evaluations | None = None) -> bool:
         """Round r's record from the token matrices; True when the run should stop."""
 
+    def record_training(self, r: int, x: np.ndarray, time_s: float, extra: dict[str, Any]) -> bool:
+        """Round r's record without evaluation (``eval_every``): the training values in
+        ``extra`` and the time; never stops the run."""
+
     def final_tokens(self) -> np.ndarray | None:
         """The token matrix the result's averaged model comes from."""
 
@@ -251,10 +313,22 @@ class RunRecorder(Protocol):
 
 @runtime_checkable
 class CheckpointedRecorder(RunRecorder, Protocol):
-    """A recorder whose state a checkpoint keeps (Algorithm 2 takes no checkpoints)."""
+    """A recorder whose state a checkpoint keeps (Algorithm 2 takes no checkpoints). An
+    elastic run's recorder is one (elastic mode runs Teleportation or DSGD): every
+    process keeps the records, so that any survivor can take over the files, and a
+    record made before a loss is made again."""
+
+    rounds_to_target: int | None  # the first round that reached the target (None: none yet)
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps of the records."""
 
     def restore(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state`."""
+
+    def forget(self, r: int) -> None:
+        """Elastic: round r is recorded again (after a loss at r): drop its records and
+        later ones."""
+
+    def follow(self, r: int, record: dict[str, Any], rounds_to_target: int | None) -> None:
+        """Elastic, on the processes that do not write: keep the root's record of round r."""

@@ -252,12 +252,13 @@ def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
 
 
 def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, files=None,
-                progress=None, terminator=None, pool=None):
+                progress=None, terminator=None, pool=None, meeting=None):
     """The :class:`~mpi_teleport.front.runner.RunSettings` of one run of a Config (one
     algorithm of ``compare``; ``k`` 'auto': Algorithm 2), for :func:`mpi_teleport.train`
     (the simulator and the MPI command line call it as a user's script would). ``mpi``:
     the MPI runtime's (the record says so); ``pool``: the job's hot spares
-    (``--spares``)."""
+    (``--spares``); ``meeting``: the survivors' (a :class:`runner.Meeting`, elastic under
+    MPI)."""
     from .runner import RunSettings
 
     got = run_inputs(cfg, algorithm, k, problem, mpi)
@@ -266,12 +267,15 @@ def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, files=Non
                        resume_from=cfg.out, problem_name=cfg.problem, files=files,
                        summary_extra=got.phases,  # (rounds per phase: also summary.json)
                        elastic=bool(cfg.elastic or got.failures), failures=got.failures,
-                       spares=cfg.spares, pool=pool, agree_every=cfg.agree_every)
+                       spares=cfg.spares, pool=pool, agree_every=cfg.agree_every,
+                       meeting=meeting)
 
 
-def join_config(cfg, algorithm: str, k, problem, pool, reformed, out, terminator=None):
+def join_config(cfg, algorithm: str, k, problem, pool, reformed, out, terminator=None,
+                meeting=None):
     """A hot spare that took a node over (``reformed``: what ``pool.reform`` returned):
-    the rest of the run of ``cfg`` as that node; returns the summary."""
+    the rest of the run of ``cfg`` as that node; returns the summary. ``meeting``: the
+    survivors' (:class:`runner.Meeting`)."""
     from . import runner
 
     got = run_inputs(cfg, algorithm, k, problem, True)
@@ -279,5 +283,6 @@ def join_config(cfg, algorithm: str, k, problem, pool, reformed, out, terminator
     result = runner.join(problem, got.spec, got.logging, pool, r, reformed, out=out,
                          plan=got.plan, settings=cfg.to_dict(), terminator=terminator,
                          resume_from=cfg.out, problem_name=cfg.problem,
-                         summary_extra=got.phases, agree_every=cfg.agree_every)
+                         summary_extra=got.phases, agree_every=cfg.agree_every,
+                         meeting=meeting)
     return result.summary

@@ -45,8 +45,10 @@ class RunSettings:
     against the disk failed; every process learns the first one in the same collective
     as the locks, so all stop together, UsageError). ``elastic``, ``failures``,
     ``spares``, ``agree_every``: elastic mode (mpi_teleport/DESIGN.md §11).
-    ``terminator``, ``pool``, ``files``, ``progress``: what the command line attaches (its
-    signal handler, hot spares, output files and progress bar)."""
+    ``terminator``, ``pool``, ``files``, ``progress``, ``meeting``: what the command line
+    attaches (its signal handler, hot spares, output files, progress bar, and where an
+    elastic run that ends in an exception hands over the survivors' communicator, so
+    that they meet once the command line has said why: a :class:`Meeting`)."""
 
     spec: RunSpec
     logging: Logging = Logging()
@@ -69,6 +71,7 @@ class RunSettings:
     terminator: Any = None
     pool: Any = None
     files: RunFiles | None = None
+    meeting: Meeting | None = None
 
 
 def train(problem: Any, settings: RunSettings, comm: Any = None) -> engine.Result:
@@ -91,7 +94,7 @@ def train(problem: Any, settings: RunSettings, comm: Any = None) -> engine.Resul
     summary_extra, refused, callback = settings.summary_extra, settings.refused, settings.callback
     elastic, failures, spares = settings.elastic, settings.failures, settings.spares
     pool, agree_every = settings.pool, settings.agree_every
-    manifest = settings.manifest
+    manifest, meeting = settings.manifest, settings.meeting
     from ..runtime.metrics import Recorder
     from ..runtime.search import SearchRecorder
 
@@ -144,14 +147,14 @@ def train(problem: Any, settings: RunSettings, comm: Any = None) -> engine.Resul
                                             resume_from=resume_from, summary_extra=summary_extra,
                                             callback=callback)
                 except TooFewSurvivors as exc:  # (every survivor at the same round)
-                    exc.meet = lambda: _survivors_meet(own_transport)  # (after the root's line)
+                    if meeting is not None:  # (they meet after the root's line)
+                        meeting.hold(own_transport)
                     raise collective.agreed(exc)
-                except Exception as exc:  # hot spares: the nodes meet before they leave
+                except Exception:  # hot spares: the nodes meet before they leave
                     if pool is not None:
-                        meeting = own_transport  # (kept for the meeting, not freed below)
-                        # (any exception: run.py reads it with getattr)
-                        exc.meet = lambda: _survivors_meet(meeting)  # type: ignore[attr-defined]
-                        own_transport = None
+                        if meeting is not None:
+                            meeting.hold(own_transport)
+                        own_transport = None  # (kept for the meeting, not freed below)
                     raise
             backend.close()
             if own_transport is not None and elastic and own_transport.shrunk:
@@ -169,11 +172,11 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
          out: Path | None = None, plan: CheckpointPlan | None = None,
          settings: dict | None = None, terminator=None, resume_from=None,
          problem_name: str | None = None, summary_extra: dict | None = None,
-         agree_every: int = 1) -> engine.Result:
+         agree_every: int = 1, meeting: Meeting | None = None) -> engine.Result:
     """A hot spare that took a node over at round r (``reformed``: what ``pool.reform``
     returned: the dead, {node: spare}, the nodes' communicator and order): the rest of the
-    run as that node
-    (:func:`engine.join`). The job then ends as after any loss (the survivors meet)."""
+    run as that node (:func:`engine.execute` entered at round r, ``joining``). The job then
+    ends as after any loss (the survivors meet; after an exception, through ``meeting``)."""
     from ..runtime.backends.elastic import ElasticBackend
     from ..runtime.metrics import Recorder
     from ..runtime.transport import ElasticTransport
@@ -189,15 +192,17 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
     backend = ElasticBackend(problem, spec, transport, agree_every=agree_every)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         try:
-            result = engine.join(problem, spec, logging, backend, recorder, r, plan=plan,
-                                 settings=settings, terminator=terminator,
-                                 resume_from=resume_from, summary_extra=summary_extra)
+            result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
+                                    settings=settings, terminator=terminator,
+                                    resume_from=resume_from, summary_extra=summary_extra,
+                                    joining=r)
         except TooFewSurvivors as exc:
-            exc.meet = lambda: _survivors_meet(transport)
+            if meeting is not None:
+                meeting.hold(transport)
             raise collective.agreed(exc)
-        except Exception as exc:  # (the nodes meet before they leave)
-            # (any exception: run.py reads it with getattr)
-            exc.meet = lambda: _survivors_meet(transport)  # type: ignore[attr-defined]
+        except Exception:  # (the nodes meet before they leave)
+            if meeting is not None:
+                meeting.hold(transport)
             raise
     backend.close()
     _survivors_meet(transport)
@@ -214,8 +219,32 @@ def share_cores(problem, transport, ranks_on_host: int | None = None) -> None:
         return
     if ranks_on_host is not None:
         settings.share_host(ranks_on_host)
-    elif transport is not None and hasattr(transport, "ranks_on_host"):
+    elif transport is not None:  # (the MPI runtime's Transport)
         settings.share_host(transport.ranks_on_host())
+
+
+class Meeting:
+    """Elastic, after ranks died: the survivors meet (a barrier) before any leaves, and
+    only once the line saying why is out (the MPI command line then ends with os._exit:
+    MPI_Finalize may wait on the dead). When a run ends in an exception, :func:`train` or
+    :func:`join` hands the communicator to meet on to the caller's meeting
+    (:meth:`hold`) instead of freeing it; the caller, having printed its line, calls
+    :meth:`meet`. An explicit hand-over: nothing is attached to the exception."""
+
+    def __init__(self) -> None:
+        self._transport = None
+
+    def hold(self, transport) -> None:
+        """The survivors' transport (None: nothing to meet on, e.g. the simulator)."""
+        self._transport = transport
+
+    def meet(self) -> bool:
+        """The survivors' barrier (a rank lost meanwhile is passed over); False when no
+        transport was handed over."""
+        if self._transport is None:
+            return False
+        _survivors_meet(self._transport)
+        return True
 
 
 def _survivors_meet(transport) -> None:

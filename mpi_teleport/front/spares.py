@@ -7,7 +7,7 @@ it is woken because nodes died. Then every living process re-forms the job
 (:meth:`SparePool.reform`); the lowest waiting spare becomes the lowest dead node: it
 builds that node's problem (its data shard, ``--problem`` factories and TorchProblem
 included, keyed by the node id as the dead rank's was) and enters the survivors' recovery
-of that round (:func:`mpi_teleport.runtime.engine.join`), where it receives the node's tokens and
+of that round (:func:`mpi_teleport.runtime.engine.execute`, ``joining``), where it receives the node's tokens and
 the records; from then on it is that node. Nothing here talks MPI.
 """
 from __future__ import annotations
@@ -21,12 +21,14 @@ from pathlib import Path
 SPARE_LOG = "MPI_TELEPORT_SPARE_LOG"  # a directory: each spare writes spare-<id>.json there
 
 
-def serve(cfg, pool, local_rank: int, terminator, out) -> dict | None:
+def serve(cfg, pool, local_rank: int, terminator, out, meeting=None) -> dict | None:
     """Wait as a spare. Returns the run's summary once this process took a node over and
     the run ended, or None when the nodes released it (``pool.released``: their exit
     status). A signal (SIGTERM, SIGUSR1: the job's end) does not end the wait: the nodes
     write their checkpoint first and then release the spares with status 75; a spare
-    leaving at once would end the job under mpirun before that checkpoint is written."""
+    leaving at once would end the job under mpirun before that checkpoint is written.
+    ``meeting``: where a run that ends in an exception hands over the survivors'
+    communicator (:class:`~mpi_teleport.front.runner.Meeting`)."""
     from . import cli
     from . import report
     from ..runtime.backends.elastic import _test_hook
@@ -40,7 +42,7 @@ def serve(cfg, pool, local_rank: int, terminator, out) -> dict | None:
         return None
     (algorithm, k), = report.runs_requested(cfg)  # (elastic mode runs one algorithm)
     problem = make_problem(cfg.problem_settings(), local_rank, local_nodes=[pool.node])  # the dead node's data
-    return cli.join_config(cfg, algorithm, k, problem, pool, value, out, terminator)
+    return cli.join_config(cfg, algorithm, k, problem, pool, value, out, terminator, meeting)
 
 
 def _cpu_s() -> float:

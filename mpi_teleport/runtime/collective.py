@@ -40,29 +40,34 @@ import traceback
 import warnings
 
 from dataclasses import astuple, replace
+from typing import TypeVar
 
 from ..core import contract
 from ..core import topology as topo
 from ..errors import DatasetMissingError, NonFiniteError, Terminated, UsageError
+from .elastic import TooFewSurvivors
 
 __all__ = ["agreed", "is_agreed", "guard", "check_communicator", "mpi_job_size",
            "warn_if_in_mpi_job", "check_start", "agree_on_start", "MpiJobWarning"]
 
-_AGREED = "_mpi_teleport_agreed"
 # Raised only after the processes agreed on them (NonFiniteError: rank 0's verdict, shared;
-# Terminated: the agreed round of a signal's stop).
-_ALWAYS_AGREED = (NonFiniteError, Terminated)
+# Terminated: the agreed round of a signal's stop; TooFewSurvivors: the survivors' recovery
+# of one round). A UsageError may be one process's own: its declared field says.
+_ALWAYS_AGREED = (NonFiniteError, Terminated, TooFewSurvivors)
 _ONE_LINE = (UsageError, NonFiniteError, DatasetMissingError)
+_Agreed = TypeVar("_Agreed", UsageError, NonFiniteError, TooFewSurvivors)
 
 
-def agreed(exc: BaseException) -> BaseException:
-    """Mark ``exc`` as raised by every process together (it passes :func:`guard`)."""
-    setattr(exc, _AGREED, True)
+def agreed(exc: _Agreed) -> _Agreed:
+    """``exc``, raised by every process together (it passes :func:`guard`): a UsageError's
+    declared ``agreed`` field is set; the others always are."""
+    if isinstance(exc, UsageError):
+        exc.agreed = True
     return exc
 
 
 def is_agreed(exc: BaseException) -> bool:
-    return isinstance(exc, _ALWAYS_AGREED) or bool(getattr(exc, _AGREED, False))
+    return isinstance(exc, _ALWAYS_AGREED) or (isinstance(exc, UsageError) and exc.agreed)
 
 
 @contextlib.contextmanager

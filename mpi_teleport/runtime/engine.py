@@ -1,16 +1,22 @@
 """The one loop: every run, in the simulator and over MPI, goes through :func:`execute`.
 
 It drives the phases of a run (one for Teleportation and DSGD, two for Algorithm 2),
-logging, checkpoints and resume, the stop on a signal and the virtual clock; the back
-end (:mod:`mpi_teleport.runtime.backends`) only moves token vectors and does the arithmetic::
+logging, checkpoints and resume, the stop on a signal and the virtual clock, and elastic
+mode's round boundary; the back end (:mod:`mpi_teleport.runtime.backends`) only moves token
+vectors and does the arithmetic::
 
     for phase in spec.phases():
         backend.begin(phase, start, x0, restore)       # tokens of round `start`
-        log(start)
-        for t in rounds of the phase:
-            backend.step(t)                             # Alg. 3 (or 1), every run at once
-            log(t + 1) on logging rounds                # gather tokens, evaluate (shared)
-            keeper.after_round(t + 1)                   # signals, periodic checkpoints
+        for r in start .. last:                         # boundary r, then round r
+            backend.keep(r)                             # elastic: round r's start kept
+            log(r): the start, logging rounds           # gather tokens, evaluate (shared)
+            keeper.after_round(r)                       # signals, periodic checkpoints
+            backend.step(r)                             # Alg. 3 (or 1), every run at once
+            backend.settle(r) or backend.recover(...)   # elastic: survive lost nodes
+
+The round boundary (``keep``, ``enter``, ``settle``, ``recover``) is declared by
+:class:`~mpi_teleport.core.interfaces.Backend` and does nothing on a plain back end, so
+plain and elastic runs, and a hot spare joining at round r (``joining``), share the loop.
 
 Logging is collective: every process gathers, the back end evaluates (``evaluate``: over
 MPI every rank takes a slice of the test set when the problem allows it,
@@ -21,17 +27,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..checkpoint import Keeper, CheckpointPlan
 from ..core.evaluation import Evaluations
 from ..core.interfaces import Backend, RunRecorder
 from ..core.training import latest_mean
-
-if TYPE_CHECKING:
-    from .backends.elastic import ElasticBackend
+from ..errors import RankLost
+from .elastic import TooFewSurvivors
 
 
 @dataclass
@@ -68,57 +71,36 @@ def average(x: np.ndarray) -> np.ndarray:
 def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
             plan: CheckpointPlan | None = None,
             settings: dict | None = None, terminator=None, resume_from=None,
-            summary_extra: dict | None = None, callback=None) -> Result:
+            summary_extra: dict | None = None, callback=None,
+            joining: int | None = None) -> Result:
     """Run ``spec`` on ``backend``; the root writes through ``recorder``. Returns the
     whole Result on every process. ``callback(record)``: called on the root with a copy
     of each record written (after each logged round); a true return value stops the run
-    there, as a reached target does with ``stop_at_target``."""
+    there, as a reached target does with ``stop_at_target``. ``joining``: a hot spare
+    that took a node over at round ``joining`` (mpi_teleport/DESIGN.md §11.1): the same
+    loop, entered at that round inside the survivors' recovery, where the back end
+    receives the node's tokens and the root hands over the records (``Backend.join``)."""
     plan = plan or CheckpointPlan(None, 0, 2)
     keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
                     logging=logging, resume_from=resume_from)
     x0 = problem.initial()
-    restore = keeper.restore()
-    stopped = False
-    start_clock = time.perf_counter() - keeper.wall_offset
-    keeper.gate()  # (collective) a signal during the set-up stops the run here
+    restore = None
+    if joining is None:
+        restore = keeper.restore()
+        start_clock = time.perf_counter() - keeper.wall_offset
+        keeper.gate()  # (collective) a signal during the set-up stops the run here
     for index, phase in enumerate(spec.phases()):
-        resuming = restore is not None and phase.start <= keeper.start <= phase.stop
-        first = keeper.start if resuming else phase.start
-        backend.begin(phase, first, x0, restore if resuming else None)
-        if backend.elastic:  # the survivors of a lost node go on (mpi_teleport/runtime/elastic.py)
-            stopped = _elastic_rounds(index, phase, first, resuming, backend, recorder, spec,
-                                      logging, keeper, callback)
-            continue
-        if not resuming:  # (a resumed run has logged its first round already)
-            stopped = _log(index, first, backend, recorder, spec, callback)
-        for t in keeper.rounds(phase.start, phase.stop):
-            if stopped:
-                break
-            backend.step(t)
-            r = t + 1
-            _show_round(recorder, r)
-            if logging.is_log_round(r, phase.start, phase.stop):
-                stopped = _log(index, r, backend, recorder, spec, callback, trained=True,
-                               evaluate=logging.is_eval_round(r, phase.start, phase.stop))
-            keeper.after_round(r, stopped, spec.total_rounds)
-    return _finish(backend, recorder, keeper, start_clock, summary_extra)
-
-
-def join(problem, spec, logging, backend: ElasticBackend, recorder: RunRecorder, r: int, *,
-         plan: CheckpointPlan | None = None, settings: dict | None = None, terminator=None,
-         resume_from=None, summary_extra: dict | None = None) -> Result:
-    """A hot spare that took a node over at round r (mpi_teleport/DESIGN.md §11.1): it
-    enters the survivors' recovery of round r (where it receives the tokens and the
-    records), then runs the rounds as any node. Returns as :func:`execute`."""
-    plan = plan or CheckpointPlan(None, 0, 2)
-    keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
-                    logging=logging, resume_from=resume_from)
-    phase = spec.phases()[0]
-    backend.begin(phase, r, problem.initial(), None)  # (buffers; the tokens come in recovery)
-    backend.join(r)
-    start_clock = time.perf_counter()
-    _elastic_rounds(0, phase, r, True, backend, recorder, spec, logging, keeper, None,
-                    joining=True)
+        if joining is None:
+            resuming = restore is not None and phase.start <= keeper.start <= phase.stop
+            first = keeper.start if resuming else phase.start
+            backend.begin(phase, first, x0, restore if resuming else None)
+        else:  # (an elastic run has one phase)
+            first, resuming = joining, True
+            backend.begin(phase, first, x0, None)  # (buffers; the tokens come in the recovery)
+            backend.join(first)
+            start_clock = time.perf_counter()
+        _rounds(index, phase, first, resuming, backend, recorder, spec, logging, keeper,
+                callback, joining=joining is not None)
     return _finish(backend, recorder, keeper, start_clock, summary_extra)
 
 
@@ -140,21 +122,25 @@ def _finish(backend, recorder, keeper, start_clock, summary_extra) -> Result:
     return Result(summary, records, x, summary["k"] if summary else None, candidates)
 
 
-def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logging,
-                    keeper, callback=None, joining: bool = False) -> bool:
-    """The rounds of an elastic run (mpi_teleport/runtime/elastic.py): boundary r (round r's
-    record and checkpoint), then round r, then the agreement that nothing failed. When
-    something did, the survivors go back to round r's start without the lost nodes
-    (``backend.recover``; hot spares take dead nodes over there) and redo boundary r and
-    round r. ``joining``: a spare that took a node over at round ``first``, which starts
-    in that recovery (the root hands it ``first``, ``resuming`` and the records). Returns
-    whether it stopped."""
-    from .elastic import TooFewSurvivors
-    from ..errors import RankLost
+def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, logging,
+            keeper, callback=None, joining: bool = False) -> bool:
+    """The rounds of one phase, boundary by boundary: round r's record and checkpoint,
+    then round r, then (elastic) the agreement that nothing failed. When something did,
+    the survivors go back to the last agreed boundary without the lost nodes
+    (``Backend.recover``; hot spares take dead nodes over there) and redo it. A plain
+    back end keeps nothing, agrees on nothing and never loses a rank (its ``keep``,
+    ``enter`` and ``settle`` do nothing), so the loop is the plain one::
 
+        log(first) unless resumed
+        for r in first + 1 .. last:  step(r - 1); log(r) on logging rounds; keeper.after_round(r)
+
+    ``joining``: a spare that took a node over at round ``first``, which starts in that
+    recovery (the root hands it ``first``, ``resuming`` and the records). Returns whether
+    it stopped."""
     where = {"first": first, "resuming": resuming}
+    elastic = backend.elastic  # (every process keeps the records; no training values)
 
-    def export():  # (the root's, for a spare taking a node over)
+    def export():  # (the root's, for a spare taking a node over; elastic: a Recorder)
         return {**where, "recorder": recorder.state(), "run_id": keeper.run_id,
                 "last_round": keeper._last_round}
 
@@ -163,16 +149,16 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
         recorder.restore(state["recorder"])
         keeper.run_id, keeper._last_round = state["run_id"], state["last_round"]
 
-    if getattr(backend, "spares", 0):
-        backend.handover = (export, take)
+    backend.set_handover(export, take)
     rounds = keeper.rounds(phase.start, phase.stop)
-    every = max(1, int(getattr(backend, "agree_every", 1)))
+    every = max(1, backend.agree_every)
+    each = every == 1  # (every boundary agreed: plain runs, the default)
 
     def agreed_boundary(t: int) -> bool:
         """Boundaries the survivors agree at and keep the tokens of: every ``every``-th
         (``--agree-every``), and every one with a collective (a record, a checkpoint, the
         signal check at logging rounds) or the run's end."""
-        return (every == 1 or t == where["first"] or (t - where["first"]) % every == 0
+        return (each or t == where["first"] or (t - where["first"]) % every == 0
                 or t % logging.every == 0 or logging.is_log_round(t, phase.start, phase.stop)
                 or keeper.plan.due(t, spec.total_rounds) or t >= last)
 
@@ -183,7 +169,7 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
         if not lost:
             first, resuming = where["first"], where["resuming"]
             last = rounds.stop if len(rounds) else first
-            if agreed_boundary(r):
+            if each or agreed_boundary(r):
                 backend.keep(r)
                 kept = r
             else:
@@ -192,15 +178,18 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
             try:
                 if (r == first and not resuming) or (
                         r > first and logging.is_log_round(r, phase.start, phase.stop)):
-                    stopped = _log(index, r, backend, recorder, spec, callback, follow=True,
+                    stopped = _log(index, r, backend, recorder, spec, callback, follow=elastic,
+                                   trained=r > first and not elastic,
                                    evaluate=logging.is_eval_round(r, phase.start, phase.stop))
                 if r > first:
                     keeper.after_round(r, stopped, spec.total_rounds)
                 if r < last and not stopped:
                     backend.step(r)
+                    if not elastic:
+                        _show_round(recorder, r + 1)
             except RankLost:
                 ok = False
-            if not ok or stopped or agreed_boundary(r + 1):  # (between them: no agreement)
+            if each or not ok or stopped or agreed_boundary(r + 1):  # (between: no agreement)
                 lost = not backend.settle(r, ok)
         if lost:
             lost = False
@@ -212,10 +201,8 @@ def _elastic_rounds(index, phase, first, resuming, backend, recorder, spec, logg
             except TooFewSurvivors as exc:
                 recorder.files.take_over(backend.root)
                 path = None if exc.all_lost else keeper.emergency(r)
-                error = TooFewSurvivors(r, exc.living, exc.k, path, keeper.resume_from,
-                                        all_lost=exc.all_lost)
-                error.root = backend.root  # (the process that says so)
-                raise error from None
+                raise TooFewSurvivors(r, exc.living, exc.k, path, keeper.resume_from,
+                                      all_lost=exc.all_lost, root=backend.root) from None
             recorder.files.take_over(backend.root)  # the lowest survivor writes from now on
             continue
         if r >= last or stopped:
@@ -227,7 +214,7 @@ def _show_round(recorder, r: int) -> None:
     """The progress bar after round r (root): it moves every round, with the latest
     training loss this process computed (the simulator: the round's active nodes; under
     MPI the root's own batches between records). Nothing is communicated."""
-    bar = getattr(recorder, "progress", None)
+    bar = recorder.progress
     if bar is None or not bar.enabled:
         return
     loss = latest_mean(recorder.problem.training_metrics(r - 1))

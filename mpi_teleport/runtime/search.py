@@ -150,6 +150,11 @@ class SearchRecorder:
 
     _given = None
 
+    def record_training(self, r: int, x: np.ndarray, time_s: float, extra: dict) -> bool:
+        """Never called: Algorithm 2 evaluates every record it makes (its criteria need
+        the metric), so it has no records of training values only (``eval_every``)."""
+        raise RuntimeError("Algorithm 2 evaluates every record: eval_every does not apply")
+
     def _evaluate(self, q: int, x: np.ndarray) -> dict:
         given = self._given
         return self.problem.evaluate(x) if given is None else given.metrics[q]

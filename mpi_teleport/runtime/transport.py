@@ -300,7 +300,8 @@ def ulfm_problem() -> str | None:
 
 
 class ElasticTransport(Transport):
-    """A transport that survives the death of ranks (ULFM; mpi_teleport/runtime/elastic.py).
+    """A transport that survives the death of ranks (ULFM; mpi_teleport/runtime/elastic.py;
+    an :class:`~mpi_teleport.core.interfaces.FaultTolerantTransport`).
 
     Ranks keep their node ids (``rank``); ``living`` lists the nodes still in the run in
     communicator order, ``index`` is this node's place among them (the root is index 0:
@@ -326,6 +327,7 @@ class ElasticTransport(Transport):
         # With hot spares the nodes' communicator is the pool's, in its order (a spare that
         # took a node over has that node's id as ``rank``)
         self.pool = pool
+        self.spares = pool.spares if pool is not None else 0  # (the job's hot spares)
         self.living = list(living) if living is not None else list(range(self.size))
         if pool is not None:
             self.rank = pool.node

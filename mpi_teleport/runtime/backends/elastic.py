@@ -2,7 +2,8 @@
 every round boundary, and recovery from lost ranks (mpi_teleport/runtime/elastic.py,
 mpi_teleport/DESIGN.md §11).
 
-The engine (:func:`mpi_teleport.runtime.engine.execute`) calls, for every round boundary r:
+The engine's one loop (:func:`mpi_teleport.runtime.engine.execute`) calls, for every round
+boundary r, the round-boundary members every back end has (a plain one does nothing there):
 :meth:`ElasticBackend.keep` (this rank keeps the token it holds at round r's start), then
 round r's record and checkpoint and round r itself, then :meth:`ElasticBackend.settle`
 (every survivor agrees that nothing failed). When something did, :meth:`recover` shrinks
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from ...core.interfaces import KIND_SPARE
 from .mpi import MpiBackend
 
 if TYPE_CHECKING:
-    from ..transport import ElasticTransport
+    from ...core.interfaces import FaultTolerantTransport
 
 TEST_DIE = "MPI_TELEPORT_TEST_DIE"  # NODE@ROUND[:save|:stop],...: tests kill a rank there
 TEST_DIE_ONCE = "MPI_TELEPORT_TEST_DIE_ONCE"  # a directory: each entry above fires once
@@ -55,11 +56,12 @@ def _test_hook(node: int, r: int, where: str) -> None:
 
 class ElasticBackend(MpiBackend):
     """This rank's node in an elastic run (an :class:`~mpi_teleport.core.interfaces.Backend`
-    with the elastic members); ``transport`` is an
-    :class:`~mpi_teleport.runtime.transport.ElasticTransport`."""
+    whose round-boundary members act); ``transport`` is a
+    :class:`~mpi_teleport.core.interfaces.FaultTolerantTransport` (MPI's
+    :class:`~mpi_teleport.runtime.transport.ElasticTransport`)."""
 
     elastic = True
-    transport: ElasticTransport
+    transport: FaultTolerantTransport
 
     def __init__(self, problem, spec, transport, token_device=None, agree_every: int = 1):
         if spec.algorithm not in ("teleportation", "dsgd"):
@@ -67,16 +69,16 @@ class ElasticBackend(MpiBackend):
         super().__init__(problem, spec, transport, token_device, compiled=False)
         self.living = elastic.Living.everyone(spec.nodes)
         self.losses, self.replacements = self.living.losses, self.living.replaced
-        pool = getattr(transport, "pool", None)
-        self.spares = pool.spares if pool is not None else 0
+        self.spares = transport.spares
         self._kept: tuple | None = None  # (m, entry, x, v) of the last kept round's start
         self._orphans: dict = {}  # tokens the root writes in a too-few checkpoint
         self._kept_living = self.living
         self._kept_round: int | None = None
         self._gone: dict = {}  # nodes dead since round r's start -> the spare taking over (or None)
         # Hot spares: what the engine hands a spare that takes a node over (the root's
-        # export) and how the spare takes it (set by engine._elastic_rounds)
-        self.handover = (lambda: None, lambda state: None)
+        # export) and how the spare takes it (set_handover, by the engine's loop)
+        self._handover: tuple[Callable[[], Any], Callable[[Any], None]] = (
+            lambda: None, lambda state: None)
         self._joining = False
         # --agree-every A: the survivors agree (and keep the tokens) every A rounds, not
         # every round; a loss seen at an agreement rolls back to the last one (DESIGN §11)
@@ -86,7 +88,7 @@ class ElasticBackend(MpiBackend):
     @property
     def root(self) -> bool:
         """The lowest surviving node writes the files."""
-        return getattr(self.transport, "index", 0) == 0
+        return self.transport.index == 0
 
     @root.setter
     def root(self, value) -> None:  # (MpiBackend.__init__ sets it; the transport decides)
@@ -124,7 +126,12 @@ class ElasticBackend(MpiBackend):
         self._gone = dict(self.transport.replaced)
 
     def settle(self, r: int, ok: bool = True) -> bool:
+        """Every survivor agrees that nothing failed (MPI_Comm_agree)."""
         return self.transport.settle(ok)
+
+    def set_handover(self, export, take) -> None:
+        """(A spare taking a node over gets ``export()`` of the root; it calls ``take``.)"""
+        self._handover = (export, take)
 
     def recover(self, r: int) -> None:
         """The survivors go on from round r's start without the lost nodes."""
@@ -186,7 +193,7 @@ class ElasticBackend(MpiBackend):
             kept = cast(tuple, self._kept)  # (kept at round r's start)
             state = {"entry": kept[1], "nodes": living.nodes, "losses": living.losses,
                      "replaced": living.replaced, "gone": self._gone,
-                     "engine": self.handover[0]()}
+                     "engine": self._handover[0]()}
         state = self.transport.bcast(state)
         if not self._joining:
             return
@@ -194,7 +201,7 @@ class ElasticBackend(MpiBackend):
         self._kept_living = elastic.Living(tuple(state["nodes"]), list(state["losses"]),
                                            list(state["replaced"]))
         self._gone = dict(state["gone"])
-        self.handover[1](state["engine"])
+        self._handover[1](state["engine"])
         self._joining = False
 
     def _place(self, r, new_phase, entry, sources, m, x, v, mean) -> None:

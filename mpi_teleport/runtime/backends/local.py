@@ -26,6 +26,7 @@ class LocalBackend:
     rank = 0
     name = "sim"
     layout = LAYOUT_MATRIX
+    agree_every = 1  # (the failure plan's losses are seen at the boundary they name)
 
     def __init__(self, problem, spec, oracle=None, failures=(), elastic=False, spares=0):
         self.problem, self.spec, self.oracle = problem, spec, oracle
@@ -81,19 +82,30 @@ class LocalBackend:
             self.xs[q], self._spare[q] = mix(w, y, out=self._spare[q]), self.xs[q]
 
     # -- elastic mode: the failure plan's losses (mpi_teleport/runtime/elastic.py) -----------------
+    # (the engine calls these at every round boundary; without elastic mode they do nothing)
     def keep(self, r: int) -> None:
         """The tokens at round r's start (a loss at r restores from them); a spare the plan
         kills at r leaves the waiting spares first."""
-        if self._kept is not None and self._kept_round == r:
+        if not self.elastic or (self._kept is not None and self._kept_round == r):
             return
         dead = {f.node for f in self.failures if f.round == r and f.node >= self.spec.nodes}
         self._waiting = [s for s in self._waiting if s not in dead]
         self._kept_round = r
         self._kept = (self.xs[0].copy(), None if self.vs[0] is None else self.vs[0].copy())
 
+    def enter(self, r: int) -> None:
+        """(Every boundary is kept here: ``agree_every`` is 1.)"""
+
     def settle(self, r: int, ok: bool = True) -> bool:
         """Whether every node the plan loses at round r is already lost."""
-        return ok and not self._dying(r)
+        return ok and not (self.elastic and self._dying(r))
+
+    def join(self, r: int) -> None:
+        """The simulator's spares take nodes over inside :meth:`recover`: none joins."""
+        raise RuntimeError("the simulator's spares take nodes over in recover(); none joins")
+
+    def set_handover(self, export, take) -> None:
+        """Nothing to hand over: every node is in this process."""
 
     def _dying(self, r: int) -> list[int]:
         living = set(self._living.nodes)

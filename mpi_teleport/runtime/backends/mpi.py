@@ -70,6 +70,7 @@ class MpiBackend:
     losses: Sequence = ()  # (ElasticBackend: the living set's lists)
     replacements: Sequence = ()
     spares = 0
+    agree_every = 1
     # Made with the token buffers by the first begin() (_start_state), before any round
     # runs or anything reads them:
     state: TokenState | DeviceTokenState
@@ -350,6 +351,28 @@ class MpiBackend:
     @property
     def dim(self) -> int:
         return len(self.state.x)
+
+    # -- the round boundary: nothing to keep or agree on (ElasticBackend: elastic mode) ----
+    def keep(self, r: int) -> None:
+        """A plain run keeps nothing at a round's start."""
+
+    def enter(self, r: int) -> None:
+        """A plain run keeps nothing at a round's start."""
+
+    def settle(self, r: int, ok: bool = True) -> bool:
+        """Nothing to agree on: a failed rank ends a plain run (MPI_Abort)."""
+        return ok
+
+    def recover(self, r: int) -> None:
+        """Never called: a plain run loses no rank it could go on without."""
+        raise RuntimeError("a plain MPI run does not survive lost ranks (elastic mode does)")
+
+    def join(self, r: int) -> None:
+        """Never called: only an elastic run has spares that join."""
+        raise RuntimeError("only an elastic run has spares that join")
+
+    def set_handover(self, export, take) -> None:
+        """Nothing to hand over: no spare joins a plain run."""
 
     def close(self) -> None:
         """Free the persistent channels (they hold this backend's buffers) and close the
