@@ -98,6 +98,10 @@ class MpiBackend:
         self._block: _Block | None = None
         self._last = -1  # index in the block of the last round run (-1: none yet)
         self._nodes = [self.rank]
+        # shared host links in the latency model (hosts:): the loads of every round's
+        # phases, as the simulator's oracle computes them, handed to the layer per round
+        model = getattr(transport, "model", None)
+        self._hosts = bool(transport.has_clock and model is not None and model.hosts)
 
     # -- where the tokens are --------------------------------------------------------------
     @property
@@ -174,8 +178,21 @@ class MpiBackend:
         if block is None or not block.t0 <= t < block.t1:
             block = self._plan_block(t)
         i = t - block.t0
+        if self._hosts:
+            self._set_links(t)
         self._round(t, block.records[i])
         self._last = i
+
+    def _set_links(self, t: int) -> None:
+        """The host links' loads of round t's phases, for the latency layer (by tag)."""
+        from ..virtual_clock import round_links, round_plan
+
+        tr, spec = cast(Any, self.transport), self.spec
+        momentum = spec.momentum > 0
+        msgs = round_plan(self.phase, t, spec.topology, spec.moves, momentum)
+        nbytes = self.problem.dim * np.dtype(self.problem.dtype).itemsize
+        links = round_links(tr.model, msgs, spec.moves, momentum, nbytes, tr.size)
+        tr.links = {tr.tag(t, kind): value for kind, value in links.items()}
 
     def _plan_block(self, t0: int) -> _Block:
         """Plan rounds t0 .. t1 - 1 (to the end of the phase at most) in one pass, each

@@ -16,6 +16,12 @@ Two clocks:
   travels in a companion float64 message on a duplicate transport (same source and
   tag, so MPI's matching pairs it with its data message). Meaningful on any host.
 
+With shared host links (``hosts:``) a message's bandwidth time depends on the whole
+communication phase (:class:`~.model.HostLinks`); the back end hands the layer those
+loads before each round (``links``, by tag, from
+:func:`mpi_teleport.virtual_clock.round_links`, the simulator's own computation).
+Messages outside the rounds (the probe) count alone on their links.
+
 The logical clock is kept under both clocks; records then get ``virtual_time_s`` (max
 over ranks, gathered at logging rounds) beside ``time_s``. Latency changes time, never
 numbers. The simulator computes the same virtual time centrally
@@ -43,7 +49,7 @@ class LatencyPending:
 
     def __init__(self):
         self.requests: list = []
-        self.stamps: list = []  # (source, nbytes, 1-element float64 buffer)
+        self.stamps: list = []  # (source, nbytes, 1-element float64 buffer, HostLinks | None)
         self.keep: list = []  # stamp send buffers, alive until wait()
 
 
@@ -69,6 +75,9 @@ class LatencyTransport:
         self._seq = 0
         self._inflight: list = []  # posted deferred sends (req, req, data, stamp), completed lazily
         self._oversubscribed = self.size > (os.cpu_count() or 1)
+        # the host links' loads of the round being run, by tag (``hosts:``; set by the back
+        # end before each round): {} counts every message alone on its links
+        self.links: dict = {}
         # Whether a stop was asked (a signal): the run's Keeper sets it. A waiting rank then
         # posts its deferred sends at once, so the round ends and the ranks reach the round
         # where they agree to stop and checkpoint; latency changes time, never numbers.
@@ -91,7 +100,7 @@ class LatencyTransport:
             stamp = np.empty(1)
             pending.requests.append(self.inner.irecv(buf, source, tag))
             pending.requests.append(self._stamps.irecv(stamp, source, tag))
-            pending.stamps.append((source, buf.nbytes, stamp))
+            pending.stamps.append((source, buf.nbytes, stamp, self.links.get(tag)))
         return pending
 
     def post_sends(self, sends, pending: LatencyPending | None = None) -> LatencyPending:
@@ -102,7 +111,8 @@ class LatencyTransport:
                 self.inner.post_sends([(dest, tag, buf)], pending)
                 continue
             stamp = np.array([self.clock_us])
-            delay = self.model.delay_us(self.rank, dest, buf.nbytes) if self.real else 0.0
+            delay = (self.model.delay_us(self.rank, dest, buf.nbytes, self.links.get(tag))
+                     if self.real else 0.0)
             if delay > 0:  # real clock: hand it to MPI only at post time + delay
                 heapq.heappush(self._deferred, (now + delay * 1e-6, self._seq, dest, tag,
                                                 np.array(buf, copy=True), stamp))
@@ -132,8 +142,8 @@ class LatencyTransport:
                 self.inner.wait_all(reqs)
             reqs.clear()
         self.inner.wait(pending)  # local (self) messages: checks none is left unmatched
-        for source, nbytes, stamp in pending.stamps:
-            arrival = stamp[0] + self.model.delay_us(source, self.rank, nbytes)
+        for source, nbytes, stamp, links in pending.stamps:
+            arrival = stamp[0] + self.model.delay_us(source, self.rank, nbytes, links)
             if arrival > self.clock_us:
                 self.clock_us = arrival
         pending.stamps.clear()
