@@ -108,11 +108,13 @@ class ChannelTransport(TokenTransport, Protocol):
     bound once to (direction, peer, kind, buffer) and started every round that moves
     that buffer between those two ranks (MPI's Send_init/Recv_init, Startall, Waitall)."""
 
-    def send_channel(self, buf: np.ndarray, dest: int, kind: int) -> Any:
-        """The persistent send of ``buf`` to ``dest`` (made on first use)."""
+    def send_channel(self, buf: np.ndarray, dest: int, kind: int) -> list:
+        """The persistent send of ``buf`` to ``dest`` (made on first use): a list of
+        requests (a large buffer travels in pieces), started and completed together."""
 
-    def recv_channel(self, buf: np.ndarray, source: int, kind: int) -> Any:
-        """The persistent receive into ``buf`` from ``source`` (made on first use)."""
+    def recv_channel(self, buf: np.ndarray, source: int, kind: int) -> list:
+        """The persistent receive into ``buf`` from ``source`` (made on first use): a list
+        of requests, as :meth:`send_channel`."""
 
     def start(self, channels: list) -> None:
         """Start ``channels`` (a send's data is what its buffer holds now)."""

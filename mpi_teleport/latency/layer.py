@@ -73,7 +73,7 @@ class LatencyTransport:
         self._stamps = inner.dup()  # companion clock messages: same (source, tag)
         self._deferred: list = []  # heap of (due, seq, dest, tag, data copy, stamp)
         self._seq = 0
-        self._inflight: list = []  # posted deferred sends (req, req, data, stamp), completed lazily
+        self._inflight: list = []  # posted deferred sends ([requests], data, stamp), completed lazily
         self._oversubscribed = self.size > (os.cpu_count() or 1)
         # the host links' loads of the round being run, by tag (``hosts:``; set by the back
         # end before each round): {} counts every message alone on its links
@@ -98,8 +98,8 @@ class LatencyTransport:
                 self.inner.post_recvs([(source, tag, buf)], pending)
                 continue
             stamp = np.empty(1)
-            pending.requests.append(self.inner.irecv(buf, source, tag))
-            pending.requests.append(self._stamps.irecv(stamp, source, tag))
+            pending.requests += self.inner.irecv(buf, source, tag)
+            pending.requests += self._stamps.irecv(stamp, source, tag)
             pending.stamps.append((source, buf.nbytes, stamp, self.links.get(tag)))
         return pending
 
@@ -118,8 +118,8 @@ class LatencyTransport:
                                                 np.array(buf, copy=True), stamp))
                 self._seq += 1
             else:
-                pending.requests.append(self.inner.isend(buf, dest, tag))
-                pending.requests.append(self._stamps.isend(stamp, dest, tag))
+                pending.requests += self.inner.isend(buf, dest, tag)
+                pending.requests += self._stamps.isend(stamp, dest, tag)
                 pending.keep.append(stamp)
         return pending
 
@@ -149,13 +149,13 @@ class LatencyTransport:
         pending.stamps.clear()
         pending.keep.clear()
         if self._inflight:  # completed deferred sends release their buffers
-            self._inflight = [f for f in self._inflight if not self.inner.testall(list(f[:2]))]
+            self._inflight = [f for f in self._inflight if not self.inner.testall(f[0])]
 
     def _post_due(self, now: float) -> None:
         while self._deferred and self._deferred[0][0] <= now:
             _, _, dest, tag, data, stamp = heapq.heappop(self._deferred)
-            self._inflight.append((self.inner.isend(data, dest, tag),
-                                   self._stamps.isend(stamp, dest, tag), data, stamp))
+            self._inflight.append((self.inner.isend(data, dest, tag)
+                                   + self._stamps.isend(stamp, dest, tag), data, stamp))
 
     def flush(self) -> None:
         """Post every deferred send, waiting (sleep, then spin) until each is due."""
@@ -173,7 +173,7 @@ class LatencyTransport:
     def _settle(self) -> None:
         """After a collective every earlier message was received: complete the sends."""
         if self._inflight:
-            self.inner.wait_all([r for f in self._inflight for r in f[:2]])
+            self.inner.wait_all([r for f in self._inflight for r in f[0]])
             self._inflight = []
 
     # collectives (logging rounds, start-up): deferred sends go out first ------
