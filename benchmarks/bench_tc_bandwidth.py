@@ -218,7 +218,7 @@ def one_run(python: str, ranks: int, flags: list[str], dim: int, rounds: int, mb
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Per case: measured / physical bound (left) and predicted / measured (right)."""
+    """Per case: measured / physical bound (top) and predicted / measured (bottom)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -226,7 +226,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
     impls = list(dict.fromkeys(r["implementation"] for r in rows))
     cases = list(dict.fromkeys((r["config"], r["message_bytes"], r["rate_mbit"]) for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(max(9, 0.55 * len(cases) * len(impls) + 3), 5.2), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(max(9, 0.7 * len(cases) + 3), 9), sharex=True)
     width = 0.8 / len(impls)
     for ax, key, title, line in ((axes[0], "measured_over_bound", "measured / physical bound", 1.15),
                                  (axes[1], "predicted_over_measured", "predicted (bw:,hosts:) / measured", None)):
