@@ -323,6 +323,13 @@ class Transport:
         self.comm.Allreduce(mine, top, op=self._mpi.MAX)
         return int(top[0])
 
+    def host_ids(self) -> list[int]:
+        """Every rank's host, numbered in order of first appearance over the ranks (by
+        processor name; collective)."""
+        names = self.comm.allgather(self._mpi.Get_processor_name())
+        index: dict[str, int] = {}
+        return [index.setdefault(name, len(index)) for name in names]
+
     def local_rank(self) -> int:
         """This rank's index among the ranks of its host (a shared-memory split)."""
         return on_host(self.comm, lambda host: host.Get_rank())

@@ -118,8 +118,14 @@ def for_run(spec, latency, dim: int, itemsize: int) -> Oracle:
     settings (:class:`mpi_teleport.spec.LatencySettings`), for tokens of ``dim``
     elements of ``itemsize`` bytes. Compute time is ``latency.compute_time`` (0 when not
     modelled: the simulator does not measure its steps)."""
+    from .errors import UsageError
     from .latency import parse_spec
 
-    return Oracle(parse_spec(latency.spec, spec.nodes), spec.nodes, dim * itemsize,
+    model = parse_spec(latency.spec, spec.nodes)
+    if model.host_auto:
+        raise UsageError(f"--latency {latency.spec!r}: hosts:auto takes the ranks' hosts from "
+                         f"MPI's placement, which the simulator has not; give hosts:R (ranks "
+                         f"per host) or hosts:A+B+... (the hosts' sizes in rank order)")
+    return Oracle(model, spec.nodes, dim * itemsize,
                   latency.compute_time or 0.0, spec.topology, spec.moves, spec.momentum > 0,
                   spec.phases())

@@ -48,6 +48,7 @@ VALID = [  # spec, kind, value_us, bw_gbps
     ("bw:1,hosts:5", "none", 0.0, 1.0),
     ("hosts:5,bw:1", "none", 0.0, 1.0),
     ("mod:5, bw:2, hosts:3+20+2", "mod", 5.0, 2.0),
+    ("bw:2,hosts:auto", "none", 0.0, 2.0),
 ]
 
 
@@ -171,6 +172,22 @@ def test_hosts_spec_places_ranks_in_blocks(tmp_path):
     path = write_csv(tmp_path / "a,b.csv", [[0, 7], [9, 0]])
     m = latency.parse_spec(f"matrix:{path},bw:4,hosts:1", 2)
     assert (m.kind, m.bw_gbps, m.host_sizes) == ("matrix", 4.0, (1,))
+
+
+def test_hosts_auto_takes_the_placement_under_mpi_only(tmp_path):
+    m = latency.parse_spec("bw:0.008,hosts:auto", 4)
+    assert m.hosts and m.host_auto
+    with pytest.raises(ValueError, match="under MPI only"):
+        m.host_of(0)
+    # round-robin placement (ranks 0, 2 on host 0; 1, 3 on host 1): not blocks
+    p = m.placed([0, 1, 0, 1])
+    assert p.host_of(np.arange(4)).tolist() == [0, 1, 0, 1] and not p.host_auto
+    links = p.host_links(np.array([0, 1, 2]), np.array([2, 3, 1]), 1000, 4)  # 0->2 stays home
+    assert links.out_bytes.tolist() == [1000.0, 0.0] and links.in_bytes.tolist() == [0.0, 1000.0]
+    assert [p.delay_us(i, j, 1000, links) for i, j in ((0, 2), (1, 3), (2, 1))] == [0.0, 0.0, 1000.0]
+    # the simulator has no placement: refused, saying what to give instead
+    with pytest.raises(UsageError, match="hosts:R"):
+        oracle(tmp_path, 4, "bw:0.008,hosts:auto", 0.0)
 
 
 def wire(spec, n, sends, nbytes=1000):

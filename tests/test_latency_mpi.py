@@ -84,6 +84,22 @@ def test_ring_of_four_on_two_hosts_matches_the_hand_computed_rounds(tmp_path, mp
     assert virtual_times(tmp_path / "o" / "metrics.jsonl") == [0.0, 0.0021, 0.0042, 0.0063]
 
 
+def test_hosts_auto_on_one_machine_is_one_host(tmp_path, mpirun):
+    """hosts:auto under MPI takes the placement: here every rank shares this machine, so
+    no message crosses a host link: the simulator's time with all 5 ranks on one host."""
+    common = ["--k", "3", "--topology", "ring", "--momentum", "0.5", "--clock", "virtual",
+              "--compute-time", "3.5", "--rounds", "8", "--log-every", "2", "--seed", "4"]
+    assert sim_main(["--nodes", "5", *common, "--latency", "mod:7,bw:1,hosts:5", "--progress",
+                     "off", "--out", str(tmp_path / "sim")]) == 0
+    proc = mpirun(5, [*RUN, *common, "--latency", "mod:7,bw:1,hosts:auto",
+                      "--out", str(tmp_path / "mpi")], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for alg in ("teleportation", "dsgd"):
+        ref = virtual_times(tmp_path / "sim" / alg / "metrics.jsonl")
+        assert ref[-1] > 0
+        assert virtual_times(tmp_path / "mpi" / alg / "metrics.jsonl") == ref
+
+
 @pytest.mark.parametrize("variant", ["overlap", "simple"])
 def test_latency_changes_time_never_numbers(tmp_path, mpirun, variant):
     """Real delays under MPI give the numbers of no delay (the simulator's; MPI without

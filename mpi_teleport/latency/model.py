@@ -9,7 +9,8 @@
     ...,bw:GBPS,hosts:R  the bandwidth is that of each *host's* link (both directions), and
                          R consecutive ranks share a host (ranks 0..R-1 on host 0, ...: what
                          ``mpirun --host a:R,b:R`` places); ``hosts:A+B+C`` gives the hosts'
-                         sizes in rank order instead.
+                         sizes in rank order instead; ``hosts:auto`` (MPI only) takes each
+                         rank's host from the placement (its processor name).
 
 The host-link model (``hosts:``): the messages that leave together (one communication
 phase of a round, :func:`mpi_teleport.virtual_clock.round_links`) share the links of their
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -62,17 +63,30 @@ class LatencyModel:
     # on every host; None: every message has its own links (no host model)
     host_sizes: tuple[int, ...] | None = None
     per_host: bool = False
+    # hosts:auto: the host of every rank, from the placement (:meth:`placed`, under MPI);
+    # None with ``host_auto`` set until then
+    host_ids: np.ndarray | None = field(default=None, repr=False)
+    host_auto: bool = False
 
     @property
     def hosts(self) -> bool:
         """Whether the bandwidth is that of shared host links (``hosts:``)."""
-        return self.host_sizes is not None
+        return self.host_sizes is not None or self.host_ids is not None or self.host_auto
+
+    def placed(self, host_ids) -> "LatencyModel":
+        """This model with rank r on host ``host_ids[r]`` (``hosts:auto`` resolved)."""
+        ids = np.array(host_ids, dtype=np.int64)
+        ids.setflags(write=False)
+        return replace(self, host_ids=ids, host_auto=False, host_sizes=None, per_host=False)
 
     def host_of(self, ranks):
         """The host of each rank (``hosts:`` given), vectorised."""
+        if self.host_ids is not None:
+            return self.host_ids[ranks]
         sizes = self.host_sizes
         if sizes is None:
-            raise ValueError("no host grouping (hosts:) in this latency model")
+            raise ValueError("no host grouping (hosts:) in this latency model"
+                             + (": hosts:auto is resolved under MPI only" if self.host_auto else ""))
         if self.per_host:
             return np.floor_divide(ranks, sizes[0])
         return np.searchsorted(np.cumsum(sizes), ranks, side="right")
@@ -82,7 +96,7 @@ class LatencyModel:
         senders[e] -> receivers[e] (``nbytes`` each) leave together; ``n`` ranks. Messages
         to oneself and within a host cross no host link."""
         senders, receivers = np.asarray(senders).ravel(), np.asarray(receivers).ravel()
-        n_hosts = int(self.host_of(max(n - 1, 0))) + 1
+        n_hosts = int(np.max(self.host_of(np.arange(max(n, 1))))) + 1
         src, dst = self.host_of(senders), self.host_of(receivers)
         cross = src != dst
         weight = np.full(int(cross.sum()), float(nbytes))
@@ -109,7 +123,7 @@ class LatencyModel:
         """The bandwidth term of i -> j, microseconds: nbytes / bandwidth without
         ``hosts:``; with it, 0 within a host, else the busier of the two host links' loads
         (``links``: the phase's :class:`HostLinks`; None: this message alone) / bandwidth."""
-        if self.host_sizes is None or self.bw_gbps is None:
+        if not self.hosts or self.bw_gbps is None:
             return np.multiply(nbytes, self.us_per_byte)
         src, dst = self.host_of(i), self.host_of(j)
         if links is None:
@@ -217,15 +231,17 @@ def _load_matrix(path: str, n: int | None, spec: str) -> np.ndarray:
 
 
 def _hosts(value: str, n: int | None, spec: str) -> dict:
-    """``hosts:R`` (R ranks on every host) or ``hosts:A+B+...`` (the hosts' sizes in rank
-    order) -> LatencyModel's host fields."""
+    """``hosts:R`` (R ranks on every host), ``hosts:A+B+...`` (the hosts' sizes in rank
+    order) or ``hosts:auto`` (the placement, under MPI) -> LatencyModel's host fields."""
+    if value.lower() == "auto":
+        return {"host_auto": True}
     sizes = []
     for part in value.split("+"):
         part = part.strip()
         if not part.isdigit() or int(part) < 1:
-            raise UsageError(f"--latency {spec!r}: hosts: takes the ranks per host (hosts:2) or "
-                             f"the hosts' sizes in rank order (hosts:2+3), whole numbers >= 1; "
-                             f"got {value!r}")
+            raise UsageError(f"--latency {spec!r}: hosts: takes the ranks per host (hosts:2), "
+                             f"the hosts' sizes in rank order (hosts:2+3), whole numbers >= 1, "
+                             f"or auto (MPI's placement); got {value!r}")
         sizes.append(int(part))
     if len(sizes) > 1 and n is not None and sum(sizes) != n:
         raise UsageError(f"--latency {spec!r}: hosts:{value} places {sum(sizes)} ranks but there "
