@@ -17,10 +17,13 @@ no pickling). Two ways to move a round's vectors (:class:`Transport` implements
   consumed in another round; MPI's non-overtaking rule covers the (astronomically
   distant) wrap-around of the tag. A message to oneself is a local copy.
 
-**Large messages travel in pieces** (issue 33): a numpy buffer over ``piece_bytes``
-(default :data:`PIECE_BYTES`, 60 KiB; ``MPI_TELEPORT_PIECE_BYTES`` sets it, 0 sends
-whole messages) is posted as consecutive slices, each its own Isend/Irecv (or persistent
-request). Pieces stay under Open MPI's TCP eager limit (64 KiB), so no piece waits for a
+**Large messages to other hosts travel in pieces** (issue 33): a numpy buffer over
+``piece_bytes`` (default :data:`PIECE_BYTES`, 60 KiB; ``MPI_TELEPORT_PIECE_BYTES`` sets
+it, 0 sends whole messages) for a peer on another host (by processor name, learnt with one
+allgather when the transport is made) is posted as consecutive slices, each its own
+Isend/Irecv (or persistent request); ``MPI_TELEPORT_PIECE_PEERS=all`` cuts messages to
+every peer (tests). Within a host, shared memory moves a whole message faster (one host,
+800 kB: 66 us whole, 124 us in pieces, best of 200 rounds). Pieces stay under Open MPI's TCP eager limit (64 KiB), so no piece waits for a
 rendezvous handshake, whose small reply otherwise queues behind the other direction's
 bulk data on a busy link (measured: jobs/README.md, "Benchmark: tc-limited links"). The
 bytes and their destination buffers are those of the whole message, so results are bit
@@ -44,6 +47,7 @@ from .interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_SPARE, KIND_Y, N_KINDS  
 
 PIECE_BYTES = 60 * 1024  # below Open MPI's TCP eager limit (64 KiB, headers included)
 PIECE_ENV = "MPI_TELEPORT_PIECE_BYTES"
+PEERS_ENV = "MPI_TELEPORT_PIECE_PEERS"  # "hosts" (default): peers on other hosts; "all"
 CHANNEL_PIECES = 1024  # tags reserved per kind for a channel's pieces (larger pieces beyond)
 
 
@@ -60,6 +64,14 @@ def piece_bytes_from_env(environ=None) -> int:
     if value < 0:
         raise ValueError(f"{PIECE_ENV}={text!r}: give a number of bytes >= 0")
     return value
+
+
+def piece_peers_from_env(environ=None) -> str:
+    """Whose messages are cut: ``MPI_TELEPORT_PIECE_PEERS`` = hosts (default) or all."""
+    text = (os.environ if environ is None else environ).get(PEERS_ENV, "").strip().lower() or "hosts"
+    if text not in ("hosts", "all"):
+        raise ValueError(f"{PEERS_ENV}={text!r}: give hosts (peers on other hosts) or all")
+    return text
 
 
 def pieces(buf, piece_bytes: int, most: int | None = None) -> list:
@@ -125,7 +137,8 @@ class Transport:
     start: Callable[[list], None]
     wait_all: Callable[[list], None]
 
-    def __init__(self, comm, owned: bool = False, piece_bytes: int | None = None):
+    def __init__(self, comm, owned: bool = False, piece_bytes: int | None = None,
+                 _cut: list | None = None):
         from mpi4py import MPI
 
         self._mpi = MPI
@@ -133,8 +146,19 @@ class Transport:
         self._owned = owned
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        # large messages travel in pieces of at most this many bytes (0: whole)
+        # large messages travel in pieces of at most this many bytes (0: whole) ...
         self.piece_bytes = piece_bytes_from_env() if piece_bytes is None else piece_bytes
+        self.piece_peers = piece_peers_from_env()
+        # ... to the peers on other hosts: _cut[peer] is the piece size for that peer (0:
+        # whole). Learnt here, collectively, unless pieces are off or handed on (dup)
+        if _cut is None:
+            _cut = [0] * self.size
+            if self.piece_bytes and self.piece_peers == "all":
+                _cut = [self.piece_bytes] * self.size
+            elif self.piece_bytes:
+                names = comm.allgather(MPI.Get_processor_name())
+                _cut = [0 if name == names[self.rank] else self.piece_bytes for name in names]
+        self._cut = _cut
         tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
         # the top N_KINDS * CHANNEL_PIECES tags are the persistent channels' (one per kind
         # and piece, see below)
@@ -170,22 +194,22 @@ class Transport:
         """Post receives [(source, tag, buffer)]; a source equal to self.rank waits for a
         local send with the same tag."""
         pending = pending or Pending()
-        rank, irecv, requests, size = self.rank, self.comm.Irecv, pending.requests, self.piece_bytes
+        rank, irecv, requests, cut = self.rank, self.comm.Irecv, pending.requests, self._cut
         for source, tag, buf in recvs:
             if source == rank:
                 self._local[tag] = buf
             else:
-                for piece in pieces(buf, size):  # (in order: pieces share the tag)
+                for piece in pieces(buf, cut[source]):  # (in order: pieces share the tag)
                     requests.append(irecv(piece, source, tag))
         return pending
 
     def post_sends(self, sends, pending: Pending | None = None) -> Pending:
         """Post sends [(dest, tag, array)]; the arrays must not change until wait()."""
         pending = pending or Pending()
-        rank, isend, requests, size = self.rank, self.comm.Isend, pending.requests, self.piece_bytes
+        rank, isend, requests, cut = self.rank, self.comm.Isend, pending.requests, self._cut
         for dest, tag, buf in sends:  # remote sends first: peers should not wait for our copies
             if dest != rank:
-                for piece in pieces(buf, size):
+                for piece in pieces(buf, cut[dest]):
                     requests.append(isend(piece, dest, tag))
         for dest, tag, buf in sends:
             if dest == rank:
@@ -222,7 +246,7 @@ class Transport:
             tag0 = self._steady_tag0 + kind
             hit = self._channels[key] = [
                 make(piece, peer, tag0 + i * N_KINDS)
-                for i, piece in enumerate(pieces(buf, self.piece_bytes, CHANNEL_PIECES))]
+                for i, piece in enumerate(pieces(buf, self._cut[peer], CHANNEL_PIECES))]
         return hit
 
     def send_channel(self, buf: np.ndarray, dest: int, kind: int) -> list:
@@ -289,10 +313,10 @@ class Transport:
     # it completes requests with wait_all, as channels are). One message's requests, a
     # list (a large message travels in pieces).
     def irecv(self, buf: np.ndarray, source: int, tag: int) -> list:
-        return [self.comm.Irecv(piece, source, tag) for piece in pieces(buf, self.piece_bytes)]
+        return [self.comm.Irecv(piece, source, tag) for piece in pieces(buf, self._cut[source])]
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> list:
-        return [self.comm.Isend(piece, dest, tag) for piece in pieces(buf, self.piece_bytes)]
+        return [self.comm.Isend(piece, dest, tag) for piece in pieces(buf, self._cut[dest])]
 
     def testall(self, requests: list) -> bool:
         return self._mpi.Request.Testall(requests)
@@ -300,7 +324,7 @@ class Transport:
     def dup(self) -> "Transport":
         """A transport on a duplicate communicator (messages of one never match the
         other's); freed with :meth:`free`."""
-        return Transport(self.comm.Dup(), owned=True, piece_bytes=self.piece_bytes)
+        return Transport(self.comm.Dup(), owned=True, piece_bytes=self.piece_bytes, _cut=self._cut)
 
     def reduce_max(self, value: float) -> float | None:
         """max over the ranks of ``value`` on rank 0 (None elsewhere)."""
@@ -388,7 +412,7 @@ class ElasticTransport(Transport):
         # (a spare that took a node over gets the reformed communicator itself: the others
         # hold it already, a Dup would wait for them)
         comm = comm if joined else comm.Dup()
-        super().__init__(comm, owned=True)
+        super().__init__(comm, owned=True, piece_bytes=0)  # (whole messages: no collective)
         comm.Set_errhandler(self._mpi.ERRORS_RETURN)
         # With hot spares the nodes' communicator is the pool's, in its order (a spare that
         # took a node over has that node's id as ``rank``)

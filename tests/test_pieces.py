@@ -11,7 +11,7 @@ import pytest
 
 from mpi_teleport.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
-from mpi_teleport.transport import PIECE_BYTES, pieces, piece_bytes_from_env
+from mpi_teleport.transport import PIECE_BYTES, piece_bytes_from_env, piece_peers_from_env, pieces
 
 
 def test_pieces_are_consecutive_views_of_the_buffer():
@@ -48,13 +48,21 @@ def test_piece_size_from_the_environment():
             piece_bytes_from_env({"MPI_TELEPORT_PIECE_BYTES": bad})
 
 
+def test_whose_messages_are_cut_from_the_environment():
+    assert piece_peers_from_env({}) == "hosts"  # peers on other hosts (by processor name)
+    assert piece_peers_from_env({"MPI_TELEPORT_PIECE_PEERS": "ALL"}) == "all"
+    with pytest.raises(ValueError, match="MPI_TELEPORT_PIECE_PEERS"):
+        piece_peers_from_env({"MPI_TELEPORT_PIECE_PEERS": "some"})
+
+
 def numbers(path):
     return [(r["round"], r["error"], r["consensus"]) for r in read_jsonl(path)]
 
 
 @pytest.mark.parametrize("variant", ["overlap", "simple"])
 def test_records_in_pieces_equal_the_simulator(tmp_path, mpirun, variant):
-    """Tokens of 50 float64 (400 bytes) in pieces of 56 bytes (8 pieces, the last short):
+    """Tokens of 50 float64 (400 bytes) in pieces of 56 bytes (8 pieces, the last short), to
+    every peer (on one machine no peer is on another host: MPI_TELEPORT_PIECE_PEERS=all):
     channels (no latency layer) and per-round messages (virtual clock with shared host
     links) give the simulator's numbers and virtual time bit for bit."""
     common = ["--k", "3", "--variant", variant, "--momentum", "0.5", "--dim", "50",
@@ -62,7 +70,7 @@ def test_records_in_pieces_equal_the_simulator(tmp_path, mpirun, variant):
     clock = ["--latency", "mod:7,bw:1,hosts:2", "--clock", "virtual", "--compute-time", "3.5"]
     assert sim_main(["--nodes", "5", *common, *clock, "--progress", "off",
                      "--out", str(tmp_path / "sim")]) == 0
-    env = {**os.environ, "MPI_TELEPORT_PIECE_BYTES": "56"}
+    env = {**os.environ, "MPI_TELEPORT_PIECE_BYTES": "56", "MPI_TELEPORT_PIECE_PEERS": "all"}
     for name, extra in (("channels", []), ("layer", clock)):
         proc = mpirun(5, ["-m", "mpi_teleport.run", *common, *extra, "--progress", "off",
                           "--out", str(tmp_path / name)], env=env, timeout=120)
@@ -82,6 +90,7 @@ def test_ranks_that_would_cut_messages_differently_are_refused(tmp_path, mpirun)
     would silently receive a piece as a whole message."""
     proc = mpirun(2, ["-c", "import os; from mpi4py import MPI; "
                       "os.environ['MPI_TELEPORT_PIECE_BYTES'] = str(64 + MPI.COMM_WORLD.rank); "
+                      "os.environ['MPI_TELEPORT_PIECE_PEERS'] = 'all'; "
                       "import sys; from mpi_teleport.run import main; "
                       "sys.exit(main(['--nodes', '2', '--rounds', '2', '--progress', 'off', "
                       f"'--out', {str(tmp_path / 'o')!r}]))"], timeout=60)
