@@ -7,10 +7,28 @@ is not up): every host's link is limited with ``tc`` (token bucket, both directi
 RATE Mbit/s, and the quadratic problem with a large dimension d (messages of 8 d bytes)
 runs over MPI with ranks on both hosts, under Open MPI and under MPICH (when
 ``.venv-mpich`` exists; tests/launch_helpers.py makes it). Each run also carries
-``--latency bw:RATE/1000 --clock virtual``: the latency layer's virtual clock adds, per
-message, bytes * 8 / RATE to the measured compute time and delays nothing, so one run
-gives both numbers of a round: the measured real time (``time_s``) and the model's
-prediction (``virtual_time_s``).
+``--latency bw:RATE/1000,hosts:R --clock virtual`` (R ranks per host): the latency
+layer's virtual clock adds to the measured compute time, per message, the time its
+round's bytes take over the host links it shares (mpi_teleport/latency/model.py) and
+delays nothing, so one run gives both numbers of a round: the measured real time
+(``time_s``) and the model's prediction (``virtual_time_s``).
+
+Per case it reports measured / physical bound, the bound being the bytes that must cross
+the busiest host link in each round (the larger direction; every communication phase of
+the round in turn) over the link's rate, averaged over the measured rounds (computed from
+the run's plan: mpi_teleport.latency.virtual_clock.round_links), and predicted / measured. The
+load average (1 min) before and after every run is recorded beside it: the machine's two
+cores serve every rank of both hosts, and other work.
+
+The model's bandwidth is the link's TCP goodput, ``RATE * TCP_GOODPUT``: ``tc`` counts
+whole Ethernet frames (1448 payload bytes in 1514 with TCP timestamps) and, with data
+flowing both ways, half an ACK (66 bytes) per frame from the other direction. Plain TCP
+on the same bed is measured too (``tcp_s_per_round``: two Python sockets exchanging the
+message both ways at once, one connection), for what the wire gives without MPI.
+
+``--pieces 0,61440``: the transport's piece size per run (MPI_TELEPORT_PIECE_BYTES: 0
+sends whole messages, the default 60 KiB keeps every piece under Open MPI's TCP eager
+limit). ``--bed/--rsh/--hosts``: another copy of the test bed (default: jobs/).
 
 Configurations: DSGD with 2 ranks (one per host: one message each way per round over
 its own link), DSGD with 4 ranks on a ring 0-1-2-3-0 (two per host: two messages share
@@ -56,8 +74,78 @@ CONFIGS = {  # name -> (ranks, flags)
 }
 
 
+TCP_GOODPUT = 1448 / (1514 + 66 / 2)  # payload bytes per byte on a link loaded both ways
+TCP_EXCHANGE = r"""
+import socket, sys, threading, time
+role, addr, nbytes, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if role == "server":
+    ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((addr, 47777)); ls.listen(1); s = ls.accept()[0]
+else:
+    for _ in range(200):
+        try:
+            s = socket.create_connection((addr, 47777)); break
+        except OSError:
+            time.sleep(0.05)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+out, inb = bytearray(nbytes), bytearray(nbytes)
+def fill():
+    v, got = memoryview(inb), 0
+    while got < nbytes:
+        got += s.recv_into(v[got:])
+times = []
+for r in range(rounds):
+    t0 = time.perf_counter()
+    th = threading.Thread(target=fill); th.start(); s.sendall(out); th.join()
+    times.append(time.perf_counter() - t0)
+    s.sendall(b"x"); s.recv(1)
+if role == "client":
+    print(sum(times[2:]) / len(times[2:]))
+"""
+
+
+def tcp_s_per_round(nbytes: int, rounds: int = 8) -> float:
+    """Plain TCP between the two hosts: NBYTES each way at once, seconds per round (mean of
+    rounds 2..)."""
+    server = subprocess.Popen([*BED, "exec", HOSTS[1], sys.executable, "-c", TCP_EXCHANGE, "server",
+                               HOSTS[1], str(nbytes), str(rounds)], stdout=subprocess.DEVNULL)
+    try:
+        client = subprocess.run([*BED, "exec", HOSTS[0], sys.executable, "-c", TCP_EXCHANGE, "client",
+                                 HOSTS[1], str(nbytes), str(rounds)], capture_output=True, text=True,
+                                timeout=300, check=True)
+    finally:
+        server.wait(timeout=60)
+    return float(client.stdout.strip())
+
+
 EAGER_1MIB = {"OMPI_MCA_btl_tcp_eager_limit": "1048576", "OMPI_MCA_btl_tcp_rndv_eager_limit": "1048576",
               "OMPI_MCA_btl_tcp_max_send_size": "1048576"}
+
+
+def physical_bound_s(config: str, ranks: int, dim: int, mbit: float, first: int, last: int) -> float:
+    """Seconds per round that the busiest host link needs for the round's bytes, averaged
+    over rounds first .. last - 1 (each communication phase's busiest link, in turn)."""
+    from mpi_teleport.front.cli import run_spec
+    from mpi_teleport.front.config import resolve
+    from mpi_teleport.latency import parse_spec
+    from mpi_teleport.latency.virtual_clock import round_links, round_plan
+
+    flags = CONFIGS[config][1]
+    raw = {flags[i].lstrip("-").replace("-", "_"): flags[i + 1] for i in range(0, len(flags), 2)}
+    raw.update(nodes=ranks, dim=dim)
+    if "k" in raw:
+        raw["k"] = int(raw["k"])
+    cfg = resolve(raw)
+    spec = run_spec(cfg, raw["algorithm"], ranks if raw["algorithm"] == "dsgd" else cfg.k)
+    model = parse_spec(f"bw:{mbit / 1000},hosts:{ranks // len(HOSTS)}", ranks)
+    total = 0
+    for phase in spec.phases():
+        for t in range(max(first, phase.start), min(last, phase.stop)):
+            msgs = round_plan(phase, t, spec.topology, spec.moves, spec.momentum > 0)
+            links = round_links(model, msgs, spec.moves, spec.momentum > 0, 8 * dim, ranks)
+            for one in {id(v): v for v in links.values()}.values():
+                total += max(one.out_bytes.max(), one.in_bytes.max())
+    return total * 8 / (mbit * 1e6) / (last - first)
 
 
 def implementations(openmpi_eager: bool = False) -> list[tuple[str, str]]:
@@ -70,6 +158,12 @@ def implementations(openmpi_eager: bool = False) -> list[tuple[str, str]]:
     if mpich.exists():
         found.append(("mpich", str(mpich)))
     return found
+
+
+def use_bed(script: str, rsh: str, hosts: str) -> None:
+    """Another copy of the test bed (its script, remote shell and host addresses)."""
+    global AGENT, HOSTS
+    BED[1], AGENT, HOSTS = script, rsh, hosts.split(",")
 
 
 def bed_up() -> bool:
@@ -87,7 +181,7 @@ def set_rate(mbit: float | None) -> None:
 
 
 def one_run(python: str, ranks: int, flags: list[str], dim: int, rounds: int, mbit: float,
-            timeout: float) -> dict:
+            timeout: float, piece_bytes: int | None = None) -> dict:
     """Measured and predicted seconds per round (mean over rounds 1..T: round 0 and the
     first logged interval include start-up, so the first interval is left out)."""
     mpirun = find_mpirun(python)
@@ -97,15 +191,18 @@ def one_run(python: str, ranks: int, flags: list[str], dim: int, rounds: int, mb
         env["PYTHONPATH"] = str(ROOT)
         env["OMP_NUM_THREADS"] = "1"
         env.setdefault("UCX_TLS", "tcp,self")  # MPICH's UCX would use shared memory between the hosts
+        if piece_bytes is not None:
+            env["MPI_TELEPORT_PIECE_BYTES"] = str(piece_bytes)
         per_host = ranks // len(HOSTS)
         cmd = mpirun_command(ranks, [python, "-m", "mpi_teleport.run", *flags, "--nodes", str(ranks),
                                      "--dim", str(dim), "--rounds", str(rounds), "--log-every",
-                                     str(rounds // 4), "--latency", f"bw:{mbit / 1000}", "--clock",
-                                     "virtual", "--progress", "off", "--out", tmp],
+                                     str(rounds // 4), "--latency", f"bw:{mbit * TCP_GOODPUT / 1000:.6g},hosts:{per_host}",
+                                     "--clock", "virtual", "--progress", "off", "--out", tmp],
                              mpirun, flavor, hosts=",".join(f"{h}:{per_host}" for h in HOSTS),
                              rsh_agent=AGENT, env=env)
         start = time.monotonic()
-        proc = subprocess.run([*BED, "exec", "mtp-h0", *cmd], cwd=ROOT, env=env, capture_output=True,
+        load_before = os.getloadavg()[0]
+        proc = subprocess.run([*BED, "exec", HOSTS[0], *cmd], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=timeout)
         wall = time.monotonic() - start
         if proc.returncode != 0:
@@ -115,37 +212,48 @@ def one_run(python: str, ranks: int, flags: list[str], dim: int, rounds: int, mb
     span = last["round"] - first["round"]
     return {"measured_s_per_round": (last["time_s"] - first["time_s"]) / span,
             "predicted_s_per_round": (last["virtual_time_s"] - first["virtual_time_s"]) / span,
-            "launch_wall_s": round(wall, 2), "implementation": flavor.name}
+            "first_round": first["round"], "last_round": last["round"],
+            "launch_wall_s": round(wall, 2), "implementation": flavor.name,
+            "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
 def plot(rows: list[dict], path: Path) -> None:
+    """Per case: measured / physical bound (top) and predicted / measured (bottom)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    configs = list(dict.fromkeys(r["config"] for r in rows))
-    fig, axes = plt.subplots(1, len(configs), figsize=(5 * len(configs), 4.2), squeeze=False)
-    for ax, config in zip(axes[0], configs):
-        for (impl, dim), marker in zip(sorted({(r["implementation"], r["dim"]) for r in rows}), "osD^v<>"):
-            got = sorted((r["rate_mbit"], r["measured_s_per_round"], r["predicted_s_per_round"]) for r in rows
-                         if r["config"] == config and r["implementation"] == impl and r["dim"] == dim)
-            if not got:
-                continue
-            rate, measured, predicted = zip(*got)
-            line = ax.plot(rate, measured, marker=marker, label=f"{impl}, {8 * dim / 1e6:.1f} MB measured")[0]
-            ax.plot(rate, predicted, marker=marker, linestyle="--", color=line.get_color(), alpha=0.6,
-                    label=f"{impl}, {8 * dim / 1e6:.1f} MB bw: model")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("tc link rate (Mbit/s)")
-        ax.set_ylabel("seconds per round")
-        ax.set_title(config)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("tc-limited links between two namespace hosts: measured vs the bw: model")
+    impls = list(dict.fromkeys(r["implementation"] for r in rows))
+    cases = list(dict.fromkeys((r["config"], r["message_bytes"], r["rate_mbit"]) for r in rows))
+    fig, axes = plt.subplots(2, 1, figsize=(max(9, 0.7 * len(cases) + 3), 9), sharex=True)
+    width = 0.8 / len(impls)
+    for ax, key, title, line in ((axes[0], "measured_over_bound", "measured / physical bound", 1.15),
+                                 (axes[1], "predicted_over_measured", "predicted (bw:,hosts:) / measured", None)):
+        for i, impl in enumerate(impls):
+            got = {(r["config"], r["message_bytes"], r["rate_mbit"]): r[key] for r in rows
+                   if r["implementation"] == impl}
+            xs = [c + i * width for c, case in enumerate(cases) if case in got]
+            ax.bar(xs, [got[case] for case in cases if case in got], width, label=impl)
+        if line:
+            ax.axhline(line, color="k", linestyle="--", linewidth=0.8)
+            tcp = {(r["config"], r["message_bytes"], r["rate_mbit"]): r["tcp_over_its_bound"] for r in rows
+                   if "tcp_over_its_bound" in r}
+            ax.plot([c + 0.4 - width / 2 for c, case in enumerate(cases) if case in tcp],
+                    [tcp[case] for case in cases if case in tcp], "k_", markersize=14, mew=2,
+                    label="plain TCP, one message each way")
+        else:
+            ax.axhspan(0.9, 1.1, color="k", alpha=0.08)
+        ax.axhline(1.0, color="k", linewidth=0.8)
+        ax.set_title(title)
+        ax.set_xticks([c + 0.4 - width / 2 for c in range(len(cases))])
+        ax.set_xticklabels([f"{c}\n{b / 1e6:g} MB, {m:g} Mbit/s" for c, b, m in cases], rotation=70,
+                           fontsize=7)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("tc-limited links between two namespace hosts (2 cores for all ranks)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
 
 
 def main(argv=None) -> int:
@@ -158,7 +266,17 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--openmpi-eager", action="store_true",
                         help="Open MPI only, TCP eager limit 1 MiB (no rendezvous below it)")
+    parser.add_argument("--pieces", default="",
+                        help="piece sizes (bytes, comma-separated; 0: whole messages) to run each "
+                             "case with (default: the transport's own)")
+    parser.add_argument("--configs", default="", help=f"a subset of {','.join(CONFIGS)}")
+    parser.add_argument("--impls", default="", help="a subset of openmpi,mpich")
+    parser.add_argument("--bed", default=BED[1], help="the test bed's script (jobs/netns-cluster.sh)")
+    parser.add_argument("--rsh", default=AGENT, help="its remote shell (jobs/netns-rsh)")
+    parser.add_argument("--hosts", default=",".join(HOSTS), help="its hosts' addresses")
+    parser.add_argument("--tag", default="", help="appended to the output files' names")
     args = parser.parse_args(argv)
+    use_bed(args.bed, args.rsh, args.hosts)
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         print("bench_tc_bandwidth: needs root (namespaces, tc)", file=sys.stderr)
         return 2
@@ -167,36 +285,57 @@ def main(argv=None) -> int:
     rates = [100.0] if args.quick else [float(r) for r in args.rates.split(",")]
     dims = [62500] if args.quick else [int(d) for d in args.dims.split(",")]
     configs = {"dsgd-2": CONFIGS["dsgd-2"]} if args.quick else CONFIGS
+    if args.configs:
+        configs = {c: CONFIGS[c] for c in args.configs.split(",")}
+    pieces = [int(p) for p in args.pieces.split(",")] if args.pieces else [None]
     rows = []
     try:
         for mbit in rates:
             set_rate(mbit)
             for dim in dims:
+                tcp = tcp_s_per_round(8 * dim)
+                print(f"plain TCP, {8 * dim / 1e6:g} MB each way, {mbit:g} Mbit/s: {tcp:.4f} s/round "
+                      f"= x{tcp / (8 * dim * 8 / (mbit * 1e6)):.2f} the bound", flush=True)
                 for name, python in implementations(args.openmpi_eager):
+                    if args.impls and name not in args.impls.split(","):
+                        continue
                     for config, (ranks, flags) in configs.items():
-                        got = one_run(python, ranks, flags, dim, args.rounds, mbit, args.timeout)
-                        if args.openmpi_eager:
-                            got["implementation"] += "+eager1MiB"
-                        row = {"config": config, "ranks": ranks, "dim": dim, "message_bytes": 8 * dim,
-                               "rate_mbit": mbit, **got,
-                               "measured_over_predicted": got["measured_s_per_round"] / got["predicted_s_per_round"]}
-                        rows.append(row)
-                        print(f"{name:8s} {config:20s} d={dim:7d} {mbit:5.0f} Mbit/s: measured "
-                              f"{row['measured_s_per_round']:.4f} s/round, model {row['predicted_s_per_round']:.4f}"
-                              f" (x{row['measured_over_predicted']:.2f})", flush=True)
+                        for piece in pieces:
+                            got = one_run(python, ranks, flags, dim, args.rounds, mbit, args.timeout, piece)
+                            if args.openmpi_eager:
+                                got["implementation"] += "+eager1MiB"
+                            if piece is not None:
+                                got["implementation"] += f"+pieces{piece // 1024}K" if piece else "+whole"
+                            bound = physical_bound_s(config, ranks, dim, mbit, got["first_round"],
+                                                     got["last_round"])
+                            row = {"config": config, "ranks": ranks, "dim": dim, "message_bytes": 8 * dim,
+                                   "rate_mbit": mbit, "piece_bytes": piece, **got, "bound_s_per_round": bound,
+                                   "tcp_s_per_round": tcp,
+                                   "tcp_over_its_bound": tcp / (8 * dim * 8 / (mbit * 1e6)),
+                                   "measured_over_bound": got["measured_s_per_round"] / bound,
+                                   "predicted_over_measured": got["predicted_s_per_round"] / got["measured_s_per_round"],
+                                   "measured_over_predicted": got["measured_s_per_round"] / got["predicted_s_per_round"]}
+                            rows.append(row)
+                            print(f"{got['implementation']:18s} {config:20s} d={dim:7d} {mbit:5.0f} Mbit/s: "
+                                  f"measured {row['measured_s_per_round']:.4f} s/round = x{row['measured_over_bound']:.2f}"
+                                  f" the bound {bound:.4f}; model {row['predicted_s_per_round']:.4f} "
+                                  f"(predicted/measured {row['predicted_over_measured']:.2f}); load "
+                                  f"{got['load_before']:.1f}-{got['load_after']:.1f}", flush=True)
     finally:
         set_rate(None)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "bench_tc_bandwidth" + ("_quick" if args.quick else "") + ("_openmpi_eager" if args.openmpi_eager else "")
+    stem = ("bench_tc_bandwidth" + ("_quick" if args.quick else "") + ("_openmpi_eager" if args.openmpi_eager else "")
+            + (f"_{args.tag}" if args.tag else ""))
     with open(out / f"{stem}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     (out / f"{stem}.json").write_text(json.dumps({
-        "what": "seconds per round over tc-limited links (2 namespace hosts) vs the latency layer's "
-                "bw: model (virtual clock: measured compute + bytes * 8 / rate per message)",
-        "rounds": args.rounds, "rates_mbit": rates,
+        "what": "seconds per round over tc-limited links (2 namespace hosts) vs the physical bound "
+                "(busiest host link's bytes / rate) and the latency layer's bw:RATE,hosts:R model "
+                "(virtual clock: measured compute + shared host links)",
+        "rounds": args.rounds, "rates_mbit": rates, "model_bw_over_rate": TCP_GOODPUT,
         "openmpi_env": EAGER_1MIB if args.openmpi_eager else {}, "dims": dims, "configs": {k: v[1] for k, v in configs.items()},
         "tc": "tbf rate RATE burst 64kb latency 200ms on both ends of every host's veth",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),

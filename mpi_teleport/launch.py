@@ -46,7 +46,8 @@ def mpi_env(base: dict | None = None, flavor: Flavor | None = None) -> dict:
 # What ranks on other hosts need from the launcher's environment (Open MPI hands on only
 # what -x names; Hydra hands on everything).
 FORWARDED_ENV = ("PYTHONPATH", "OMP_NUM_THREADS", "MPI_TELEPORT_TEST_TAG", "MPI_TELEPORT_TEST_DIE",
-                 "MPI_TELEPORT_SPARE_LOG", "MPI_TELEPORT_TEST_DIE_ONCE")
+                 "MPI_TELEPORT_SPARE_LOG", "MPI_TELEPORT_TEST_DIE_ONCE",
+                 "MPI_TELEPORT_PIECE_BYTES", "MPI_TELEPORT_PIECE_PEERS")  # (transport.py: cut alike)
 
 
 def ranks_per_host(n: int, hosts: str | None) -> int:

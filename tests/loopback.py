@@ -83,11 +83,11 @@ class Loopback:
     # -- persistent channels --------------------------------------------------------------
     def send_channel(self, buf, dest, kind):
         key = (True, dest, kind, id(buf))
-        return self._channels.setdefault(key, _Channel(True, self.rank, dest, kind, buf))
+        return [self._channels.setdefault(key, _Channel(True, self.rank, dest, kind, buf))]
 
     def recv_channel(self, buf, source, kind):
         key = (False, source, kind, id(buf))
-        return self._channels.setdefault(key, _Channel(False, source, self.rank, kind, buf))
+        return [self._channels.setdefault(key, _Channel(False, source, self.rank, kind, buf))]
 
     def start(self, channels) -> None:
         self.started += len(channels)

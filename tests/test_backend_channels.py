@@ -16,6 +16,7 @@ from mpi_teleport.runtime.transport import Transport
 class Declared:
     def __init__(self, channels: bool):
         self.rank, self.size, self.has_channels, self.has_clock = 0, 2, channels, not channels
+        self.shares_host_links = False  # (a clocked transport's: no hosts: in its model)
 
 
 def backend(transport, **kwargs) -> MpiBackend:

@@ -25,7 +25,7 @@ from mpi_teleport.runtime.backends.elastic import ElasticBackend
 # The MPI transport's own methods that are not part of what a back end may call: creating
 # and freeing it, and the raw requests the latency layer builds on.
 TRANSPORT_ONLY = {"duplicate", "free", "dup", "irecv", "isend", "testall",
-                  "local_rank", "ranks_on_host"}
+                  "local_rank", "ranks_on_host", "host_ids"}  # (host_ids: hosts:auto)
 
 
 def methods(protocol) -> set[str]:

@@ -46,6 +46,10 @@ VALID = [  # spec, kind, value_us, bw_gbps
     ("const:1e3, bw:0.5", "const", 1000.0, 0.5),
     ("bw:1", "none", 0.0, 1.0),
     ("none,bw:25", "none", 0.0, 25.0),
+    ("bw:1,hosts:5", "none", 0.0, 1.0),
+    ("hosts:5,bw:1", "none", 0.0, 1.0),
+    ("mod:5, bw:2, hosts:3+20+2", "mod", 5.0, 2.0),
+    ("bw:2,hosts:auto", "none", 0.0, 2.0),
 ]
 
 
@@ -76,6 +80,13 @@ INVALID = [  # spec, part of the message
     ("none:3", "takes no value"),
     ("matrix:", "give the CSV file"),
     ("matrix:/nonexistent/delays.csv", "not found"),
+    ("mod:5,hosts:2", "give bw: too"),
+    ("bw:1,hosts:0", "whole numbers >= 1"),
+    ("bw:1,hosts:", "whole numbers >= 1"),
+    ("bw:1,hosts:2.5", "whole numbers >= 1"),
+    ("bw:1,hosts:2+x", "whole numbers >= 1"),
+    ("bw:1,hosts:1+2", "the sizes must add up to 4"),
+    ("bw:1,hosts:2,hosts:2", "once"),
 ]
 
 
@@ -148,6 +159,137 @@ def test_bandwidth_term():
     assert m.delay_us(0, 1, 1000) == pytest.approx(10 + 1.0)
     assert m.delay_us(0, 1, 0) == 10.0
     assert latency.parse_spec("bw:8").delay_us(0, 1, 8000) == pytest.approx(8.0)
+
+
+# ---------------------------------------------------------------- shared host links (hosts:)
+# bw:0.008 is 1 us per byte: every bandwidth time below is its byte count in microseconds.
+def test_hosts_spec_places_ranks_in_blocks(tmp_path):
+    m = latency.parse_spec("bw:0.008,hosts:2", 6)
+    assert m.hosts and m.us_per_byte == 1.0
+    assert m.host_of(np.arange(6)).tolist() == [0, 0, 1, 1, 2, 2]
+    m = latency.parse_spec("bw:0.008,hosts:1+3+2", 6)
+    assert m.host_of(np.arange(6)).tolist() == [0, 1, 1, 1, 2, 2]
+    assert not latency.parse_spec("bw:0.008", 6).hosts  # no grouping: links per pair, as before
+    path = write_csv(tmp_path / "a,b.csv", [[0, 7], [9, 0]])
+    m = latency.parse_spec(f"matrix:{path},bw:4,hosts:1", 2)
+    assert (m.kind, m.bw_gbps, m.host_sizes) == ("matrix", 4.0, (1,))
+
+
+def test_hosts_auto_takes_the_placement_under_mpi_only(tmp_path):
+    m = latency.parse_spec("bw:0.008,hosts:auto", 4)
+    assert m.hosts and m.host_auto
+    with pytest.raises(ValueError, match="under MPI only"):
+        m.host_of(0)
+    # round-robin placement (ranks 0, 2 on host 0; 1, 3 on host 1): not blocks
+    p = m.placed([0, 1, 0, 1])
+    assert p.host_of(np.arange(4)).tolist() == [0, 1, 0, 1] and not p.host_auto
+    links = p.host_links(np.array([0, 1, 2]), np.array([2, 3, 1]), 1000, 4)  # 0->2 stays home
+    assert links.out_bytes.tolist() == [1000.0, 0.0] and links.in_bytes.tolist() == [0.0, 1000.0]
+    assert [p.delay_us(i, j, 1000, links) for i, j in ((0, 2), (1, 3), (2, 1))] == [0.0, 0.0, 1000.0]
+    # the simulator has no placement: refused, saying what to give instead
+    with pytest.raises(UsageError, match="hosts:R"):
+        oracle(tmp_path, 4, "bw:0.008,hosts:auto", 0.0)
+
+
+def wire(spec, n, sends, nbytes=1000):
+    """{(i, j): bandwidth microseconds} of the messages ``sends`` leaving together."""
+    m = latency.parse_spec(spec, n)
+    src, dst = np.array([s for s, _ in sends]), np.array([d for _, d in sends])
+    links = m.host_links(src, dst, nbytes, n)
+    return {(i, j): m.delay_us(i, j, nbytes, links) for i, j in sends}
+
+
+def test_two_ranks_sharing_a_host_link_take_twice_as_long_as_one():
+    one = wire("bw:0.008,hosts:2", 4, [(0, 2)])
+    assert one == {(0, 2): 1000.0}
+    assert wire("bw:0.008,hosts:2", 4, [(0, 2), (1, 3)]) == {(0, 2): 2000.0, (1, 3): 2000.0}
+    # the same through the receiving host's link: 0 and 2 on their own hosts, 3 and 4 share
+    assert wire("bw:0.008,hosts:1+1+2", 4, [(0, 2), (1, 3)]) == {(0, 2): 2000.0, (1, 3): 2000.0}
+    # links are full duplex: opposite directions do not share
+    assert wire("bw:0.008,hosts:2", 4, [(0, 2), (3, 1)]) == {(0, 2): 1000.0, (3, 1): 1000.0}
+    # a message takes the busier of its two links: 0's link carries 2 messages, 1's one
+    assert wire("bw:0.008,hosts:1+1+2", 4, [(0, 1), (0, 2), (3, 2)]) == {
+        (0, 1): 2000.0, (0, 2): 2000.0, (3, 2): 0.0}
+
+
+def test_a_message_within_a_host_costs_no_bandwidth_time():
+    assert wire("bw:0.008,hosts:2", 4, [(0, 1), (2, 3)]) == {(0, 1): 0.0, (2, 3): 0.0}
+    # and does not load the host link of a message that crosses it
+    assert wire("const:50,bw:0.008,hosts:2", 4, [(0, 1), (1, 2)]) == {(0, 1): 50.0, (1, 2): 1050.0}
+    assert wire("bw:0.008,hosts:4", 4, [(0, 1), (1, 2), (3, 0)]) == {(0, 1): 0.0, (1, 2): 0.0,
+                                                                      (3, 0): 0.0}
+
+
+def test_hosts_of_one_rank_share_a_ranks_own_link():
+    """hosts:1: a rank's sends to two neighbours share its one link (the old model, without
+    hosts:, gives every pair of ranks its own link)."""
+    sends = [(0, 1), (0, 3)]
+    assert wire("bw:0.008,hosts:1", 4, sends) == {(0, 1): 2000.0, (0, 3): 2000.0}
+    m = latency.parse_spec("bw:0.008", 4)
+    assert [m.delay_us(i, j, 1000) for i, j in sends] == [1000.0, 1000.0]
+
+
+def test_host_links_vectorised_equals_scalar_and_alone_is_one_message():
+    m = latency.parse_spec("mod:3,bw:0.5,hosts:2", 6)
+    i, j = np.meshgrid(np.arange(6), np.arange(6), indexing="ij")
+    links = m.host_links(i, j, 800, 6)  # everyone to everyone: 4 of 6 messages per rank cross
+    assert links.out_bytes.tolist() == links.in_bytes.tolist() == [8 * 800.0] * 3
+    vec = m.delay_us(i, j, 800, links)
+    for a in range(6):
+        for b in range(6):
+            assert vec[a, b] == m.delay_us(a, b, 800, links)  # exactly: same float operations
+    # no loads given (a message outside the rounds): it is alone on its links
+    assert m.delay_us(0, 2, 800) == m.delay_us(0, 2, 800, m.host_links([0], [2], 800, 6))
+
+
+def test_oracle_dsgd_ring_with_two_ranks_per_host(tmp_path):
+    """DSGD ring 0-1-2-3-0, hosts {0, 1} and {2, 3}: the messages 1 -> 2 and 0 -> 3 share
+    host 0's link out (and 2 -> 1, 3 -> 0 host 1's): every round costs compute + two
+    messages' bandwidth time. One rank per host: each rank's two sends share its link, the
+    same. All on one host: compute only. Without hosts: one message per round."""
+    nbytes = 8 * 125  # dim 125, float64: 1000 bytes = 1000 us at bw:0.008
+    expected = {"bw:0.008,hosts:2": 2100.0, "bw:0.008,hosts:1": 2100.0, "bw:0.008,hosts:4": 100.0,
+                "bw:0.008": 1100.0}
+    for spec, per_round in expected.items():
+        o = oracle(tmp_path, 4, spec, 100.0, dim=125)
+        assert o.nbytes == nbytes
+        for r in (1, 2, 3):
+            o.advance_to(r)
+            assert o.clock.tolist() == [r * per_round] * 4, spec
+
+
+def test_oracle_teleportation_counts_the_tokens_that_cross_hosts(tmp_path):
+    """k = 1, Alg. 3 on 4 ranks, hosts {0, 1}, {2, 3}: a round costs compute, plus the hop
+    when the token changes host (one message: alone on its links), plus the momentum
+    that travels with it (a second message over the same links: twice the time)."""
+    n, c, rounds = 4, 7.0, 30
+    h = [int(schedule.holders(3, n, 1, t)[0]) for t in range(rounds + 1)]
+    for momentum, per_hop in ((0.0, 1000.0), (0.5, 2000.0)):
+        o = oracle(tmp_path, n, "bw:0.008,hosts:2", c, algorithm="teleportation", k=1,
+                   variant="overlap", seed=3, dim=125, momentum=momentum)
+        o.advance_to(rounds)
+        expected = 0.0
+        for t in range(rounds):
+            expected += c + (per_hop if h[t] // 2 != h[t + 1] // 2 else 0.0)
+        assert o.clock.max() == expected
+    assert any(h[t] // 2 != h[t + 1] // 2 for t in range(rounds))  # (some hops cross)
+    assert any(h[t] != h[t + 1] and h[t] // 2 == h[t + 1] // 2 for t in range(rounds))
+
+
+def test_oracle_alg1_fetch_carries_model_and_momentum(tmp_path):
+    """Alg. 1, k = 1: the fetch moves x and v (two messages) over the host links, then a
+    lone token gossips with nobody: a crossing fetch costs 2 x 1000 us with momentum."""
+    n, c, rounds = 4, 7.0, 30
+    h = [int(schedule.holders(3, n, 1, t)[0]) for t in range(rounds + 1)]
+    for momentum, per_hop in ((0.0, 1000.0), (0.5, 2000.0)):
+        o = oracle(tmp_path, n, "bw:0.008,hosts:2", c, algorithm="teleportation", k=1,
+                   variant="simple", seed=3, dim=125, momentum=momentum)
+        o.advance_to(rounds)
+        expected = 0.0
+        for t in range(rounds):
+            hop = t > 0 and h[t - 1] // 2 != h[t] // 2
+            expected += (per_hop if hop else 0.0) + c
+        assert o.clock.max() == expected
 
 
 # ---------------------------------------------------------------- configuration

@@ -46,16 +46,20 @@ def test_neighbours_at_1_and_3_ms_complete_at_3_ms(tmp_path, mpirun):
     assert dsgd_virtual_times(tmp_path, mpirun, TRIANGLE, "0", "1") == [0.0, 0.003]
 
 
-@pytest.mark.parametrize("n,k,topology,variant,extra", [
-    (6, 3, "ring", "overlap", ["--momentum", "0.5"]),
-    (6, 3, "ring", "simple", ["--momentum", "0.5"]),
-    (5, 4, "base2", "overlap", []),
-    (5, 2, "complete", "simple", []),
+@pytest.mark.parametrize("n,k,topology,variant,extra,spec", [
+    (6, 3, "ring", "overlap", ["--momentum", "0.5"], "mod:7,bw:1"),
+    (6, 3, "ring", "simple", ["--momentum", "0.5"], "mod:7,bw:1"),
+    (5, 4, "base2", "overlap", [], "mod:7,bw:1"),
+    (5, 2, "complete", "simple", [], "mod:7,bw:1"),
+    # shared host links: every rank computes its round's loads as the oracle does
+    (6, 3, "ring", "overlap", ["--momentum", "0.5"], "mod:7,bw:1,hosts:2"),
+    (6, 3, "ring", "simple", ["--momentum", "0.5"], "mod:7,bw:1,hosts:1+3+2"),
+    (5, 2, "complete", "overlap", [], "mod:7,bw:1,hosts:2"),
 ])
 def test_mpi_virtual_time_equals_the_simulator_oracle(tmp_path, mpirun, n, k, topology, variant,
-                                                      extra):
+                                                      extra, spec):
     common = ["--k", str(k), "--topology", topology, "--variant", variant, "--latency",
-              "mod:7,bw:1", "--clock", "virtual", "--compute-time", "3.5", "--rounds", "20",
+              spec, "--clock", "virtual", "--compute-time", "3.5", "--rounds", "20",
               "--log-every", "2", "--seed", "4", *extra]
     assert sim_main(["--nodes", str(n), *common, "--progress", "off",
                      "--out", str(tmp_path / "sim")]) == 0
@@ -67,6 +71,33 @@ def test_mpi_virtual_time_equals_the_simulator_oracle(tmp_path, mpirun, n, k, to
         assert virtual_times(tmp_path / "mpi" / alg / "metrics.jsonl") == ref
         assert numbers(tmp_path / "mpi" / alg / "metrics.jsonl") == numbers(
             tmp_path / "sim" / alg / "metrics.jsonl")
+
+
+def test_ring_of_four_on_two_hosts_matches_the_hand_computed_rounds(tmp_path, mpirun):
+    """DSGD ring over 4 ranks, 2 per host (hosts:2), 1000-byte tokens at 1 us per byte: two
+    messages share each host link every round: 100 us compute + 2000 us (tests/
+    test_latency.py::test_oracle_dsgd_ring_with_two_ranks_per_host)."""
+    proc = mpirun(4, [*RUN, "--algorithm", "dsgd", "--latency", "bw:0.008,hosts:2", "--clock",
+                      "virtual", "--compute-time", "100", "--dim", "125", "--rounds", "3",
+                      "--log-every", "1", "--out", str(tmp_path / "o")], timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert virtual_times(tmp_path / "o" / "metrics.jsonl") == [0.0, 0.0021, 0.0042, 0.0063]
+
+
+def test_hosts_auto_on_one_machine_is_one_host(tmp_path, mpirun):
+    """hosts:auto under MPI takes the placement: here every rank shares this machine, so
+    no message crosses a host link: the simulator's time with all 5 ranks on one host."""
+    common = ["--k", "3", "--topology", "ring", "--momentum", "0.5", "--clock", "virtual",
+              "--compute-time", "3.5", "--rounds", "8", "--log-every", "2", "--seed", "4"]
+    assert sim_main(["--nodes", "5", *common, "--latency", "mod:7,bw:1,hosts:5", "--progress",
+                     "off", "--out", str(tmp_path / "sim")]) == 0
+    proc = mpirun(5, [*RUN, *common, "--latency", "mod:7,bw:1,hosts:auto",
+                      "--out", str(tmp_path / "mpi")], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for alg in ("teleportation", "dsgd"):
+        ref = virtual_times(tmp_path / "sim" / alg / "metrics.jsonl")
+        assert ref[-1] > 0
+        assert virtual_times(tmp_path / "mpi" / alg / "metrics.jsonl") == ref
 
 
 @pytest.mark.parametrize("variant", ["overlap", "simple"])

@@ -119,11 +119,13 @@ class ChannelTransport(TokenTransport, Protocol):
     bound once to (direction, peer, kind, buffer) and started every round that moves
     that buffer between those two ranks (MPI's Send_init/Recv_init, Startall, Waitall)."""
 
-    def send_channel(self, buf: np.ndarray, dest: int, kind: int) -> Any:
-        """The persistent send of ``buf`` to ``dest`` (made on first use)."""
+    def send_channel(self, buf: np.ndarray, dest: int, kind: int) -> list[Any]:
+        """The persistent send of ``buf`` to ``dest`` (made on first use): a list of
+        requests (a large buffer travels in pieces), started and completed together."""
 
-    def recv_channel(self, buf: np.ndarray, source: int, kind: int) -> Any:
-        """The persistent receive into ``buf`` from ``source`` (made on first use)."""
+    def recv_channel(self, buf: np.ndarray, source: int, kind: int) -> list[Any]:
+        """The persistent receive into ``buf`` from ``source`` (made on first use): a list
+        of requests, as :meth:`send_channel`."""
 
     def start(self, channels: list[Any]) -> None:
         """Start ``channels`` (a send's data is what its buffer holds now)."""
@@ -149,6 +151,16 @@ class ClockedTransport(TokenTransport, Protocol):
 
     def flush(self) -> None:
         """Hand every message still held back (real-clock delays) to the network."""
+
+    @property
+    def shares_host_links(self) -> bool:
+        """Whether the model's bandwidth is that of host links several ranks share
+        (``hosts:``): the layer then needs every round's messages (:meth:`plan_round`)."""
+
+    def plan_round(self, phase: Any, t: int, topology: Any, variant: str, momentum: bool,
+                   nbytes: int) -> None:
+        """Before round t of ``phase``: the host links' loads of its messages (tokens of
+        ``nbytes``), as the simulator's oracle computes them."""
 
     def virtual_time_s(self) -> float | None:
         """The largest logical clock over the ranks, seconds, on rank 0 (collective)."""

@@ -315,7 +315,10 @@ def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elasti
     if latency.active:
         from ..latency import LatencyTransport, TimedProblem, parse_spec, warn_oversubscribed
 
-        layer = LatencyTransport(transport, parse_spec(latency.spec, spec.nodes), latency.clock)
+        model = parse_spec(latency.spec, spec.nodes)
+        if model.host_auto:  # (collective: every rank builds its layer here)
+            model = model.placed(transport.host_ids())
+        layer = LatencyTransport(transport, model, latency.clock)
         warn_oversubscribed(layer)
         transport, problem = layer, TimedProblem(problem, layer, latency)
     return MpiBackend(problem, spec, transport)

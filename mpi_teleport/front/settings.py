@@ -495,7 +495,9 @@ OPTIONS = (
     Option("latency", "str", "injected network latency, microseconds: none (default), "
            "const:US, mod:TAU (delay TAU*(|i-j| mod 24), the paper's Sec. 5.3), "
            "matrix:FILE.csv (n x n, row = sender); append ,bw:GBPS for a bandwidth term "
-           "(Gbit/s). Changes time, never numbers", metavar="SPEC"),
+           "(Gbit/s), and ,hosts:R to make it that of host links shared by R consecutive "
+           "ranks (hosts:A+B: hosts' sizes; hosts:auto: MPI's placement). Changes time, never "
+           "numbers", metavar="SPEC"),
     Option("clock", "choice", "with --latency: real = really delay messages (busy-wait; "
            "faithful only while ranks <= cores, default); virtual = no waiting, a logical "
            "clock per rank gives virtual_time_s", CLOCKS),

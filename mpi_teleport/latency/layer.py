@@ -16,6 +16,12 @@ Two clocks:
   travels in a companion float64 message on a duplicate transport (same source and
   tag, so MPI's matching pairs it with its data message). Meaningful on any host.
 
+With shared host links (``hosts:``) a message's bandwidth time depends on the whole
+communication phase (:class:`~.model.HostLinks`); the back end hands the layer those
+loads before each round (``links``, by tag, from
+:func:`mpi_teleport.latency.virtual_clock.round_links`, the simulator's own computation).
+Messages outside the rounds (the probe) count alone on their links.
+
 The logical clock is kept under both clocks; records then get ``virtual_time_s`` (max
 over ranks, gathered at logging rounds) beside ``time_s``. Latency changes time, never
 numbers. The simulator computes the same virtual time centrally
@@ -43,7 +49,7 @@ class LatencyPending:
 
     def __init__(self):
         self.requests: list = []
-        self.stamps: list = []  # (source, nbytes, 1-element float64 buffer)
+        self.stamps: list = []  # (source, nbytes, 1-element float64 buffer, HostLinks | None)
         self.keep: list = []  # stamp send buffers, alive until wait()
 
 
@@ -67,12 +73,30 @@ class LatencyTransport:
         self._stamps = inner.dup()  # companion clock messages: same (source, tag)
         self._deferred: list = []  # heap of (due, seq, dest, tag, data copy, stamp)
         self._seq = 0
-        self._inflight: list = []  # posted deferred sends (req, req, data, stamp), completed lazily
+        self._inflight: list = []  # posted deferred sends ([requests], data, stamp), completed lazily
         self._oversubscribed = self.size > (os.cpu_count() or 1)
+        # the host links' loads of the round being run, by tag (``hosts:``; set by the back
+        # end before each round): {} counts every message alone on its links
+        self.links: dict = {}
         # Whether a stop was asked (a signal): the run's Keeper sets it. A waiting rank then
         # posts its deferred sends at once, so the round ends and the ranks reach the round
         # where they agree to stop and checkpoint; latency changes time, never numbers.
         self.interrupted = lambda: False
+
+    @property
+    def shares_host_links(self) -> bool:
+        """``hosts:`` in the model: messages that cross a host link share it."""
+        return bool(self.model.hosts)
+
+    def plan_round(self, phase, t: int, topology, variant: str, momentum: bool,
+                   nbytes: int) -> None:
+        """The host links' loads of round t's phases, by tag, as the simulator's oracle
+        computes them (:func:`~mpi_teleport.latency.virtual_clock.round_links`)."""
+        from .virtual_clock import round_links, round_plan
+
+        msgs = round_plan(phase, t, topology, variant, momentum)
+        links = round_links(self.model, msgs, variant, momentum, nbytes, self.size)
+        self.links = {self.tag(t, kind): value for kind, value in links.items()}
 
     # the Transport interface ------------------------------------------------
     def tag(self, t: int, kind: int) -> int:
@@ -89,9 +113,9 @@ class LatencyTransport:
                 self.inner.post_recvs([(source, tag, buf)], pending)
                 continue
             stamp = np.empty(1)
-            pending.requests.append(self.inner.irecv(buf, source, tag))
-            pending.requests.append(self._stamps.irecv(stamp, source, tag))
-            pending.stamps.append((source, buf.nbytes, stamp))
+            pending.requests += self.inner.irecv(buf, source, tag)
+            pending.requests += self._stamps.irecv(stamp, source, tag)
+            pending.stamps.append((source, buf.nbytes, stamp, self.links.get(tag)))
         return pending
 
     def post_sends(self, sends, pending: LatencyPending | None = None) -> LatencyPending:
@@ -102,14 +126,15 @@ class LatencyTransport:
                 self.inner.post_sends([(dest, tag, buf)], pending)
                 continue
             stamp = np.array([self.clock_us])
-            delay = self.model.delay_us(self.rank, dest, buf.nbytes) if self.real else 0.0
+            delay = (self.model.delay_us(self.rank, dest, buf.nbytes, self.links.get(tag))
+                     if self.real else 0.0)
             if delay > 0:  # real clock: hand it to MPI only at post time + delay
                 heapq.heappush(self._deferred, (now + delay * 1e-6, self._seq, dest, tag,
                                                 np.array(buf, copy=True), stamp))
                 self._seq += 1
             else:
-                pending.requests.append(self.inner.isend(buf, dest, tag))
-                pending.requests.append(self._stamps.isend(stamp, dest, tag))
+                pending.requests += self.inner.isend(buf, dest, tag)
+                pending.requests += self._stamps.isend(stamp, dest, tag)
                 pending.keep.append(stamp)
         return pending
 
@@ -132,20 +157,20 @@ class LatencyTransport:
                 self.inner.wait_all(reqs)
             reqs.clear()
         self.inner.wait(pending)  # local (self) messages: checks none is left unmatched
-        for source, nbytes, stamp in pending.stamps:
-            arrival = stamp[0] + self.model.delay_us(source, self.rank, nbytes)
+        for source, nbytes, stamp, links in pending.stamps:
+            arrival = stamp[0] + self.model.delay_us(source, self.rank, nbytes, links)
             if arrival > self.clock_us:
                 self.clock_us = arrival
         pending.stamps.clear()
         pending.keep.clear()
         if self._inflight:  # completed deferred sends release their buffers
-            self._inflight = [f for f in self._inflight if not self.inner.testall(list(f[:2]))]
+            self._inflight = [f for f in self._inflight if not self.inner.testall(f[0])]
 
     def _post_due(self, now: float) -> None:
         while self._deferred and self._deferred[0][0] <= now:
             _, _, dest, tag, data, stamp = heapq.heappop(self._deferred)
-            self._inflight.append((self.inner.isend(data, dest, tag),
-                                   self._stamps.isend(stamp, dest, tag), data, stamp))
+            self._inflight.append((self.inner.isend(data, dest, tag)
+                                   + self._stamps.isend(stamp, dest, tag), data, stamp))
 
     def flush(self) -> None:
         """Post every deferred send, waiting (sleep, then spin) until each is due."""
@@ -163,7 +188,7 @@ class LatencyTransport:
     def _settle(self) -> None:
         """After a collective every earlier message was received: complete the sends."""
         if self._inflight:
-            self.inner.wait_all([r for f in self._inflight for r in f[:2]])
+            self.inner.wait_all([r for f in self._inflight for r in f[0]])
             self._inflight = []
 
     # collectives (logging rounds, start-up): deferred sends go out first ------

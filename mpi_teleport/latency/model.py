@@ -6,6 +6,21 @@
     matrix:FILE.csv      delta(i, j) = row i, column j of an n x n CSV (sender i, receiver j)
     ...,bw:GBPS          plus a per-link bandwidth term: bytes * 8 / (GBPS * 1e9) seconds
                          (``bw:GBPS`` alone: bandwidth only). GBPS is in gigabit/s.
+    ...,bw:GBPS,hosts:R  the bandwidth is that of each *host's* link (both directions), and
+                         R consecutive ranks share a host (ranks 0..R-1 on host 0, ...: what
+                         ``mpirun --host a:R,b:R`` places); ``hosts:A+B+C`` gives the hosts'
+                         sizes in rank order instead; ``hosts:auto`` (MPI only) takes each
+                         rank's host from the placement (its processor name).
+
+The host-link model (``hosts:``): the messages that leave together (one communication
+phase of a round, :func:`mpi_teleport.latency.virtual_clock.round_links`) share the links of their
+hosts. A message from host a to host b (a != b) takes ``max(out[a], in[b]) * 8 / rate``,
+where ``out[a]`` is every byte of the phase leaving host a for other hosts and ``in[b]``
+every byte entering b from them (:class:`HostLinks`): equal messages that share a link
+finish together, when the busier of their two links has carried its whole load. A
+message between two ranks of one host crosses no host link and costs no bandwidth time
+(its latency term stays). Without ``hosts:`` every message has its links to itself, as
+before: ``bytes * 8 / rate``.
 
 Self-messages are always free. A delay above one hour per message (``MAX_DELAY_US``) or a
 bandwidth below 1 kbit/s is refused: no run could wait for it. :func:`parse_spec` with ``load=False`` checks the text
@@ -16,7 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +46,7 @@ MAX_DELAY_US = 3.6e9
 MIN_BW_GBPS = 1e-6  # 1 kbit/s: below it a 1 MB token takes over two hours per message
 CLOCKS = ("real", "virtual")
 _USAGE = ("use none, const:US, mod:TAU or matrix:FILE.csv (microseconds), optionally "
-          "followed by ,bw:GBPS")
+          "followed by ,bw:GBPS and ,hosts:R (ranks per host)")
 
 
 # --------------------------------------------------------------------------- models
@@ -44,6 +59,49 @@ class LatencyModel:
     matrix_us: np.ndarray | None = field(default=None, repr=False)
     bw_gbps: float | None = None
     spec: str = "none"
+    # hosts: the sizes of the hosts in rank order, or (R,) with ``per_host`` set: R ranks
+    # on every host; None: every message has its own links (no host model)
+    host_sizes: tuple[int, ...] | None = None
+    per_host: bool = False
+    # hosts:auto: the host of every rank, from the placement (:meth:`placed`, under MPI);
+    # None with ``host_auto`` set until then
+    host_ids: np.ndarray | None = field(default=None, repr=False)
+    host_auto: bool = False
+
+    @property
+    def hosts(self) -> bool:
+        """Whether the bandwidth is that of shared host links (``hosts:``)."""
+        return self.host_sizes is not None or self.host_ids is not None or self.host_auto
+
+    def placed(self, host_ids) -> "LatencyModel":
+        """This model with rank r on host ``host_ids[r]`` (``hosts:auto`` resolved)."""
+        ids = np.array(host_ids, dtype=np.int64)
+        ids.setflags(write=False)
+        return replace(self, host_ids=ids, host_auto=False, host_sizes=None, per_host=False)
+
+    def host_of(self, ranks):
+        """The host of each rank (``hosts:`` given), vectorised."""
+        if self.host_ids is not None:
+            return self.host_ids[ranks]
+        sizes = self.host_sizes
+        if sizes is None:
+            raise ValueError("no host grouping (hosts:) in this latency model"
+                             + (": hosts:auto is resolved under MPI only" if self.host_auto else ""))
+        if self.per_host:
+            return np.floor_divide(ranks, sizes[0])
+        return np.searchsorted(np.cumsum(sizes), ranks, side="right")
+
+    def host_links(self, senders, receivers, nbytes: int, n: int) -> "HostLinks":
+        """The bytes over every host's link, each direction, when the messages
+        senders[e] -> receivers[e] (``nbytes`` each) leave together; ``n`` ranks. Messages
+        to oneself and within a host cross no host link."""
+        senders, receivers = np.asarray(senders).ravel(), np.asarray(receivers).ravel()
+        n_hosts = int(np.max(self.host_of(np.arange(max(n, 1))))) + 1
+        src, dst = self.host_of(senders), self.host_of(receivers)
+        cross = src != dst
+        weight = np.full(int(cross.sum()), float(nbytes))
+        return HostLinks(np.bincount(src[cross], weight, minlength=n_hosts),
+                         np.bincount(dst[cross], weight, minlength=n_hosts))
 
     @property
     def active(self) -> bool:
@@ -61,17 +119,40 @@ class LatencyModel:
             return self.matrix_us[i, j]
         return self.value_us  # const (none: 0)
 
-    def delay_us(self, i, j, nbytes):
-        """delta(i, j) + nbytes / bandwidth, microseconds; 0 when i == j. Scalars give a
-        float; arrays an array (the same float operations either way, so the simulator's
-        oracle and the MPI ranks agree bit for bit)."""
-        total = self.base_us(i, j) + np.multiply(nbytes, self.us_per_byte)
+    def wire_us(self, i, j, nbytes, links: "HostLinks | None" = None):
+        """The bandwidth term of i -> j, microseconds: nbytes / bandwidth without
+        ``hosts:``; with it, 0 within a host, else the busier of the two host links' loads
+        (``links``: the phase's :class:`HostLinks`; None: this message alone) / bandwidth."""
+        if not self.hosts or self.bw_gbps is None:
+            return np.multiply(nbytes, self.us_per_byte)
+        src, dst = self.host_of(i), self.host_of(j)
+        if links is None:
+            load = np.multiply(np.ones(np.shape(src)), float(nbytes))
+        else:
+            load = np.maximum(links.out_bytes[src], links.in_bytes[dst])
+        return np.where(np.equal(src, dst), 0.0, np.multiply(load, self.us_per_byte))
+
+    def delay_us(self, i, j, nbytes, links: "HostLinks | None" = None):
+        """delta(i, j) + the bandwidth term (:meth:`wire_us`), microseconds; 0 when i == j.
+        Scalars give a float; arrays an array (the same float operations either way, so the
+        simulator's oracle and the MPI ranks agree bit for bit)."""
+        total = self.base_us(i, j) + self.wire_us(i, j, nbytes, links)
         if np.ndim(i) == 0 and np.ndim(j) == 0:
             return 0.0 if int(i) == int(j) else float(total)
         return np.where(np.equal(i, j), 0.0, total)
 
     def describe(self) -> str:
         return self.spec
+
+
+@dataclass(frozen=True, eq=False)
+class HostLinks:
+    """Bytes over each host's link in one communication phase: ``out_bytes[h]`` leave
+    host h for other hosts, ``in_bytes[h]`` enter it from them
+    (:meth:`LatencyModel.host_links`)."""
+
+    out_bytes: np.ndarray
+    in_bytes: np.ndarray
 
 
 NONE = LatencyModel()
@@ -149,6 +230,25 @@ def _load_matrix(path: str, n: int | None, spec: str) -> np.ndarray:
     return m
 
 
+def _hosts(value: str, n: int | None, spec: str) -> dict:
+    """``hosts:R`` (R ranks on every host), ``hosts:A+B+...`` (the hosts' sizes in rank
+    order) or ``hosts:auto`` (the placement, under MPI) -> LatencyModel's host fields."""
+    if value.lower() == "auto":
+        return {"host_auto": True}
+    sizes = []
+    for part in value.split("+"):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise UsageError(f"--latency {spec!r}: hosts: takes the ranks per host (hosts:2), "
+                             f"the hosts' sizes in rank order (hosts:2+3), whole numbers >= 1, "
+                             f"or auto (MPI's placement); got {value!r}")
+        sizes.append(int(part))
+    if len(sizes) > 1 and n is not None and sum(sizes) != n:
+        raise UsageError(f"--latency {spec!r}: hosts:{value} places {sum(sizes)} ranks but there "
+                         f"are {n} nodes; the sizes must add up to {n}")
+    return {"host_sizes": tuple(sizes), "per_host": len(sizes) == 1}
+
+
 def parse_spec(spec, n: int | None = None, load: bool = True) -> LatencyModel:
     """``--latency`` text -> LatencyModel, or UsageError saying what is wrong and what to do.
     ``n`` (the number of nodes) checks a matrix's shape; ``load=False`` checks the text
@@ -158,29 +258,39 @@ def parse_spec(spec, n: int | None = None, load: bool = True) -> LatencyModel:
     text = str(spec).strip()
     if not text:
         raise UsageError(f"--latency is empty; {_USAGE}")
-    parts = re.split(r",(?=\s*bw\s*:)", text, flags=re.IGNORECASE)  # a path may hold commas
+    parts = re.split(r",(?=\s*(?:bw|hosts)\s*:)", text, flags=re.IGNORECASE)  # a path may hold commas
     model_part, extras = parts[0].strip(), [p.strip() for p in parts[1:]]
-    if model_part.lower().startswith("bw:") or model_part.lower().startswith("bw "):
+    if re.match(r"(bw|hosts)\s*:|bw ", model_part, flags=re.IGNORECASE):
         extras.insert(0, model_part)
         model_part = "none"
-    if len(extras) > 1:
-        raise UsageError(f"--latency {spec!r}: bw: given {len(extras)} times; give it once")
+    terms: dict[str, str] = {}
+    keys = [e.partition(":")[0].strip().lower() for e in extras]
+    for key, extra in zip(keys, extras):
+        if key in terms:
+            raise UsageError(f"--latency {spec!r}: {key}: given {keys.count(key)} times; give it once")
+        terms[key] = extra.partition(":")[2].strip()
     bw = None
-    if extras:
-        _, _, value = extras[0].partition(":")
-        bw = _number(value.strip(), "the bandwidth (bw:GBPS, gigabit/s)", text)
+    if "bw" in terms:
+        bw_text = terms["bw"]
+        bw = _number(bw_text, "the bandwidth (bw:GBPS, gigabit/s)", text)
         if bw <= 0:
-            raise UsageError(f"--latency {spec!r}: the bandwidth must be > 0 Gbit/s, got {value.strip()}")
+            raise UsageError(f"--latency {spec!r}: the bandwidth must be > 0 Gbit/s, got {bw_text}")
         if bw < MIN_BW_GBPS:
             raise UsageError(f"--latency {spec!r}: a bandwidth of {bw:g} Gbit/s cannot be waited "
                              f"for (a 1 MB token would take hours); give at least {MIN_BW_GBPS:g}")
+    hosts: dict = {}
+    if "hosts" in terms:
+        if bw is None:
+            raise UsageError(f"--latency {spec!r}: hosts: groups ranks onto shared host links "
+                             f"of the bandwidth bw:GBPS; give bw: too, e.g. bw:1,hosts:2")
+        hosts = _hosts(terms["hosts"], n, text)
     name, sep, arg = model_part.partition(":")
     name = name.strip().lower()
     arg = arg.strip()
     if name == "none":
         if sep:
             raise UsageError(f"--latency {spec!r}: 'none' takes no value; {_USAGE}")
-        return LatencyModel("none", bw_gbps=bw, spec=text)
+        return LatencyModel("none", bw_gbps=bw, spec=text, **hosts)
     if name in ("const", "mod"):
         if not sep or not arg:
             unit = "US" if name == "const" else "TAU"
@@ -192,13 +302,14 @@ def parse_spec(spec, n: int | None = None, load: bool = True) -> LatencyModel:
             raise UsageError(f"--latency {spec!r}: {what} must be >= 0 microseconds, got {arg}")
         _too_long(what if name == "const" else f"the largest delay {MOD_BASE - 1} * tau",
                   value * (1 if name == "const" else MOD_BASE - 1), text)
-        return LatencyModel(name, value_us=value, bw_gbps=bw, spec=text)
+        return LatencyModel(name, value_us=value, bw_gbps=bw, spec=text, **hosts)
     if name == "matrix":
         if not load:
             if not arg:
                 raise UsageError(f"--latency {spec!r}: give the CSV file, e.g. matrix:delays.csv")
-            return LatencyModel("matrix", bw_gbps=bw, spec=text)
-        return LatencyModel("matrix", matrix_us=_load_matrix(arg, n, text), bw_gbps=bw, spec=text)
+            return LatencyModel("matrix", bw_gbps=bw, spec=text, **hosts)
+        return LatencyModel("matrix", matrix_us=_load_matrix(arg, n, text), bw_gbps=bw, spec=text,
+                            **hosts)
     raise UsageError(f"--latency {spec!r}: unknown model {name!r}; {_USAGE}")
 
 

@@ -7,13 +7,61 @@ at once from the round's messages (:func:`mpi_teleport.core.plan.round_messages`
 plan the ranks execute) with the same float operations, so the simulator's
 ``virtual_time_s`` equals the ranks' bit for bit when the compute time is modelled
 (``--compute-time``). Message sizes are those of the tokens' real dtype.
+
+With shared host links (``hosts:`` in the spec) a message's bandwidth time depends on
+every message of its communication phase; :func:`round_links` computes those loads from
+the round's plan, for the oracle here and for every MPI rank
+(:class:`mpi_teleport.runtime.backends.mpi.MpiBackend` hands them to the latency layer): one
+computation, the same floats.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..core import plan
+from ..core.interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_Y
 from ..core.schedule import Phase
+
+
+def round_plan(phase: Phase, t: int, topology, variant: str, momentum: bool) -> plan.Messages:
+    """Every node's messages of round t of ``phase`` (Alg. 1 fetches from round t - 1's
+    holders, or from round t's at a placement round)."""
+    now = phase.roster(t)
+    prev = None
+    if variant == "simple":
+        prev = now if phase.is_placement_round(t) else phase.roster(t - 1)
+    nxt = phase.roster(t + 1) if variant == "overlap" else now
+    return plan.round_messages(topology, variant, prev, now, nxt, t, momentum)
+
+
+def _edges(pairs) -> tuple[np.ndarray, np.ndarray]:
+    senders = [s for s, _ in pairs]
+    receivers = [r for _, r in pairs]
+    empty = np.zeros(0, dtype=np.int64)
+    return (np.concatenate(senders) if senders else empty,
+            np.concatenate(receivers) if receivers else empty)
+
+
+def round_links(model, msgs: plan.Messages, variant: str, momentum: bool, nbytes: int,
+                n: int) -> dict:
+    """The host links' loads (:class:`mpi_teleport.latency.model.HostLinks`) of each
+    communication phase of one round, by message kind (``interfaces.KIND_*``): Alg. 3
+    sends y and momentum together (one phase); Alg. 1 moves model and momentum first
+    (both count), then gossips y. Empty without ``hosts:`` in the model."""
+    if not model.hosts:
+        return {}
+    pairs = list(msgs.groups)
+    for senders, receivers in msgs.complete:  # every sender to every receiver
+        pairs.append((np.repeat(senders, len(receivers)), np.tile(receivers, len(senders))))
+    if variant == "overlap":
+        if msgs.momentum is not None:
+            pairs.append(msgs.momentum)
+        links = model.host_links(*_edges(pairs), nbytes, n)
+        return {KIND_Y: links, KIND_MOMENTUM: links}
+    gossip = model.host_links(*_edges(pairs), nbytes, n)
+    fetch_pairs = [msgs.fetch] * (2 if momentum else 1) if msgs.fetch is not None else []
+    fetch = model.host_links(*_edges(fetch_pairs), nbytes, n)
+    return {KIND_Y: gossip, KIND_MODEL: fetch, KIND_MOMENTUM: fetch}
 
 
 class Oracle:
@@ -39,32 +87,29 @@ class Oracle:
                 self.done = t + 1
 
     def _round(self, phase: Phase, t: int) -> None:
-        now = phase.roster(t)
-        prev = None
-        if self.variant == "simple":
-            prev = now if phase.is_placement_round(t) else phase.roster(t - 1)
-        nxt = phase.roster(t + 1) if self.variant == "overlap" else now
-        msgs = plan.round_messages(self.topology, self.variant, prev, now, nxt, t, self.momentum)
+        msgs = round_plan(phase, t, self.topology, self.variant, self.momentum)
+        links = round_links(self.model, msgs, self.variant, self.momentum, self.nbytes, self.n)
         if msgs.fetch is not None:  # Alg. 1 line 8 (model and momentum travel together)
             senders, receivers = msgs.fetch
-            self._receive(receivers, senders, self.clock[senders])
+            self._receive(receivers, senders, self.clock[senders], links.get(KIND_MODEL))
         self.clock[msgs.compute] += self.compute
         stamps = self.clock.copy()  # every message of the phase leaves with these stamps
+        gossip = links.get(KIND_Y)
         for senders, receivers in msgs.groups:
-            self._receive(receivers, senders, stamps[senders])
+            self._receive(receivers, senders, stamps[senders], gossip)
         for senders, receivers in msgs.complete:
             for a in range(0, len(receivers), 1024):
                 dst = receivers[a:a + 1024]
                 arrival = stamps[senders][None, :] + self.model.delay_us(
-                    senders[None, :], dst[:, None], self.nbytes)
+                    senders[None, :], dst[:, None], self.nbytes, gossip)
                 self.clock[dst] = np.maximum(self.clock[dst], arrival.max(axis=1))
         if msgs.momentum is not None:  # Alg. 3: momentum rides m -> m, posted with y
             senders, receivers = msgs.momentum
-            self._receive(receivers, senders, stamps[senders])
+            self._receive(receivers, senders, stamps[senders], links.get(KIND_MOMENTUM))
 
-    def _receive(self, dst: np.ndarray, src: np.ndarray, sent_at: np.ndarray) -> None:
+    def _receive(self, dst: np.ndarray, src: np.ndarray, sent_at: np.ndarray, links=None) -> None:
         """clock[dst] = max(clock[dst], sent_at + delay(src, dst)); dst distinct."""
-        arrival = sent_at + self.model.delay_us(src, dst, self.nbytes)
+        arrival = sent_at + self.model.delay_us(src, dst, self.nbytes, links)
         self.clock[dst] = np.maximum(self.clock[dst], arrival)
 
 
@@ -74,8 +119,14 @@ def for_run(spec, latency, dim: int, itemsize: int) -> Oracle:
     elements of ``itemsize`` bytes, with its modelled compute time
     (``LatencySettings.compute_us``: 0 when not modelled, the simulator does not measure
     its steps)."""
-    from . import parse_spec
+    from ..errors import UsageError
+    from .model import parse_spec
 
-    return Oracle(parse_spec(latency.spec, spec.nodes), spec.nodes, dim * itemsize,
+    model = parse_spec(latency.spec, spec.nodes)
+    if model.host_auto:
+        raise UsageError(f"--latency {latency.spec!r}: hosts:auto takes the ranks' hosts from "
+                         f"MPI's placement, which the simulator has not; give hosts:R (ranks "
+                         f"per host) or hosts:A+B+... (the hosts' sizes in rank order)")
+    return Oracle(model, spec.nodes, dim * itemsize,
                   latency.compute_us, spec.topology, spec.moves, spec.momentum > 0,
                   spec.phases())

@@ -205,6 +205,9 @@ def check_start(problem, spec, logging, latency, plan, transport):
                     "seed": spec.seed, "k_select": spec.k_select,
                     "logging": [logging.every, logging.target, logging.stop_at_target],
                     "latency": list(astuple(latency)),
+                    # (a message's pieces must be cut alike on both ends: transport.py)
+                    "piece_bytes": [getattr(transport, "piece_bytes", None),
+                                    getattr(transport, "piece_peers", None)],
                     "checkpoints": None if plan is None else
                     [str(plan.dir), plan.every, plan.keep, plan.start]}
         fingerprint = problem_fingerprint(problem, x0, settings)

@@ -17,16 +17,75 @@ no pickling). Two ways to move a round's vectors (:class:`Transport` implements
   consumed in another round; MPI's non-overtaking rule covers the (astronomically
   distant) wrap-around of the tag. A message to oneself is a local copy.
 
+**Large messages to other hosts travel in pieces** (issue 33): a numpy buffer over
+``piece_bytes`` (default :data:`PIECE_BYTES`, 60 KiB; ``MPI_TELEPORT_PIECE_BYTES`` sets
+it, 0 sends whole messages) for a peer on another host (by processor name, learnt with one
+allgather when the transport is made) is posted as consecutive slices, each its own
+Isend/Irecv (or persistent request); ``MPI_TELEPORT_PIECE_PEERS=all`` cuts messages to
+every peer (tests). Within a host, shared memory moves a whole message faster (one host,
+800 kB: 66 us whole, 124 us in pieces, best of 200 rounds). Pieces stay under Open MPI's TCP eager limit (64 KiB), so no piece waits for a
+rendezvous handshake, whose small reply otherwise queues behind the other direction's
+bulk data on a busy link (measured: jobs/README.md, "Benchmark: tc-limited links"). The
+bytes and their destination buffers are those of the whole message, so results are bit
+for bit the same. Per-round pieces share the message's tag (MPI's non-overtaking order
+matches them in posting order); a channel's pieces have tags of their own
+(Startall may start requests in any order).
+
 The communicator is passed in, never taken from COMM_WORLD here.
 """
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, cast
 
 import numpy as np
 
 from ..core.interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_SPARE, KIND_Y, N_KINDS  # noqa: F401
+
+
+PIECE_BYTES = 60 * 1024  # below Open MPI's TCP eager limit (64 KiB, headers included)
+PIECE_ENV = "MPI_TELEPORT_PIECE_BYTES"
+PEERS_ENV = "MPI_TELEPORT_PIECE_PEERS"  # "hosts" (default): peers on other hosts; "all"
+CHANNEL_PIECES = 1024  # tags reserved per kind for a channel's pieces (larger pieces beyond)
+
+
+def piece_bytes_from_env(environ=None) -> int:
+    """The piece size: ``MPI_TELEPORT_PIECE_BYTES`` (0: whole messages), else PIECE_BYTES."""
+    text = (os.environ if environ is None else environ).get(PIECE_ENV, "").strip()
+    if not text:
+        return PIECE_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{PIECE_ENV}={text!r}: give a whole number of bytes (0: whole "
+                         f"messages)") from None
+    if value < 0:
+        raise ValueError(f"{PIECE_ENV}={text!r}: give a number of bytes >= 0")
+    return value
+
+
+def piece_peers_from_env(environ=None) -> str:
+    """Whose messages are cut: ``MPI_TELEPORT_PIECE_PEERS`` = hosts (default) or all."""
+    text = (os.environ if environ is None else environ).get(PEERS_ENV, "").strip().lower() or "hosts"
+    if text not in ("hosts", "all"):
+        raise ValueError(f"{PEERS_ENV}={text!r}: give hosts (peers on other hosts) or all")
+    return text
+
+
+def pieces(buf, piece_bytes: int, most: int | None = None) -> list:
+    """``buf`` as consecutive views of at most ``piece_bytes`` each (at most ``most`` of
+    them: larger pieces then); ``[buf]`` when it is small, when pieces are off (0) or when
+    it is not a C-contiguous numpy array (device tensors travel whole)."""
+    if (not piece_bytes or not isinstance(buf, np.ndarray) or buf.nbytes <= piece_bytes
+            or not buf.flags.c_contiguous):
+        return [buf]
+    flat = buf.reshape(-1)  # (a view: contiguous)
+    per = max(1, piece_bytes // flat.itemsize)
+    if most is not None and math.ceil(flat.size / per) > most:
+        per = math.ceil(flat.size / most)
+    return [flat[a:a + per] for a in range(0, flat.size, per)]
 
 
 def on_host(comm, read):
@@ -78,7 +137,8 @@ class Transport:
     start: Callable[[list], None]
     wait_all: Callable[[list], None]
 
-    def __init__(self, comm, owned: bool = False):
+    def __init__(self, comm, owned: bool = False, piece_bytes: int | None = None,
+                 _cut: list | None = None):
         from mpi4py import MPI
 
         self._mpi = MPI
@@ -86,9 +146,23 @@ class Transport:
         self._owned = owned
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        # large messages travel in pieces of at most this many bytes (0: whole) ...
+        self.piece_bytes = piece_bytes_from_env() if piece_bytes is None else piece_bytes
+        self.piece_peers = piece_peers_from_env()
+        # ... to the peers on other hosts: _cut[peer] is the piece size for that peer (0:
+        # whole). Learnt here, collectively, unless pieces are off or handed on (dup)
+        if _cut is None:
+            _cut = [0] * self.size
+            if self.piece_bytes and self.piece_peers == "all":
+                _cut = [self.piece_bytes] * self.size
+            elif self.piece_bytes:
+                names = comm.allgather(MPI.Get_processor_name())
+                _cut = [0 if name == names[self.rank] else self.piece_bytes for name in names]
+        self._cut = _cut
         tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
-        # the top N_KINDS tags are the persistent channels' (one per kind, see below)
-        self._rounds_per_cycle = max(1, tag_ub // N_KINDS - 1)
+        # the top N_KINDS * CHANNEL_PIECES tags are the persistent channels' (one per kind
+        # and piece, see below)
+        self._rounds_per_cycle = max(1, tag_ub // N_KINDS - 1 - CHANNEL_PIECES)
         self._steady_tag0 = self._rounds_per_cycle * N_KINDS
         self._local: dict[int, np.ndarray] = {}
         self._channels: dict[tuple, Any] = {}  # key -> MPI.Prequest
@@ -97,10 +171,10 @@ class Transport:
         self.wait_all = cast(Callable[[list], None], MPI.Request.Waitall)
 
     @classmethod
-    def duplicate(cls, comm) -> "Transport":
+    def duplicate(cls, comm, piece_bytes: int | None = None) -> "Transport":
         """A transport on a duplicate of ``comm`` (a user's communicator is never used
         directly: our messages cannot match theirs); :meth:`free` releases it."""
-        return cls(comm.Dup(), owned=True)
+        return cls(comm.Dup(), owned=True, piece_bytes=piece_bytes)
 
     def close(self) -> None:
         """The end of a run on this transport: nothing is held back here (the back end
@@ -120,21 +194,23 @@ class Transport:
         """Post receives [(source, tag, buffer)]; a source equal to self.rank waits for a
         local send with the same tag."""
         pending = pending or Pending()
-        rank, irecv, requests = self.rank, self.comm.Irecv, pending.requests
+        rank, irecv, requests, cut = self.rank, self.comm.Irecv, pending.requests, self._cut
         for source, tag, buf in recvs:
             if source == rank:
                 self._local[tag] = buf
             else:
-                requests.append(irecv(buf, source, tag))
+                for piece in pieces(buf, cut[source]):  # (in order: pieces share the tag)
+                    requests.append(irecv(piece, source, tag))
         return pending
 
     def post_sends(self, sends, pending: Pending | None = None) -> Pending:
         """Post sends [(dest, tag, array)]; the arrays must not change until wait()."""
         pending = pending or Pending()
-        rank, isend, requests = self.rank, self.comm.Isend, pending.requests
+        rank, isend, requests, cut = self.rank, self.comm.Isend, pending.requests, self._cut
         for dest, tag, buf in sends:  # remote sends first: peers should not wait for our copies
             if dest != rank:
-                requests.append(isend(buf, dest, tag))
+                for piece in pieces(buf, cut[dest]):
+                    requests.append(isend(piece, dest, tag))
         for dest, tag, buf in sends:
             if dest == rank:
                 np.copyto(self._local.pop(tag), buf)
@@ -157,32 +233,39 @@ class Transport:
     # message and keeps the per-round path). A channel is a persistent
     # request bound to (direction, peer, kind, buffer), created once and started every
     # round that moves that buffer between those two ranks. All channels of a kind share
-    # one tag, outside the per-round tags: a receiver completes all of round t's
+    # one tag per piece, outside the per-round tags: a receiver completes all of round t's
     # receives before it posts round t+1's, and at most one message per (sender,
     # receiver, kind) travels in a round, so MPI's non-overtaking order matches round t's
-    # message to round t's receive.
-    def send_channel(self, buf: np.ndarray, dest: int, kind: int):
-        """The persistent send of ``buf`` to ``dest`` (created on first use)."""
-        key = (True, dest, kind, id(buf))
+    # message to round t's receive. A channel is a list of persistent requests, one per
+    # piece of its buffer.
+    def _channel(self, send: bool, buf: np.ndarray, peer: int, kind: int) -> list:
+        key = (send, peer, kind, id(buf))
         hit = self._channels.get(key)
         if hit is None:
-            hit = self._channels[key] = self.comm.Send_init(buf, dest, self._steady_tag0 + kind)
+            make = self.comm.Send_init if send else self.comm.Recv_init
+            tag0 = self._steady_tag0 + kind
+            hit = self._channels[key] = [
+                make(piece, peer, tag0 + i * N_KINDS)
+                for i, piece in enumerate(pieces(buf, self._cut[peer], CHANNEL_PIECES))]
         return hit
 
-    def recv_channel(self, buf: np.ndarray, source: int, kind: int):
-        """The persistent receive into ``buf`` from ``source`` (created on first use)."""
-        key = (False, source, kind, id(buf))
-        hit = self._channels.get(key)
-        if hit is None:
-            hit = self._channels[key] = self.comm.Recv_init(buf, source, self._steady_tag0 + kind)
-        return hit
+    def send_channel(self, buf: np.ndarray, dest: int, kind: int) -> list:
+        """The persistent send of ``buf`` to ``dest`` (created on first use): its pieces'
+        requests, a list."""
+        return self._channel(True, buf, dest, kind)
+
+    def recv_channel(self, buf: np.ndarray, source: int, kind: int) -> list:
+        """The persistent receive into ``buf`` from ``source`` (created on first use): its
+        pieces' requests, a list."""
+        return self._channel(False, buf, source, kind)
 
     def release_channels(self, buffers=None) -> None:
         """Free the channels of ``buffers`` (all channels when None): a channel holds its
         buffer; a new one is made on next use."""
         ids = None if buffers is None else {id(b) for b in buffers if b is not None}
         for key in [key for key in self._channels if ids is None or key[3] in ids]:
-            self._channels.pop(key).Free()
+            for request in self._channels.pop(key):
+                request.Free()
 
     # Collective helpers used only at logging rounds and at start-up.
     def gather_rows(self, row: np.ndarray | None, holders: np.ndarray, d: int,
@@ -227,12 +310,13 @@ class Transport:
         return out.reshape(-1, width)
 
     # Point-to-point and requests, for layers that wrap the transport (the latency layer;
-    # it completes requests with wait_all, as channels are).
-    def irecv(self, buf: np.ndarray, source: int, tag: int):
-        return self.comm.Irecv(buf, source, tag)
+    # it completes requests with wait_all, as channels are). One message's requests, a
+    # list (a large message travels in pieces).
+    def irecv(self, buf: np.ndarray, source: int, tag: int) -> list:
+        return [self.comm.Irecv(piece, source, tag) for piece in pieces(buf, self._cut[source])]
 
-    def isend(self, buf: np.ndarray, dest: int, tag: int):
-        return self.comm.Isend(buf, dest, tag)
+    def isend(self, buf: np.ndarray, dest: int, tag: int) -> list:
+        return [self.comm.Isend(piece, dest, tag) for piece in pieces(buf, self._cut[dest])]
 
     def testall(self, requests: list) -> bool:
         return self._mpi.Request.Testall(requests)
@@ -240,7 +324,7 @@ class Transport:
     def dup(self) -> "Transport":
         """A transport on a duplicate communicator (messages of one never match the
         other's); freed with :meth:`free`."""
-        return Transport(self.comm.Dup(), owned=True)
+        return Transport(self.comm.Dup(), owned=True, piece_bytes=self.piece_bytes, _cut=self._cut)
 
     def reduce_max(self, value: float) -> float | None:
         """max over the ranks of ``value`` on rank 0 (None elsewhere)."""
@@ -262,6 +346,13 @@ class Transport:
         top = np.zeros(1, dtype=np.int64)
         self.comm.Allreduce(mine, top, op=self._mpi.MAX)
         return int(top[0])
+
+    def host_ids(self) -> list[int]:
+        """Every rank's host, numbered in order of first appearance over the ranks (by
+        processor name; collective)."""
+        names = self.comm.allgather(self._mpi.Get_processor_name())
+        index: dict[str, int] = {}
+        return [index.setdefault(name, len(index)) for name in names]
 
     def local_rank(self) -> int:
         """This rank's index among the ranks of its host (a shared-memory split)."""
@@ -322,7 +413,7 @@ class ElasticTransport(Transport):
         # (a spare that took a node over gets the reformed communicator itself: the others
         # hold it already, a Dup would wait for them)
         comm = comm if joined else comm.Dup()
-        super().__init__(comm, owned=True)
+        super().__init__(comm, owned=True, piece_bytes=0)  # (whole messages: no collective)
         comm.Set_errhandler(self._mpi.ERRORS_RETURN)
         # With hot spares the nodes' communicator is the pool's, in its order (a spare that
         # took a node over has that node's id as ``rank``)

@@ -161,7 +161,7 @@ class CompiledRounds:
                 inputs.append(y)
             else:
                 inputs.append(inbox[i])
-                recvs.append(tr.recv_channel(inbox[i], src, KIND_Y))
+                recvs += tr.recv_channel(inbox[i], src, KIND_Y)
         return inputs, recvs
 
     def _overlap_record(self, head, y_to, y_from, weights, parity) -> OverlapRecord:
@@ -176,13 +176,13 @@ class CompiledRounds:
         if next_token >= 0:  # line 12
             inputs, recvs = self._gossip_inputs(y_from, y)
             if v is not None and momentum_from != me:
-                recvs.append(tr.recv_channel(v_in, momentum_from, KIND_MOMENTUM))
+                recvs += tr.recv_channel(v_in, momentum_from, KIND_MOMENTUM)
                 swap = True
         step_args = None
         if token >= 0:  # lines 8-9
-            sends = [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]
+            sends = [c for dest in y_to if dest != me for c in tr.send_channel(y, dest, KIND_Y)]
             if v is not None and momentum_to != me:
-                sends.append(tr.send_channel(v, momentum_to, KIND_MOMENTUM))
+                sends += tr.send_channel(v, momentum_to, KIND_MOMENTUM)
             xv, yv, vv, _ = self._views[parity]
             step_args = (xv, vv, yv)
         return OverlapRecord(recvs, sends, recvs + sends, step_args, inputs, weights, swap)
@@ -196,13 +196,13 @@ class CompiledRounds:
         x, y, v, v_in = self._arrangements[parity]
         fetch, moved = [], token >= 0 and model_from != me
         if held >= 0 and model_to != me:  # line 8, sender side
-            fetch.append(tr.send_channel(x, model_to, KIND_MODEL))
+            fetch += tr.send_channel(x, model_to, KIND_MODEL)
             if v is not None:
-                fetch.append(tr.send_channel(v, model_to, KIND_MOMENTUM))
+                fetch += tr.send_channel(v, model_to, KIND_MOMENTUM)
         if moved:  # line 8, receiver side
-            fetch.append(tr.recv_channel(y, model_from, KIND_MODEL))
+            fetch += tr.recv_channel(y, model_from, KIND_MODEL)
             if v is not None:
-                fetch.append(tr.recv_channel(v_in, model_from, KIND_MOMENTUM))
+                fetch += tr.recv_channel(v_in, model_from, KIND_MOMENTUM)
             parity = 1 - parity  # the roles after the swap
             x, y, v, v_in = self._arrangements[parity]
         gossip: list = []  # channels
@@ -210,7 +210,7 @@ class CompiledRounds:
         step_args = None
         if token >= 0:  # lines 10-11
             inputs, gossip = self._gossip_inputs(y_from, y)
-            gossip += [tr.send_channel(y, dest, KIND_Y) for dest in y_to if dest != me]
+            gossip += [c for dest in y_to if dest != me for c in tr.send_channel(y, dest, KIND_Y)]
             xv, yv, vv, _ = self._views[parity]
             step_args = (xv, vv, yv)
         return SimpleRecord(fetch, moved, step_args, gossip, inputs, weights)

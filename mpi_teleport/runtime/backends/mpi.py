@@ -100,6 +100,10 @@ class MpiBackend:
         self._block: _Block | None = None
         self._last = -1  # index in the block of the last round run (-1: none yet)
         self._nodes = [self.rank]
+        # shared host links in the latency model (hosts:): the loads of every round's
+        # phases, as the simulator's oracle computes them, handed to the layer per round
+        self._hosts = bool(transport.has_clock
+                           and cast(ClockedTransport, transport).shares_host_links)
 
     # -- where the tokens are --------------------------------------------------------------
     @property
@@ -176,8 +180,17 @@ class MpiBackend:
         if block is None or not block.t0 <= t < block.t1:
             block = self._plan_block(t)
         i = t - block.t0
+        if self._hosts:
+            self._set_links(t)
         self._round(t, block.records[i])
         self._last = i
+
+    def _set_links(self, t: int) -> None:
+        """The host links' loads of round t's phases, for the latency layer."""
+        spec = self.spec
+        nbytes = self.problem.dim * np.dtype(self.problem.dtype).itemsize
+        cast(ClockedTransport, self.transport).plan_round(self.phase, t, spec.topology,
+                                                          spec.moves, spec.momentum > 0, nbytes)
 
     def _plan_block(self, t0: int) -> _Block:
         """Plan rounds t0 .. t1 - 1 (to the end of the phase at most) in one pass, each
