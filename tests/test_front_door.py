@@ -74,3 +74,30 @@ def test_a_setting_lives_in_few_modules():
         users = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
                        if name in p.read_text())
         assert len(users) <= 5, (name, users)
+
+
+def test_a_cross_setting_rule_is_written_once_and_spelt_by_its_front_end():
+    """The command line's resolve and the API's checks call the same rule functions of
+    front/settings.py; only the spelling of the settings differs."""
+    import pytest
+
+    from mpi_teleport.errors import API, CLI, UsageError
+    from mpi_teleport.front.settings import check_elastic_runs_one_k, check_fail_plan, check_spares
+
+    cases = [(check_spares, (1, False, False), "--spares needs --elastic (MPI) or --fail",
+              "spares= needs elastic=True (MPI) or fail="),
+             (check_fail_plan, (True, True), "--fail is the simulator's failure plan; under "
+              "MPI, --elastic detects", "fail is the simulator's failure plan; under MPI, "
+              "elastic detects"),
+             (check_elastic_runs_one_k, (True,), "not --k auto; choose k", "not search_k; choose k")]
+    for rule, args, cli_words, api_words in cases:
+        for naming, words in ((CLI, cli_words), (API, api_words)):
+            with pytest.raises(UsageError) as caught:
+                rule(*args, naming)
+            assert words in str(caught.value)
+    check_spares(1, True, False, API)  # (allowed: nothing raised)
+    check_fail_plan(True, False, CLI)
+    with pytest.raises(UsageError, match="--k auto"):  # the command line reaches the same rule
+        from mpi_teleport.front.settings import resolve
+
+        resolve({"nodes": 4, "k": "auto", "algorithm": "teleportation", "fail": ("1@2",)})

@@ -24,7 +24,8 @@ from ..latency.model import parse_spec
 from .settings import Checkpoints, Latency, Records
 from ..disk.paths import absolute, check_writable
 from ..problem import with_defaults
-from .settings import (API, check_checkpoints, check_k, check_values, checkpoint_policy, flag,
+from .settings import (API, check_checkpoints, check_k, check_spares, check_values,
+                       checkpoint_policy, flag,
                        flat_settings, latency_of, logging_of, recorded)
 from ..core.spec import Logging, RunSpec
 from ..latency.model import LatencySettings
@@ -77,9 +78,7 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
     from ..runtime.elastic import parse_failures
 
     spares = check_values({"spares": spares}, API)["spares"]
-    if spares and not (elastic or fail):
-        raise UsageError("spares= needs elastic=True (MPI) or fail= (the simulator's failure "
-                         "plan)")
+    check_spares(spares, bool(elastic), bool(fail), API)
     failures = parse_failures(fail, spec.nodes, spares)  # (elastic mode, mpi_teleport/DESIGN.md §11)
     refused = None
     try:

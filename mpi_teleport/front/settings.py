@@ -323,22 +323,47 @@ def check_together(spec, latency: LatencySettings, naming: Naming, *, elastic: b
                          "yet; drop latency=/clock=/compute_time= or use SGD (momentum=)")
     if not elastic:
         return
-    mode = f"elastic mode ({n('elastic')}, {n('fail')})"
     if mpi and spares and not spare_ranks:
         raise UsageError("spares under MPI: the spare ranks wait outside the run, which only "
                          "the command line arranges; use mpirun -n N+S python -m "
                          "mpi_teleport.run --elastic --spares S")
-    if spec.algorithm == "search":
-        raise UsageError(f"{mode} runs Teleportation or DSGD, not "
-                         f"{'--k auto' if naming.cli else 'search_k'}; choose k")
+    check_elastic_runs_one_k(spec.algorithm == "search", naming)
+    mode = _elastic_mode(naming)
     if spec.state_slots > 1 and spec.optimizer is not None:  # (> 1: an optimizer's)
         raise UsageError(f"{mode} runs SGD (with momentum), not optimizer={spec.optimizer.name}")
     if latency.active:
         raise UsageError(f"{mode} does not run under the latency layer; drop "
                          f"{n('latency')}/{n('clock')}/{n('compute_time')}")
-    if mpi and failures:
-        raise UsageError(f"{n('fail')} is the simulator's failure plan; under MPI, "
-                         f"{n('elastic')} detects lost ranks itself")
+    check_fail_plan(bool(failures), mpi, naming)
+
+
+def _elastic_mode(naming: Naming) -> str:
+    return f"elastic mode ({naming.name('elastic')}, {naming.name('fail')})"
+
+
+def check_spares(spares: int, elastic: bool, fail: bool, naming: Naming) -> None:
+    """Hot spares take over dead nodes: only in elastic mode (MPI) or beside the
+    simulator's failure plan."""
+    if spares and not (elastic or fail):
+        if naming.cli:
+            raise UsageError("--spares needs --elastic (MPI) or --fail (the simulator's "
+                             "failure plan)")
+        raise UsageError("spares= needs elastic=True (MPI) or fail= (the simulator's failure "
+                         "plan)")
+
+
+def check_fail_plan(fail: bool, mpi: bool, naming: Naming) -> None:
+    """The failure plan is the simulator's: under MPI, elastic mode detects losses."""
+    if fail and mpi:
+        raise UsageError(f"{naming.name('fail')} is the simulator's failure plan; under MPI, "
+                         f"{naming.name('elastic')} detects lost ranks itself")
+
+
+def check_elastic_runs_one_k(search: bool, naming: Naming) -> None:
+    """Elastic mode runs Teleportation or DSGD with a chosen k, not Algorithm 2."""
+    if search:
+        raise UsageError(f"{_elastic_mode(naming)} runs Teleportation or DSGD, not "
+                         f"{'--k auto' if naming.cli else 'search_k'}; choose k")
 
 
 def check_checkpoints(values: dict, naming: Naming, search: bool = False) -> None:
@@ -748,20 +773,15 @@ def _check_elastic(cfg: Config, world_size: int | None) -> None:
     if cfg.agree_every != 1 and not (cfg.elastic or cfg.fail):
         raise UsageError("--agree-every needs --elastic (it spaces elastic mode's agreements; "
                          "the simulator accepts it beside --fail, where it changes nothing)")
-    if cfg.spares and not (cfg.elastic or cfg.fail):
-        raise UsageError("--spares needs --elastic (MPI) or --fail (the simulator's "
-                         "failure plan)")
+    check_spares(cfg.spares, bool(cfg.elastic), bool(cfg.fail), CLI)
     if cfg.fail:
-        if world_size is not None:
-            raise UsageError("--fail is the simulator's failure plan; under MPI use --elastic "
-                             "(lost ranks are detected)")
+        check_fail_plan(bool(cfg.fail), world_size is not None, CLI)
         from ..runtime.elastic import parse_failures
 
         parse_failures(list(cfg.fail), cfg.nodes, cfg.spares)
     if cfg.elastic or cfg.fail:
         flag = "--elastic" if cfg.elastic else "--fail"
-        if cfg.k == "auto":
-            raise UsageError(f"{flag} runs Teleportation or DSGD, not --k auto; choose k")
+        check_elastic_runs_one_k(cfg.k == "auto", CLI)
         if cfg.algorithm == "compare":
             raise UsageError(f"{flag}: choose --algorithm teleportation or dsgd (compare "
                              "runs two algorithms one after the other)")
