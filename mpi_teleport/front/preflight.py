@@ -6,7 +6,7 @@ happens here, on every process before any communication: the settings a ``--resu
 inherits from its checkpoint (:func:`mpi_teleport.front.resume.inherit`), the data directory,
 a latency matrix file, the checkpoint policy (where checkpoints go, whether that place
 holds another run's, whether the checkpoint resumed matches this run) and the memory a
-run needs (:func:`mpi_teleport.runtime.memory.check_fits`). :func:`load` is the whole path from
+run needs (:func:`check_fits`). :func:`load` is the whole path from
 raw settings to a Config. Where a run writes and locking it: :mod:`mpi_teleport.disk.paths`.
 """
 from __future__ import annotations
