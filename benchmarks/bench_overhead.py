@@ -97,7 +97,7 @@ def plan(d: int, quick: bool) -> tuple[int, int]:
     from mpi_teleport.runtime.backends.mpi import BLOCK_ROUNDS
 
     if quick:
-        return (BLOCK_ROUNDS // 4, 3) if d <= 10**4 else (5, 3) if d <= 10**5 else (2, 2)
+        return (BLOCK_ROUNDS // 4, 5) if d <= 10**4 else (25, 5) if d <= 10**5 else (2, 2)
     if d <= 10**4:  # the oversubscribed rows (8, 25 ranks) vary most here: more blocks
         return BLOCK_ROUNDS, 11
     if d <= 10**5:
