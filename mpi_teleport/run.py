@@ -191,11 +191,9 @@ def _spares_apart(cfg, comm):
     """``--spares``: the job's ranks as nodes (the first n) and spares (the last S): the
     pool, this rank's index on its host, and the nodes' transport (None on a spare).
     Every rank refuses alike, before the split, an MPI without ULFM."""
-    from .runtime.transport import SparePool, ulfm_problem
+    from .runtime.transport import SparePool
 
-    problem = ulfm_problem()
-    if problem:
-        raise UsageError(problem)
+    runner.refuse_without_ulfm()
     if comm.Get_rank() >= cfg.nodes:
         # a spare imports torch now, in the set-up (the nodes wait for it in the Dup
         # below), not beside their rounds nor when it takes a node over

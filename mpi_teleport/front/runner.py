@@ -104,7 +104,7 @@ def train(problem: Any, settings: RunSettings, comm: Any = None) -> engine.Resul
                    mpi=transport is not None or comm is not None, spares=spares,
                    spare_ranks=pool is not None)
     if elastic and (transport is not None or comm is not None):
-        _refuse_without_ulfm()
+        refuse_without_ulfm()
         from ..runtime.transport import ElasticTransport
 
         # (a communicator of its own that survives lost ranks; the caller's is left alone)
@@ -258,7 +258,7 @@ def _survivors_meet(transport) -> None:
         pass
 
 
-def _refuse_without_ulfm() -> None:
+def refuse_without_ulfm() -> None:
     """Elastic mode under MPI needs ULFM (Open MPI under ``mpirun --with-ft ulfm``):
     refused in one line (UsageError) otherwise, saying how to launch."""
     from ..runtime.transport import ulfm_problem
