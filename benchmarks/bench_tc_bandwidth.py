@@ -126,7 +126,7 @@ def physical_bound_s(config: str, ranks: int, dim: int, mbit: float, first: int,
     """Seconds per round that the busiest host link needs for the round's bytes, averaged
     over rounds first .. last - 1 (each communication phase's busiest link, in turn)."""
     from mpi_teleport.front.cli import run_spec
-    from mpi_teleport.front.config import resolve
+    from mpi_teleport.front.settings import resolve
     from mpi_teleport.latency import parse_spec
     from mpi_teleport.latency.virtual_clock import round_links, round_plan
 

@@ -66,6 +66,7 @@ def test_figure4_job_quick_mode_equals_the_simulator(tmp_path, pytestconfig):
     logs = job.logs()
     assert status == 0, f"sbatch --wait figure4.sbatch: status {status}\n{logs[-4000:]}"
     assert "srun --mpi=pmix" in logs, logs[-2000:]
+    assert "checkpoints: yes" in logs, logs[-2000:]  # (a module move once turned them off silently)
     out = job.tmp / "out"
     flags = started_flags(logs)
     assert set(flags) == set(METHODS), logs[-3000:]

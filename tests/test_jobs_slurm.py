@@ -283,6 +283,8 @@ def test_job_script_runs_to_completion_in_quick_mode(cluster, name, tmp_path):
         written = list((job.tmp / "out").glob("*.json")) + list((job.tmp / "out").glob("*.csv"))
         assert written, f"latency_sweep.sbatch wrote nothing to OUT_DIR\n{job.logs()[-3000:]}"
         return
+    if script == "figure3.sbatch":  # it checkpoints its runs (it once lost them silently to a module move)
+        assert "checkpoints: yes" in job.logs(), job.logs()[-3000:]
     if script not in ("teleport.sbatch", "search.sbatch", "networks.sbatch"):
         assert any(job.tmp.rglob("summary.json")) or any((job.tmp / "out").glob("*")), job.logs()[-3000:]
         return

@@ -147,3 +147,44 @@ def test_torch_only_on_the_network_paths():
                            "mpi_teleport.core.optimizers")
                for name in torch_users), torch_users  # (loggers: TensorBoardWriter only;
     # optimizers: reads a torch optimizer's hyperparameters when optimizer= is given)
+
+
+def _resolves(dotted: str) -> bool:
+    """A module, or a module's attribute path, that exists (imported, nothing run)."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(obj, attribute):
+                return False
+            obj = getattr(obj, attribute)
+        return True
+    return False
+
+
+def test_names_of_the_package_outside_it_still_resolve():
+    """Benchmarks, job scripts and documents name modules by their dotted path; a move of a
+    module (issue 27's redesign moved most) must move those names too. A job script once
+    asked ``mpi_teleport.front.config`` whether checkpoints exist, got an ImportError and
+    ran without them, silently."""
+    import re
+
+    root = PACKAGE.parent
+    files = [*root.glob("*.md"), *(root / "benchmarks").glob("*.py"), *(root / "benchmarks").glob("*.md"),
+             *(p for p in (root / "jobs").iterdir() if p.is_file()), PACKAGE / "DESIGN.md"]
+    missing = set()
+    for path in files:
+        text = path.read_text(errors="replace")
+        for match in re.finditer(r"from (mpi_teleport(?:\.\w+)*) import ([\w, ]+)", text):
+            for name in (n.strip().split(" as ")[0] for n in match.group(2).split(",") if n.strip()):
+                if not _resolves(f"{match.group(1)}.{name}"):
+                    missing.add(f"{path.relative_to(root)}: from {match.group(1)} import {name}")
+        for match in re.finditer(r"\bmpi_teleport(?:\.\w+)+", text):
+            if not _resolves(match.group(0)):
+                missing.add(f"{path.relative_to(root)}: {match.group(0)}")
+    assert not missing, "\n".join(sorted(missing))
