@@ -313,12 +313,18 @@ def main(argv=None) -> int:
                                    "tcp_s_per_round": tcp,
                                    "tcp_over_its_bound": tcp / (8 * dim * 8 / (mbit * 1e6)),
                                    "measured_over_bound": got["measured_s_per_round"] / bound,
+                                   # the run's own step time: its prediction less the model's wire time
+                                   # (the bound's arithmetic at the goodput rate)
+                                   "step_s_per_round": max(0.0, got["predicted_s_per_round"] - bound / TCP_GOODPUT),
+                                   "measured_over_bound_plus_step": got["measured_s_per_round"] / (
+                                       bound + max(0.0, got["predicted_s_per_round"] - bound / TCP_GOODPUT)),
                                    "predicted_over_measured": got["predicted_s_per_round"] / got["measured_s_per_round"],
                                    "measured_over_predicted": got["measured_s_per_round"] / got["predicted_s_per_round"]}
                             rows.append(row)
                             print(f"{got['implementation']:18s} {config:20s} d={dim:7d} {mbit:5.0f} Mbit/s: "
                                   f"measured {row['measured_s_per_round']:.4f} s/round = x{row['measured_over_bound']:.2f}"
-                                  f" the bound {bound:.4f}; model {row['predicted_s_per_round']:.4f} "
+                                  f" the bound {bound:.4f} (x{row['measured_over_bound_plus_step']:.2f} bound + step "
+                                  f"{row['step_s_per_round'] * 1e3:.1f} ms); model {row['predicted_s_per_round']:.4f} "
                                   f"(predicted/measured {row['predicted_over_measured']:.2f}); load "
                                   f"{got['load_before']:.1f}-{got['load_after']:.1f}", flush=True)
     finally:
