@@ -26,6 +26,14 @@ flowing both ways, half an ACK (66 bytes) per frame from the other direction. Pl
 on the same bed is measured too (``tcp_s_per_round``: two Python sockets exchanging the
 message both ways at once, one connection), for what the wire gives without MPI.
 
+Two more figures say where a round's time goes beyond the bound: the run's **step time**
+(``step_s_per_round``: its virtual time less the model's wire time, i.e. the CPU time of the
+local steps on the round's critical path; DSGD and Teleportation compute y = x - lr g(x)
+before they can send it, so it adds to the wire's time: ``measured_over_bound_plus_step``)
+and, for the DSGD cases, a **bare MPI exchange** of the same bytes with the same pieces
+(``bare_mpi_s_per_round``: mpi4py alone, no mpi_teleport round; ``bare_over_bound`` is what
+the MPI library and the bed give, ``measured_over_bare_plus_step`` what the run adds to it).
+
 ``--pieces 0,61440``: the transport's piece size per run (MPI_TELEPORT_PIECE_BYTES: 0
 sends whole messages, the default 60 KiB keeps every piece under Open MPI's TCP eager
 limit). ``--bed/--rsh/--hosts``: another copy of the test bed (default: jobs/).
@@ -116,6 +124,60 @@ def tcp_s_per_round(nbytes: int, rounds: int = 8) -> float:
     finally:
         server.wait(timeout=60)
     return float(client.stdout.strip())
+
+
+# The same bytes with bare mpi4py: every rank exchanges NBYTES with its ring neighbours at
+# once (one peer with 2 ranks), cut like the transport cuts them (pieces of PIECE to peers
+# on another host), ROUNDS times back to back: what the MPI library and the bed give
+# without any of mpi_teleport's round (no step, no schedule, no records).
+BARE_EXCHANGE = r"""
+import sys, time, numpy as np
+from mpi4py import MPI
+from mpi_teleport.runtime.transport import pieces
+comm = MPI.COMM_WORLD; r, n = comm.rank, comm.size
+nbytes, piece, per_host, rounds = (int(a) for a in sys.argv[1:5])
+peers = sorted({(r - 1) % n, (r + 1) % n} - {r})
+out = np.ones(nbytes // 8); ins = {p: np.empty_like(out) for p in peers}
+cut = lambda p, buf: pieces(buf, piece) if p // per_host != r // per_host else [buf]
+def once():
+    reqs = [comm.Irecv(v, p, 0) for p in peers for v in cut(p, ins[p])]
+    reqs += [comm.Isend(v, p, 0) for p in peers for v in cut(p, out)]
+    MPI.Request.Waitall(reqs)
+for _ in range(3):
+    once()
+comm.Barrier(); t0 = time.perf_counter()
+for _ in range(rounds):
+    once()
+comm.Barrier()
+if r == 0:
+    print((time.perf_counter() - t0) / rounds)
+"""
+
+
+def bare_mpi_s_per_round(python: str, ranks: int, nbytes: int, piece_bytes: int | None,
+                         rounds: int = 20) -> float | None:
+    """Seconds per exchange of :data:`BARE_EXCHANGE` on the bed (None: not measured)."""
+    from mpi_teleport.runtime.transport import PIECE_BYTES
+
+    mpirun = find_mpirun(python)
+    flavor = flavor_of_launcher(mpirun)
+    env = mpi_env(flavor=flavor)
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env.setdefault("UCX_TLS", "tcp,self")
+    per_host = ranks // len(HOSTS)
+    piece = PIECE_BYTES if piece_bytes is None else piece_bytes
+    with tempfile.NamedTemporaryFile("w", suffix=".py", dir=ROOT / "benchmarks", prefix=".bare-") as script:
+        script.write(BARE_EXCHANGE)
+        script.flush()
+        cmd = mpirun_command(ranks, [python, script.name, str(nbytes), str(piece), str(per_host), str(rounds)],
+                             mpirun, flavor, hosts=",".join(f"{h}:{per_host}" for h in HOSTS),
+                             rsh_agent=AGENT, env=env)
+        proc = subprocess.run([*BED, "exec", HOSTS[0], *cmd], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=600)
+    if proc.returncode != 0:
+        print(f"bench_tc_bandwidth: bare exchange failed: {proc.stderr[-800:]}", file=sys.stderr)
+        return None
+    return float(proc.stdout.strip().splitlines()[-1])
 
 
 EAGER_1MIB = {"OMPI_MCA_btl_tcp_eager_limit": "1048576", "OMPI_MCA_btl_tcp_rndv_eager_limit": "1048576",
@@ -235,6 +297,11 @@ def plot(rows: list[dict], path: Path) -> None:
                    if r["implementation"] == impl}
             xs = [c + i * width for c, case in enumerate(cases) if case in got]
             ax.bar(xs, [got[case] for case in cases if case in got], width, label=impl)
+            if line:  # measured / (bound + the run's step time): the step cannot overlap its send
+                plus = {(r["config"], r["message_bytes"], r["rate_mbit"]): r.get("measured_over_bound_plus_step")
+                        for r in rows if r["implementation"] == impl}
+                ax.plot(xs, [plus[case] for case in cases if case in got], "o", color=f"C{i}", mec="k",
+                        markersize=4, label=f"{impl}: measured / (bound + step)")
         if line:
             ax.axhline(line, color="k", linestyle="--", linewidth=0.8)
             tcp = {(r["config"], r["message_bytes"], r["rate_mbit"]): r["tcp_over_its_bound"] for r in rows
@@ -320,13 +387,22 @@ def main(argv=None) -> int:
                                        bound + max(0.0, got["predicted_s_per_round"] - bound / TCP_GOODPUT)),
                                    "predicted_over_measured": got["predicted_s_per_round"] / got["measured_s_per_round"],
                                    "measured_over_predicted": got["measured_s_per_round"] / got["predicted_s_per_round"]}
+                            if config.startswith("dsgd"):  # (Teleportation's pattern changes per round)
+                                bare = bare_mpi_s_per_round(python, ranks, 8 * dim, piece)
+                                if bare is not None:
+                                    row.update(bare_mpi_s_per_round=bare, bare_over_bound=bare / bound,
+                                               measured_over_bare_plus_step=got["measured_s_per_round"] / (
+                                                   bare + row["step_s_per_round"]))
                             rows.append(row)
                             print(f"{got['implementation']:18s} {config:20s} d={dim:7d} {mbit:5.0f} Mbit/s: "
                                   f"measured {row['measured_s_per_round']:.4f} s/round = x{row['measured_over_bound']:.2f}"
                                   f" the bound {bound:.4f} (x{row['measured_over_bound_plus_step']:.2f} bound + step "
                                   f"{row['step_s_per_round'] * 1e3:.1f} ms); model {row['predicted_s_per_round']:.4f} "
                                   f"(predicted/measured {row['predicted_over_measured']:.2f}); load "
-                                  f"{got['load_before']:.1f}-{got['load_after']:.1f}", flush=True)
+                                  f"{got['load_before']:.1f}-{got['load_after']:.1f}"
+                                  + (f"; bare MPI x{row['bare_over_bound']:.2f} the bound, the run "
+                                     f"x{row['measured_over_bare_plus_step']:.2f} bare + step"
+                                     if "bare_over_bound" in row else ""), flush=True)
     finally:
         set_rate(None)
     out = Path(args.out)
@@ -334,7 +410,7 @@ def main(argv=None) -> int:
     stem = ("bench_tc_bandwidth" + ("_quick" if args.quick else "") + ("_openmpi_eager" if args.openmpi_eager else "")
             + (f"_{args.tag}" if args.tag else ""))
     with open(out / f"{stem}.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)), restval="")
         writer.writeheader()
         writer.writerows(rows)
     (out / f"{stem}.json").write_text(json.dumps({

