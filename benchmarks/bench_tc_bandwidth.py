@@ -186,9 +186,10 @@ EAGER_1MIB = {"OMPI_MCA_btl_tcp_eager_limit": "1048576", "OMPI_MCA_btl_tcp_rndv_
               "OMPI_MCA_btl_tcp_max_send_size": "1048576"}
 
 
-def physical_bound_s(config: str, ranks: int, dim: int, mbit: float, first: int, last: int) -> float:
-    """Seconds per round that the busiest host link needs for the round's bytes, averaged
-    over rounds first .. last - 1 (each communication phase's busiest link, in turn)."""
+def host_link_loads(config: str, ranks: int, dim: int, first: int, last: int):
+    """The bytes each communication phase of rounds first .. last - 1 puts on the host links
+    (:class:`mpi_teleport.latency.model.HostLinks`, one per phase), from the run's own plan
+    (mpi_teleport.latency.virtual_clock.round_links)."""
     from mpi_teleport.front.cli import run_spec
     from mpi_teleport.front.settings import resolve
     from mpi_teleport.latency import parse_spec
@@ -201,14 +202,19 @@ def physical_bound_s(config: str, ranks: int, dim: int, mbit: float, first: int,
         raw["k"] = int(raw["k"])
     cfg = resolve(raw)
     spec = run_spec(cfg, raw["algorithm"], ranks if raw["algorithm"] == "dsgd" else cfg.k)
-    model = parse_spec(f"bw:{mbit / 1000},hosts:{ranks // len(HOSTS)}", ranks)
-    total = 0
+    model = parse_spec(f"bw:1,hosts:{ranks // len(HOSTS)}", ranks)  # (the rate does not enter the bytes)
     for phase in spec.phases():
         for t in range(max(first, phase.start), min(last, phase.stop)):
             msgs = round_plan(phase, t, spec.topology, spec.moves, spec.momentum > 0)
             links = round_links(model, msgs, spec.moves, spec.momentum > 0, 8 * dim, ranks)
-            for one in {id(v): v for v in links.values()}.values():
-                total += max(one.out_bytes.max(), one.in_bytes.max())
+            yield from {id(v): v for v in links.values()}.values()
+
+
+def physical_bound_s(config: str, ranks: int, dim: int, mbit: float, first: int, last: int) -> float:
+    """Seconds per round that the busiest host link needs for the round's bytes, averaged
+    over rounds first .. last - 1 (each communication phase's busiest link, in turn)."""
+    total = sum(max(one.out_bytes.max(), one.in_bytes.max())
+                for one in host_link_loads(config, ranks, dim, first, last))
     return total * 8 / (mbit * 1e6) / (last - first)
 
 
@@ -219,27 +225,10 @@ def window_bound_s(config: str, ranks: int, dim: int, mbit: float, first: int, l
     round's gossip, so a link idle in one round can carry the next round's bytes: no run can
     beat this bound, while it can beat :func:`physical_bound_s` (a round at a time) where
     the rounds load the links unevenly (Teleportation). For DSGD the two are equal."""
-    from mpi_teleport.front.cli import run_spec
-    from mpi_teleport.front.settings import resolve
-    from mpi_teleport.latency import parse_spec
-    from mpi_teleport.latency.virtual_clock import round_links, round_plan
-
-    flags = CONFIGS[config][1]
-    raw = {flags[i].lstrip("-").replace("-", "_"): flags[i + 1] for i in range(0, len(flags), 2)}
-    raw.update(nodes=ranks, dim=dim)
-    if "k" in raw:
-        raw["k"] = int(raw["k"])
-    cfg = resolve(raw)
-    spec = run_spec(cfg, raw["algorithm"], ranks if raw["algorithm"] == "dsgd" else cfg.k)
-    model = parse_spec(f"bw:{mbit / 1000},hosts:{ranks // len(HOSTS)}", ranks)
     out = into = 0
-    for phase in spec.phases():
-        for t in range(max(first, phase.start), min(last, phase.stop)):
-            msgs = round_plan(phase, t, spec.topology, spec.moves, spec.momentum > 0)
-            links = round_links(model, msgs, spec.moves, spec.momentum > 0, 8 * dim, ranks)
-            for one in {id(v): v for v in links.values()}.values():
-                out, into = out + one.out_bytes, into + one.in_bytes
-    return max(max(out.max(), into.max()) * 8 / (mbit * 1e6) / (last - first), 0.0) if len(HOSTS) else 0.0
+    for one in host_link_loads(config, ranks, dim, first, last):
+        out, into = out + one.out_bytes, into + one.in_bytes
+    return max(out.max(), into.max()) * 8 / (mbit * 1e6) / (last - first)
 
 
 def implementations(openmpi_eager: bool = False) -> list[tuple[str, str]]:
