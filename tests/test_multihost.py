@@ -83,6 +83,7 @@ def start(impl: MPIImpl, n: int, args: list[str], tmp_path: Path) -> subprocess.
     proc = subprocess.Popen(bed_command(impl, n, args, env), cwd=ROOT, env=env, stdout=out, stderr=err,
                             start_new_session=True)
     proc.tag = tag
+    proc.stderr_path = tmp_path / "stderr"  # (wait_for quotes it when the run never starts)
     return proc
 
 
@@ -172,7 +173,9 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
     while not path.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             kill_tagged(proc.tag)
-            pytest.fail(f"{path} did not appear (launcher status {proc.poll()})")
+            stderr = getattr(proc, "stderr_path", None)
+            said = stderr.read_text(errors="replace")[-3000:] if stderr is not None and stderr.exists() else ""
+            pytest.fail(f"{path} did not appear (launcher status {proc.poll()}); its stderr:\n{said}")
         time.sleep(0.2)
 
 
