@@ -12,7 +12,7 @@ import time
 import pytest
 
 from launch_helpers import implementation, kill_tagged, tagged_pids
-from test_multihost import bed, finish, hostname_of, start, wait_for  # noqa: F401  (bed: fixture)
+from test_multihost import bed, finish, hostname_of, start, start_running  # noqa: F401  (bed: fixture)
 
 from mpi_teleport.sim import main as sim_main
 
@@ -73,10 +73,9 @@ def test_a_whole_host_lost(bed, openmpi, tmp_path, daemon):  # noqa: F811
     requeue from the newest checkpoint (jobs/README.md, "Elastic mode")."""
     out = tmp_path / "run"
     rounds = 3000
-    proc = start(openmpi, 4, ["-m", "mpi_teleport.run", "--rounds", str(rounds), *ARGS,
-                              "--out", str(out), "--checkpoint-every", "100"], tmp_path)
+    proc = start_running(openmpi, 4, ["-m", "mpi_teleport.run", "--rounds", str(rounds), *ARGS,
+                                      "--out", str(out), "--checkpoint-every", "100"], tmp_path, out)
     try:
-        wait_for(out / "metrics.jsonl", proc)
         remote = [pid for pid in tagged_pids(proc.tag) if hostname_of(pid) == "mtp-h1"]
         assert len(remote) >= 2, remote
         daemons = {parent(pid) for pid in remote} - set(remote)  # the ranks' prted

@@ -179,6 +179,29 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
         time.sleep(0.2)
 
 
+LOST_DAEMON = 213  # PRRTE: "lost communication with a remote daemon" (plm ssh)
+
+
+def start_running(impl: MPIImpl, n: int, args: list[str], tmp_path: Path, out: Path) -> subprocess.Popen:
+    """:func:`start`, then :func:`wait_for` its first record in ``out``. A launcher that
+    loses its remote daemon before the run has begun (Open MPI's status 213; seen once in
+    a full suite on the loaded 2-core machine, never alone) is started once more, from an
+    empty ``out``: what these tests look at begins after the start."""
+    proc = start(impl, n, args, tmp_path)
+    for attempt in range(2):
+        deadline = time.monotonic() + 300
+        while not (out / "metrics.jsonl").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if attempt == 0 and proc.poll() == LOST_DAEMON and not (out / "metrics.jsonl").exists():
+            kill_tagged(proc.tag)
+            shutil.rmtree(out, ignore_errors=True)
+            proc = start(impl, n, args, tmp_path)
+            continue
+        break
+    wait_for(out / "metrics.jsonl", proc, timeout=1)
+    return proc
+
+
 def hostname_of(pid: int) -> str:
     """A process's hostname: the one of its UTS namespace (nsenter reads it there)."""
     return subprocess.run(["nsenter", f"--uts=/proc/{pid}/ns/uts", "hostname"], capture_output=True,
@@ -187,9 +210,8 @@ def hostname_of(pid: int) -> str:
 
 @pytest.mark.mpi_tier
 def test_rank_killed_on_the_remote_host_ends_the_job(bed, mpi_impl, tmp_path):
-    proc = start(mpi_impl, 4, [*LONG, "--out", str(tmp_path / "run")], tmp_path)
+    proc = start_running(mpi_impl, 4, [*LONG, "--out", str(tmp_path / "run")], tmp_path, tmp_path / "run")
     try:
-        wait_for(tmp_path / "run" / "metrics.jsonl", proc)
         ranks = rank_pids(proc.tag, 4)
         remote = [pid for pid in ranks if hostname_of(pid) == "mtp-h1"]
         assert len(remote) == 2, [hostname_of(p) for p in ranks]
@@ -205,9 +227,8 @@ def test_rank_killed_on_the_remote_host_ends_the_job(bed, mpi_impl, tmp_path):
 @pytest.mark.mpi_tier
 def test_sigterm_checkpoint_and_resume_on_two_hosts_equal_an_uninterrupted_run(bed, mpi_impl, tmp_path):
     out = tmp_path / "run"
-    proc = start(mpi_impl, 4, [*LONG, "--out", str(out), "--checkpoint-every", "1000"], tmp_path)
+    proc = start_running(mpi_impl, 4, [*LONG, "--out", str(out), "--checkpoint-every", "1000"], tmp_path, out)
     try:
-        wait_for(out / "metrics.jsonl", proc)
         for pid in rank_pids(proc.tag, 4):  # what a scheduler does at the time limit
             os.kill(pid, signal.SIGTERM)
         status, _, err = finish(proc, tmp_path, timeout=120)
