@@ -41,20 +41,13 @@ def lr_text(lr) -> str:
     return f"{lr}" if not callable(lr) else f"{getattr(lr, 'base', 'a schedule')}"
 
 
-class Recorder:
-    """Records one run (Teleportation or DSGD): metrics.jsonl rows and the summary (an
-    :class:`~mpi_teleport.core.interfaces.CheckpointedRecorder`)."""
+class Stopwatch:
+    """A recorder's wall clock, logging time excluded (the engine brackets every logging
+    interval with :meth:`pause` and :meth:`resume`)."""
 
-    def __init__(self, spec, logging, problem, files, progress=None, problem_name=None):
-        self.spec, self.logging, self.problem, self.files = spec, logging, problem, files
-        self.algorithm, self.k = spec.algorithm, spec.tokens
-        self.problem_name = problem_name or problem.name
-        self.progress = progress
-        self.rounds_to_target = None
-        self.last: dict = {}
-        self.last_x = None  # the token matrix of the latest logged round (root)
-        self.rounds_run = 0
-        self._start = time.perf_counter()
+    def start_clock(self, elapsed: float = 0.0) -> None:
+        """Start (or, from a checkpoint, go on from ``elapsed`` seconds)."""
+        self._start = time.perf_counter() - elapsed
         self._excluded = 0.0
 
     def elapsed(self) -> float:
@@ -68,6 +61,22 @@ class Recorder:
     def resume(self, since: float) -> None:
         self._excluded += time.perf_counter() - since
 
+
+class Recorder(Stopwatch):
+    """Records one run (Teleportation or DSGD): metrics.jsonl rows and the summary (an
+    :class:`~mpi_teleport.core.interfaces.CheckpointedRecorder`)."""
+
+    def __init__(self, spec, logging, problem, files, progress=None, problem_name=None):
+        self.spec, self.logging, self.problem, self.files = spec, logging, problem, files
+        self.algorithm, self.k = spec.algorithm, spec.tokens
+        self.problem_name = problem_name or problem.name
+        self.progress = progress
+        self.rounds_to_target = None
+        self.last: dict = {}
+        self.last_x = None  # the token matrix of the latest logged round (root)
+        self.rounds_run = 0
+        self.start_clock()
+
     def state(self) -> dict:
         """What a checkpoint keeps of the recorder: the records so far, rounds_to_target,
         the last record and the elapsed time (logging excluded)."""
@@ -80,8 +89,7 @@ class Recorder:
         self.rounds_to_target = state["rounds_to_target"]
         self.last = state["last"] or {}
         self.rounds_run = state["rounds_run"]
-        self._start = time.perf_counter() - state["elapsed"]
-        self._excluded = 0.0
+        self.start_clock(state["elapsed"])
         self.files.restore(state["records"])
 
     def forget(self, r: int) -> None:

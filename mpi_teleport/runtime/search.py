@@ -46,14 +46,13 @@ rounds in which phase 1's n active nodes process E epochs; phase 2 runs as many 
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from ..core import schedule
 from ..errors import NonFiniteError, UsageError
 from ..core.contract import check_metrics
-from .metrics import initial_not_finite, non_finite
+from .metrics import Stopwatch, initial_not_finite, non_finite
 
 CRITERIA = ("averaged", "tokens", "time-average")
 
@@ -87,7 +86,7 @@ def token_mean(validate, x: np.ndarray) -> float:
     return math.fsum(float(validate(x[m:m + 1])) for m in range(len(x))) / len(x)
 
 
-class SearchRecorder:
+class SearchRecorder(Stopwatch):
     """Records both phases, tracks every candidate under every criterion, and writes the
     summary (root); an :class:`~mpi_teleport.core.interfaces.RunRecorder`."""
 
@@ -103,22 +102,12 @@ class SearchRecorder:
         self.final_error: dict[int, float] = {}
         self.final_x: dict[int, np.ndarray] = {}
         self.reached: dict[int, int | None] = {k: None for k in [*self.ks, self.n]}
-        self._start = time.perf_counter()
-        self._excluded = 0.0
+        self.start_clock()
 
     @property
     def candidates(self) -> dict[int, float]:
         """Each candidate's value under the chosen criterion."""
         return self.values[self.select]
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self._start - self._excluded
-
-    def pause(self) -> float:
-        return time.perf_counter()
-
-    def resume(self, since: float) -> None:
-        self._excluded += time.perf_counter() - since
 
     def _check(self, m: dict, r: int, k: int) -> None:
         check_metrics(self.problem, m)
