@@ -10,9 +10,10 @@ what that implementation needs: Open MPI gets oversubscription flags when there 
 ranks than cores (with the settings that made oversubscribed exchanges 2-2.6x faster here),
 permission to run as root, and, on this machine alone, ``--mca btl ^ofi`` (its libfabric
 transport's probe costs every rank about a second at start-up, and ranks on one machine
-never use it); Hydra (MPICH, Intel MPI) needs none of these. It prints the command and runs ``python -m mpi_teleport.run`` under it, or a user's script (a ``.py``
-file, or ``-m module``) with the arguments that follow it, under this Python. On a
-cluster, call your site's ``mpirun``/``srun`` directly instead (jobs/README.md).
+never use it); Hydra (MPICH, Intel MPI) needs none of these. It prints the command and
+runs ``python -m mpi_teleport.run`` under it, or a user's script (a ``.py`` file, or
+``-m module``) with the arguments that follow it, under this Python. On a cluster, call
+your site's ``mpirun``/``srun`` directly instead (jobs/README.md).
 """
 from __future__ import annotations
 
