@@ -168,15 +168,22 @@ LONG = ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "2", "-
         "--log-every", "20", "--momentum", "0.5", "--seed", "5", "--progress", "off"]
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+def appeared(path: Path, proc: subprocess.Popen, timeout: float = 300) -> bool:
+    """Whether ``path`` appears before the launcher ends or ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout
     while not path.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
-            kill_tagged(proc.tag)
-            stderr = getattr(proc, "stderr_path", None)
-            said = stderr.read_text(errors="replace")[-3000:] if stderr is not None and stderr.exists() else ""
-            pytest.fail(f"{path} did not appear (launcher status {proc.poll()}); its stderr:\n{said}")
+            return path.exists()
         time.sleep(0.2)
+    return True
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    if not appeared(path, proc, timeout):
+        kill_tagged(proc.tag)
+        stderr = getattr(proc, "stderr_path", None)
+        said = stderr.read_text(errors="replace")[-3000:] if stderr is not None and stderr.exists() else ""
+        pytest.fail(f"{path} did not appear (launcher status {proc.poll()}); its stderr:\n{said}")
 
 
 LOST_DAEMON = 213  # PRRTE: "lost communication with a remote daemon" (plm ssh)
@@ -188,17 +195,12 @@ def start_running(impl: MPIImpl, n: int, args: list[str], tmp_path: Path, out: P
     a full suite on the loaded 2-core machine, never alone) is started once more, from an
     empty ``out``: what these tests look at begins after the start."""
     proc = start(impl, n, args, tmp_path)
-    for attempt in range(2):
-        deadline = time.monotonic() + 300
-        while not (out / "metrics.jsonl").exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if attempt == 0 and proc.poll() == LOST_DAEMON and not (out / "metrics.jsonl").exists():
-            kill_tagged(proc.tag)
-            shutil.rmtree(out, ignore_errors=True)
-            proc = start(impl, n, args, tmp_path)
-            continue
-        break
-    wait_for(out / "metrics.jsonl", proc, timeout=1)
+    again = not appeared(out / "metrics.jsonl", proc) and proc.poll() == LOST_DAEMON
+    if again:
+        kill_tagged(proc.tag)
+        shutil.rmtree(out, ignore_errors=True)
+        proc = start(impl, n, args, tmp_path)
+    wait_for(out / "metrics.jsonl", proc, timeout=300 if again else 0)  # (else: fails, or it is there)
     return proc
 
 
