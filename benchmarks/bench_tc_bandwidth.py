@@ -156,12 +156,31 @@ if r == 0:
 """
 
 
-def on_the_bed(cmd: list[str], flavor) -> list[str]:
-    """The launcher's command for the bed: Open MPI binds each host's first rank to core 0,
-    and the bed's hosts share this machine's cores, so every host's rank 0 would share one
-    core (``--report-bindings``: both "bound to package[0][core:L0]"; 2 MB each way at
-    1000 Mbit/s 37 ms bound, 23-29 ms not). On real hosts binding is right; here: none."""
-    return [cmd[0], "--bind-to", "none", *cmd[1:]] if flavor.name == "openmpi" else cmd
+def launch_on_bed(python: str, ranks: int, argv: list[str], timeout: float,
+                  piece_bytes: int | None = None) -> subprocess.CompletedProcess:
+    """``python ARGV`` on ``ranks`` ranks spread evenly over the bed's hosts, under the MPI
+    of ``python``, started from the first host. Open MPI gets ``--bind-to none``: it binds
+    each host's first rank to core 0, and the bed's hosts share this machine's cores, so
+    every host's rank 0 would share one core (``--report-bindings``: both "bound to
+    package[0][core:L0]"; 2 MB each way at 1000 Mbit/s 37 ms bound, 23-29 ms not). On real
+    hosts binding is right."""
+    mpirun = find_mpirun(python)
+    flavor = flavor_of_launcher(mpirun)
+    env = mpi_env(flavor=flavor)
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env.setdefault("UCX_TLS", "tcp,self")  # MPICH's UCX would use shared memory between the hosts
+    if piece_bytes is not None:
+        env["MPI_TELEPORT_PIECE_BYTES"] = str(piece_bytes)
+    per_host = ranks // len(HOSTS)
+    cmd = mpirun_command(ranks, [python, *argv], mpirun, flavor,
+                         hosts=",".join(f"{h}:{per_host}" for h in HOSTS), rsh_agent=AGENT, env=env)
+    if flavor.name == "openmpi":
+        cmd[1:1] = ["--bind-to", "none"]
+    proc = subprocess.run([*BED, "exec", HOSTS[0], *cmd], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])}...: status {proc.returncode}: {proc.stderr[-1500:]}")
+    return proc
 
 
 def bare_mpi_s_per_round(python: str, ranks: int, nbytes: int, piece_bytes: int | None,
@@ -169,24 +188,12 @@ def bare_mpi_s_per_round(python: str, ranks: int, nbytes: int, piece_bytes: int 
     """Seconds per exchange of :data:`BARE_EXCHANGE` on the bed (None: not measured)."""
     from mpi_teleport.runtime.transport import PIECE_BYTES
 
-    mpirun = find_mpirun(python)
-    flavor = flavor_of_launcher(mpirun)
-    env = mpi_env(flavor=flavor)
-    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    env.setdefault("UCX_TLS", "tcp,self")
-    per_host = ranks // len(HOSTS)
     piece = PIECE_BYTES if piece_bytes is None else piece_bytes
-    with tempfile.NamedTemporaryFile("w", suffix=".py", dir=ROOT / "benchmarks", prefix=".bare-") as script:
-        script.write(BARE_EXCHANGE)
-        script.flush()
-        cmd = on_the_bed(mpirun_command(ranks, [python, script.name, str(nbytes), str(piece), str(per_host),
-                                                str(rounds)], mpirun, flavor,
-                                        hosts=",".join(f"{h}:{per_host}" for h in HOSTS), rsh_agent=AGENT, env=env),
-                         flavor)
-        proc = subprocess.run([*BED, "exec", HOSTS[0], *cmd], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=600)
-    if proc.returncode != 0:
-        print(f"bench_tc_bandwidth: bare exchange failed: {proc.stderr[-800:]}", file=sys.stderr)
+    try:
+        proc = launch_on_bed(python, ranks, ["-c", BARE_EXCHANGE, str(nbytes), str(piece),
+                                             str(ranks // len(HOSTS)), str(rounds)], timeout=600)
+    except RuntimeError as exc:
+        print(f"bench_tc_bandwidth: bare exchange failed: {exc}", file=sys.stderr)
         return None
     return float(proc.stdout.strip().splitlines()[-1])
 
@@ -276,37 +283,23 @@ def one_run(python: str, ranks: int, flags: list[str], dim: int, rounds: int, mb
             timeout: float, piece_bytes: int | None = None) -> dict:
     """Measured and predicted seconds per round (mean over rounds 1..T: round 0 and the
     first logged interval include start-up, so the first interval is left out)."""
-    mpirun = find_mpirun(python)
-    flavor = flavor_of_launcher(mpirun)
+    per_host = ranks // len(HOSTS)
     with tempfile.TemporaryDirectory(prefix="bench-tc-") as tmp:
-        env = mpi_env(flavor=flavor)
-        env["PYTHONPATH"] = str(ROOT)
-        env["OMP_NUM_THREADS"] = "1"
-        env.setdefault("UCX_TLS", "tcp,self")  # MPICH's UCX would use shared memory between the hosts
-        if piece_bytes is not None:
-            env["MPI_TELEPORT_PIECE_BYTES"] = str(piece_bytes)
-        per_host = ranks // len(HOSTS)
-        cmd = mpirun_command(ranks, [python, "-m", "mpi_teleport.run", *flags, "--nodes", str(ranks),
-                                     "--dim", str(dim), "--rounds", str(rounds), "--log-every",
-                                     str(rounds // 4), "--latency", f"bw:{mbit * TCP_GOODPUT / 1000:.6g},hosts:{per_host}",
-                                     "--clock", "virtual", "--progress", "off", "--out", tmp],
-                             mpirun, flavor, hosts=",".join(f"{h}:{per_host}" for h in HOSTS),
-                             rsh_agent=AGENT, env=env)
-        cmd = on_the_bed(cmd, flavor)
         start = time.monotonic()
         load_before = os.getloadavg()[0]
-        proc = subprocess.run([*BED, "exec", HOSTS[0], *cmd], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        launch_on_bed(python, ranks, ["-m", "mpi_teleport.run", *flags, "--nodes", str(ranks), "--dim",
+                                      str(dim), "--rounds", str(rounds), "--log-every", str(rounds // 4),
+                                      "--latency", f"bw:{mbit * TCP_GOODPUT / 1000:.6g},hosts:{per_host}",
+                                      "--clock", "virtual", "--progress", "off", "--out", tmp],
+                      timeout, piece_bytes)
         wall = time.monotonic() - start
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd[:3])}...: status {proc.returncode}: {proc.stderr[-1500:]}")
         rows = read_jsonl(Path(tmp) / "metrics.jsonl")
     first, last = rows[1], rows[-1]  # rounds T/4 .. T
     span = last["round"] - first["round"]
     return {"measured_s_per_round": (last["time_s"] - first["time_s"]) / span,
             "predicted_s_per_round": (last["virtual_time_s"] - first["virtual_time_s"]) / span,
             "first_round": first["round"], "last_round": last["round"],
-            "launch_wall_s": round(wall, 2), "implementation": flavor.name,
+            "launch_wall_s": round(wall, 2), "implementation": flavor_of_launcher(find_mpirun(python)).name,
             "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
@@ -407,6 +400,9 @@ def main(argv=None) -> int:
                             bound = physical_bound_s(config, ranks, dim, mbit, got["first_round"],
                                                      got["last_round"])
                             window = window_bound_s(config, ranks, dim, mbit, got["first_round"], got["last_round"])
+                            # the run's own step time: its prediction less the model's wire time
+                            # (the round-by-round bound's arithmetic at the goodput rate)
+                            step = max(0.0, got["predicted_s_per_round"] - bound / TCP_GOODPUT)
                             row = {"config": config, "ranks": ranks, "dim": dim, "message_bytes": 8 * dim,
                                    "rate_mbit": mbit, "piece_bytes": piece, **got, "bound_s_per_round": bound,
                                    "window_bound_s_per_round": window,
@@ -414,11 +410,9 @@ def main(argv=None) -> int:
                                    "tcp_over_its_bound": tcp / (8 * dim * 8 / (mbit * 1e6)),
                                    "measured_over_bound": got["measured_s_per_round"] / bound,
                                    "measured_over_window_bound": got["measured_s_per_round"] / window,
-                                   # the run's own step time: its prediction less the model's wire time
-                                   # (the bound's arithmetic at the goodput rate)
-                                   "step_s_per_round": max(0.0, got["predicted_s_per_round"] - bound / TCP_GOODPUT),
+                                   "step_s_per_round": step,
                                    "measured_over_bound_plus_step": got["measured_s_per_round"] / (
-                                       window + max(0.0, got["predicted_s_per_round"] - bound / TCP_GOODPUT)),
+                                       window + step),
                                    "predicted_over_measured": got["predicted_s_per_round"] / got["measured_s_per_round"],
                                    "measured_over_predicted": got["measured_s_per_round"] / got["predicted_s_per_round"]}
                             if config.startswith("dsgd"):  # (Teleportation's pattern changes per round)
