@@ -14,6 +14,34 @@ def test_rows_are_the_same_alone_or_in_a_block():
             assert np.array_equal(rng.normals(key, [i], d)[0], block[i])
 
 
+def _box_muller_whole(key, nodes, d):
+    """The normals as one whole-array Box-Muller (how rng.normals computed them before it
+    worked in cache-sized blocks): the definition the blocks must reproduce bit for bit."""
+    half = (d + 1) // 2
+    u = rng.uniforms(key, nodes, 2 * half)
+    u1, u2 = np.ascontiguousarray(u[:, :half]), np.ascontiguousarray(u[:, half:])
+    radius = np.sqrt(-2.0 * np.log(u1))
+    angle = (2.0 * np.pi) * u2
+    z = np.concatenate([radius * np.cos(angle), radius * np.sin(angle)], axis=1)
+    return z[:, :d]
+
+
+@pytest.mark.parametrize("block", [5, 64, rng.NORMAL_BLOCK])
+def test_normals_in_blocks_are_the_whole_array_numbers(monkeypatch, block):
+    monkeypatch.setattr(rng, "NORMAL_BLOCK", block)
+    key = rng.key(3, rng.STREAM_NOISE, 11)
+    for nodes, d in (([4], 1), ([4], 63), ([4], 64), ([4], 65), (np.arange(9), 7),
+                     (np.arange(9), 200), ([2, 5], 2 * block + 3)):
+        want = _box_muller_whole(key, nodes, d)
+        assert np.array_equal(rng.normals(key, nodes, d), want), (nodes, d)
+        base = np.random.default_rng(1).normal(size=want.shape)
+        got = base.copy()
+        rng.add_normals(key, nodes, got, 0.37)
+        noise = want.copy()
+        noise *= 0.37  # the quadratic's order: scale the draws, then add them
+        assert np.array_equal(got, base + noise), (nodes, d)
+
+
 def test_normals_are_standard():
     z = rng.normals(rng.key(0), np.arange(20000), 50)
     assert abs(z.mean()) < 0.01

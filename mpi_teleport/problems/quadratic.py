@@ -98,9 +98,9 @@ class Quadratic:
             g = np.subtract(x, self.b(nodes), out=out)
         g *= self.curvature(nodes)
         if self.sigma2 > 0:
-            noise = rng.normals(rng.key(self.seed, rng.STREAM_NOISE, t), nodes, self.d)
-            noise *= math.sqrt(self.sigma2 / self.d)
-            g += noise
+            # g += sqrt(sigma2 / d) * N(0, I_d), drawn block by block (no d-sized temporary)
+            rng.add_normals(rng.key(self.seed, rng.STREAM_NOISE, t), nodes, g,
+                            math.sqrt(self.sigma2 / self.d))
         return g
 
     def x_star(self) -> np.ndarray:
