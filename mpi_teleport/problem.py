@@ -11,6 +11,7 @@ same protocol. This module imports numpy alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -79,6 +80,16 @@ class Problem(Protocol):
         :meth:`gradient` call, before ``y`` is sent: lets a problem write state that is
         not trained by gradients (BatchNorm running statistics the forward pass updated)
         into the token rows. Default: nothing.
+    prepare(nodes, t) -> iterator or None
+        The part of round t's :meth:`gradient` at ``nodes`` that does not depend on x
+        (random draws, a next batch), started early: a rank calls it while it waits for
+        the previous round's messages and advances the iterator between tests of its
+        requests, one step per ``next`` (keep a step to about a millisecond), stopping
+        when the messages are in; ``gradient(nodes, x, t)`` must then finish what is left
+        and give exactly the numbers it gives without ``prepare``. Only for the next
+        round of a rank that will step in it; may go unused (a run that stops). Default:
+        None (nothing prepared). :class:`~mpi_teleport.problems.quadratic.Quadratic`
+        draws its gradient noise this way.
     training_metrics(t) -> dict
         node -> {name: value} of the mini-batches this process computed in round t (e.g.
         ``{"train_loss": ...}``, from the forward pass the gradient made): every record
@@ -223,6 +234,13 @@ class ProblemWithDefaults:
     def after_step(self, nodes: npt.ArrayLike, y: np.ndarray) -> None:
         if self._has("after_step"):
             self.problem.after_step(nodes, y)
+
+    def prepare(self, nodes: npt.ArrayLike, t: int) -> Iterator[Any] | None:
+        """The problem's own ``prepare`` (round t's x-independent work, as an iterator), if
+        it has one, else None."""
+        if self._has("prepare"):
+            return self.problem.prepare(nodes, t)
+        return None
 
     def training_metrics(self, t: int) -> dict[int, dict[str, float]]:
         """node -> {name: value} of round t's batches computed here (the records'

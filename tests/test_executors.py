@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from loopback import WAIT_S, Hub, Loopback, serialised
-from mpi_teleport.core import topology as topo
+from mpi_teleport.core import rng, topology as topo
 from mpi_teleport.runtime.backends import mpi as mpi_backend
 from mpi_teleport.runtime.backends.local import LocalBackend
 from mpi_teleport.runtime.backends.mpi import MpiBackend
-from mpi_teleport.problems.quadratic import quadratic
+from mpi_teleport.problems.quadratic import Quadratic, quadratic
 from mpi_teleport.core.spec import RunSpec
 
 DIM = 5
@@ -118,6 +118,39 @@ def test_round_executor_and_compiled_rounds_equal_the_simulator(monkeypatch, nam
     canonical = trace_ranks(spec, compiled=False)
     assert_same(canonical, want, f"round executor, {name}")
     assert_same(trace_ranks(spec, compiled=True), canonical, f"compiled rounds, {name}")
+
+
+@pytest.mark.parametrize("name", ["dsgd ring", "ring overlap", "k=1 overlap"])
+def test_noise_drawn_while_waiting_changes_no_token(monkeypatch, name):
+    """Under Algorithm 3 a rank that steps in round t + 1 draws that round's gradient noise
+    while round t's messages travel (Quadratic.prepare through transport.meanwhile): the
+    loopback lets one block be drawn there, the step draws the rest (blocks of 2 pairs
+    here, so both happen). The tokens stay the simulator's, and every draw is used."""
+    monkeypatch.setattr(mpi_backend, "BLOCK_ROUNDS", 7)
+    monkeypatch.setattr(rng, "NORMAL_BLOCK", 2)
+    prepared: list = []
+    prepare = Quadratic.prepare
+
+    def counted(self, nodes, t):
+        prepared.append((tuple(nodes), t))
+        return prepare(self, nodes, t)
+
+    monkeypatch.setattr(Quadratic, "prepare", counted)
+    spec = RunSpec(rounds=17, lr=0.05, seed=11, **CASES[name])
+    want = trace_simulator(spec)
+    assert not prepared  # the simulator draws in the step
+    for compiled in (False, True):
+        prepared.clear()
+        assert_same(trace_ranks(spec, compiled=compiled), want, f"{name}, compiled={compiled}")
+        # drawn ahead by the steppers of rounds 1 .. stop (the last one never stepped: a
+        # draw a run may leave unused) that wait for messages before it (a token that stays
+        # with its holder moves nothing: nothing to wait for); under DSGD every node, every
+        # round
+        steps = sum(len(h) for phase in spec.phases()
+                    for t in range(phase.start + 1, phase.stop + 1) for h in phase.roster(t))
+        assert len(set(prepared)) == len(prepared) and 0 < len(prepared) <= steps
+        if spec.algorithm == "dsgd":
+            assert len(prepared) == steps, (len(prepared), steps)
 
 
 def test_user_topology():

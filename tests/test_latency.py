@@ -416,3 +416,89 @@ def test_latency_never_changes_numbers(tmp_path):
                      for r in read_jsonl(out / alg / "metrics.jsonl")])
     assert outs[0] == outs[1] == outs[2]
     assert "virtual_time_s" not in read_jsonl(tmp_path / "0" / "dsgd" / "metrics.jsonl")[0]
+
+
+class _Delivered:
+    """An inner transport on which every message has already arrived: a receive fills its
+    buffer with ``value`` (so a clock stamp reads ``value`` microseconds)."""
+
+    rank, size = 1, 2
+
+    def __init__(self, value: float):
+        self.value = value
+
+    def dup(self):
+        return _Delivered(self.value)
+
+    def tag(self, t, kind):
+        return 4 * t + kind
+
+    def irecv(self, buf, source, tag):
+        buf[...] = self.value
+        return ["request"]
+
+    def testall(self, requests):
+        return True
+
+    def wait_all(self, requests):
+        pass
+
+    def wait(self, pending):
+        pass
+
+
+class _Drawn:
+    """A problem whose ``prepare`` burns CPU in three steps."""
+
+    dim, dtype = 4, np.float64
+
+    def prepare(self, nodes, t):
+        for _ in range(3):
+            sum(i * i for i in range(20000))
+            yield
+
+
+def _layer(sender_clock_us: float):
+    from mpi_teleport.latency.layer import LatencyTransport
+    from mpi_teleport.latency.model import parse_spec
+
+    layer = LatencyTransport(_Delivered(sender_clock_us), parse_spec("const:500"), clock="virtual")
+    pending = layer.post_recvs([(0, layer.tag(3, 0), np.empty(4))])
+    return layer, pending
+
+
+def test_work_done_while_waiting_overlaps_the_wait():
+    """The clock after a wait is max(clock + the CPU time of the work done meanwhile, each
+    arrival): the next round's prepared draws hide behind the wire, hand-computed."""
+    layer, pending = _layer(1000.0)  # arrival: stamp 1000 + delta 500
+    layer.beside(200.0)
+    layer.wait(pending)
+    assert layer.clock_us == 1500.0
+    layer, pending = _layer(1000.0)
+    layer.advance(300.0)
+    layer.beside(2000.0)  # the work outlasts the wire
+    layer.wait(pending)
+    assert layer.clock_us == 2300.0
+    layer, pending = _layer(1000.0)
+    layer.beside(2000.0)
+    layer.wait(pending)
+    assert layer.clock_us == 2000.0
+    layer.wait(layer.post_recvs([(0, layer.tag(4, 0), np.empty(4))]))  # counted once
+    assert layer.clock_us == 2000.0
+
+
+def test_the_timed_problem_counts_prepared_work_beside_the_wait():
+    from mpi_teleport.latency.layer import TimedProblem
+
+    layer, pending = _layer(0.0)
+    measured = TimedProblem(_Drawn(), layer, LatencySettings("const:500", "virtual"))
+    layer.meanwhile(pending, measured.prepare([1], 3))  # the messages are in: one step
+    one_step = layer._beside_us
+    assert one_step > 0
+    layer.wait(pending)
+    assert layer.clock_us == max(one_step, 500.0) and layer._beside_us == 0
+    # a modelled compute time per step (--compute-time) covers the prepared work too
+    fixed = TimedProblem(_Drawn(), layer, LatencySettings("const:500", "virtual", 50.0))
+    for _ in fixed.prepare([1], 3):
+        pass
+    assert layer._beside_us == 0

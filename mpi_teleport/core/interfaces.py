@@ -27,7 +27,7 @@ has every member.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
@@ -70,6 +70,15 @@ class TokenTransport(Protocol):
 
     def wait(self, pending: Any) -> None:
         """Complete every request of ``pending``."""
+
+    def meanwhile(self, pending: Any, work: Iterator[Any]) -> None:
+        """Advance ``work`` (computation that needs none of these messages, one short step
+        per ``next``: the next round's x-independent part of the step, ``prepare`` of the
+        problem contract) while ``pending`` (what :meth:`post_sends` returned, or a list
+        of started channels) completes, keeping the messages moving between its steps.
+        Returns when the messages are complete or the work is done, whichever comes
+        first; the work's owner finishes the rest, so stopping early changes no number.
+        :meth:`wait` (or ``wait_all``) still follows."""
 
     def exchange(self, sends: list[Message], recvs: list[Message]) -> None:
         """Post the receives, then the sends, and wait for all of them."""

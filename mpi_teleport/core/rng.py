@@ -173,6 +173,24 @@ def add_normals(k: int, nodes: npt.ArrayLike, out: npt.NDArray[np.float64], scal
             out[rows, cols.start + half:stop] += sin
 
 
+def fill_normals(k: int, nodes: npt.ArrayLike, out: npt.NDArray[np.float64],
+                 scale: float) -> Iterator[None]:
+    """Writes ``scale * normals(k, nodes, d)`` into ``out`` (shape (len(nodes), d)) block by
+    block, yielding after each block (a caller may do other work between blocks): the
+    addends of :func:`add_normals`, the same numbers."""
+    d = out.shape[1]
+    half = (d + 1) // 2
+    for rows, cols, cos, sin in _normal_blocks(k, nodes, d):
+        cos *= scale
+        out[rows, cols] = cos
+        stop = min(cols.stop + half, d)
+        if stop > cols.start + half:
+            sin = sin[:, :stop - cols.start - half]
+            sin *= scale
+            out[rows, cols.start + half:stop] = sin
+        yield
+
+
 @functools.lru_cache(maxsize=64)
 def _counters(count: int) -> npt.NDArray[np.uint64]:
     """(i + 1) * GOLDEN for i < count (wrapping), read-only: the per-word offsets."""

@@ -12,7 +12,9 @@ Two clocks:
 * ``virtual``: no real waiting. Every rank keeps a logical clock (microseconds); it
   advances by the compute time of each local step (the CPU time spent in the problem's
   ``gradient``, or ``--compute-time US`` per step) and, on every receive, to
-  max(own clock, sender clock + delta(i, j) + bytes / bandwidth). The sender's clock
+  max(own clock, sender clock + delta(i, j) + bytes / bandwidth). Work a rank does while
+  it waits (:meth:`LatencyTransport.meanwhile`: the next round's ``prepare``) overlaps
+  the wait: the clock after it is max(clock + that CPU time, the arrivals). The sender's clock
   travels in a companion float64 message on a duplicate transport (same source and
   tag, so MPI's matching pairs it with its data message). Meaningful on any host.
 
@@ -40,6 +42,7 @@ import numpy as np
 
 from .model import CLOCKS, LatencyModel, LatencySettings
 
+_DONE = object()  # the end of an iterator (next's default)
 _SLICE_S = 0.05  # longest uninterrupted sleep: a signal is honoured within this
 _SPIN_MARGIN_S = 5e-4  # sleep no closer than this to a due time (time.sleep overshoots ~0.1 ms)
 
@@ -78,6 +81,8 @@ class LatencyTransport:
         # the host links' loads of the round being run, by tag (``hosts:``; set by the back
         # end before each round): {} counts every message alone on its links
         self.links: dict = {}
+        # CPU time of work done while waiting (meanwhile), overlapping the next wait
+        self._beside_us = 0.0
         # Whether a stop was asked (a signal): the run's Keeper sets it. A waiting rank then
         # posts its deferred sends at once, so the round ends and the ranks reach the round
         # where they agree to stop and checkpoint; latency changes time, never numbers.
@@ -143,6 +148,24 @@ class LatencyTransport:
         self.post_sends(sends, pending)
         self.wait(pending)
 
+    def beside(self, us: float) -> None:
+        """Add compute time done while waiting (:meth:`meanwhile`): it overlaps the wait
+        that follows, the clock then being max(clock + it, the arrivals)."""
+        self._beside_us += us
+
+    def meanwhile(self, pending: LatencyPending, work) -> None:
+        """Advance ``work`` while ``pending`` completes (interfaces.TokenTransport.meanwhile),
+        posting due deferred sends (real clock) and testing the requests between steps."""
+        reqs = pending.requests
+        if not reqs:
+            return
+        testall = self.inner.testall
+        for _ in work:
+            if self.real and self._deferred:
+                self._post_due(math.inf if self.interrupted() else time.perf_counter())
+            if testall(reqs):
+                return
+
     def wait(self, pending: LatencyPending) -> None:
         reqs = pending.requests
         if reqs:
@@ -157,6 +180,8 @@ class LatencyTransport:
                 self.inner.wait_all(reqs)
             reqs.clear()
         self.inner.wait(pending)  # local (self) messages: checks none is left unmatched
+        self.clock_us += self._beside_us  # work done meanwhile, overlapping the arrivals
+        self._beside_us = 0.0
         for source, nbytes, stamp, links in pending.stamps:
             arrival = stamp[0] + self.model.delay_us(source, self.rank, nbytes, links)
             if arrival > self.clock_us:
@@ -255,7 +280,11 @@ class TimedProblem:
     descheduled on an oversubscribed host is not counted; for work off the CPU, e.g. a
     GPU, or multithreaded gradients, give --compute-time).
 
-    It offers what a local step uses (``gradient``, ``after_step``) and the problem's
+    Work drawn ahead (``prepare``, done while the rank waits) counts through
+    :meth:`LatencyTransport.beside`, overlapping that wait; with ``--compute-time`` the
+    fixed time per gradient covers it.
+
+    It offers what a local step uses (``gradient``, ``after_step``, ``prepare``) and the problem's
     ``dim``, ``dtype`` and ``token_device``; everything else (evaluation) the engine asks
     of the problem itself."""
 
@@ -264,6 +293,7 @@ class TimedProblem:
         self.dim, self.dtype = problem.dim, problem.dtype
         self.token_device = getattr(problem, "token_device", None)  # (optional members)
         self._after_step = getattr(problem, "after_step", None)
+        self._prepare = getattr(problem, "prepare", None)
 
     def gradient(self, nodes, x, t, out=None):
         if self._fixed is not None:
@@ -273,6 +303,24 @@ class TimedProblem:
         g = self._problem.gradient(nodes, x, t, out=out)
         self._layer.advance((time.thread_time() - start) * 1e6)
         return g
+
+    def prepare(self, nodes, t):
+        """The problem's ``prepare`` (None without one), each step's CPU time counted as
+        work beside the wait it is done in."""
+        work = None if self._prepare is None else self._prepare(nodes, t)
+        if work is None or self._fixed is not None:
+            return work
+        return self._timed(work)
+
+    def _timed(self, work):
+        steps, beside = iter(work), self._layer.beside
+        while True:
+            start = time.thread_time()
+            done = next(steps, _DONE) is _DONE
+            beside((time.thread_time() - start) * 1e6)
+            if done:
+                return
+            yield
 
     def after_step(self, nodes, y) -> None:
         """The problem's own ``after_step``, if it has one."""

@@ -222,6 +222,19 @@ class Transport:
         self.post_sends(sends, pending)
         self.wait(pending)
 
+    def meanwhile(self, pending, work) -> None:
+        """Advance ``work`` while ``pending`` (a :class:`Pending` or a list of started
+        channels) completes, testing the requests between its steps: MPI moves data only
+        inside its calls, so each test lets it hand the next pieces to the network
+        (interfaces.TokenTransport.meanwhile)."""
+        requests = pending.requests if isinstance(pending, Pending) else pending
+        if not requests:
+            return
+        testall = self._mpi.Request.Testall
+        for _ in work:
+            if testall(requests):
+                return
+
     def wait(self, pending: Pending) -> None:
         if pending.requests:
             self._mpi.Request.Waitall(pending.requests)
@@ -454,6 +467,10 @@ class ElasticTransport(Transport):
             if dest == self.rank:
                 np.copyto(self._local.pop(tag), buf)
         return pending
+
+    def meanwhile(self, pending, work) -> None:
+        """Nothing: no request is tested before :meth:`wait` meets each one, failed or not
+        (the work is finished by its owner, the same numbers)."""
 
     def wait(self, pending: Pending) -> None:
         # One Wait per request, not Waitall: every request completes or fails, so every

@@ -32,13 +32,16 @@ class Node:
     :class:`~mpi_teleport.runtime.backends.tokens.TokenState`) and the round's arithmetic on them:
     ``local_step(t)`` writes y = x - lr g into ``state.y`` (heavy ball: updates
     ``state.v``), ``weighted_sum(weights, inputs)`` writes the sum of weights[s] *
-    inputs[s], added in the given order, into ``state.x``."""
+    inputs[s], added in the given order, into ``state.x``; ``prepare(t)`` starts the part
+    of round t's local step that needs no x (the problem's ``prepare``: an iterator, or
+    None), done while the node waits for round t - 1's messages."""
 
     rank: int
     transport: TokenTransport
     state: Any
     local_step: Callable[[int], None]
     weighted_sum: Callable[[np.ndarray, list[np.ndarray]], None]
+    prepare: Callable[[int], Any] | None = None
 
 
 def overlap_round(node: Node, p: OverlapStep, t: int) -> None:
@@ -74,6 +77,12 @@ def overlap_round(node: Node, p: OverlapStep, t: int) -> None:
             sends.append((p.momentum_to, tag_v, s.v))
         pending = tr.post_sends(sends, pending)
     if pending is not None:
+        if holds_next and node.prepare is not None:
+            # round t+1's line 8 at this node, the part that needs no x (its gradient
+            # noise), while the messages travel; the step does what is left
+            work = node.prepare(t + 1)
+            if work is not None:
+                tr.meanwhile(pending, work)
         tr.wait(pending)
     if holds_next:
         # line 13: x_j = sum_m W(t)[j, m] y_m, ascending m (inputs: set above, holds_next)

@@ -86,6 +86,7 @@ class CompiledRounds:
         self.problem, self.spec, self.transport, self.rank = problem, spec, transport, rank
         self.state, self._alg3 = state, overlap
         self._nodes = [rank]  # local_step's holders: this node alone
+        self._prepare = getattr(problem, "prepare", None)  # the x-free part of a step, early
         self._records: dict[bytes, OverlapRecord | SimpleRecord] = {}
         s = state
         x, y, v, v_in = s.x, s.y, s.v, s.v_in
@@ -229,6 +230,10 @@ class CompiledRounds:
             if sends:
                 tr.start(sends)
         if both:
+            if inputs and self._prepare is not None:  # round t+1's step here, its x-free part
+                work = self._prepare(self._nodes, t + 1)
+                if work is not None:
+                    tr.meanwhile(both, work)
             tr.wait_all(both)
         if inputs:  # line 13, summed in ascending token order
             s = self.state

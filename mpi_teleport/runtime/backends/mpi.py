@@ -163,7 +163,8 @@ class MpiBackend:
                                             s, self._overlap)
             self._round = self._compiler.overlap if self._overlap else self._compiler.simple
         else:
-            node = teleport.Node(self.rank, self.transport, s, self._local_step, self._sum)
+            node = teleport.Node(self.rank, self.transport, s, self._local_step, self._sum,
+                                 self._prepare)
             run = teleport.overlap_round if self._overlap else teleport.simple_round
             self._round = lambda t, step: run(node, step, t)
 
@@ -254,6 +255,11 @@ class MpiBackend:
             from .device import weighted_sum as device_sum
 
             device_sum(weights, inputs, cast("DeviceTokenState", s))  # (a token device)
+
+    def _prepare(self, t: int):
+        """The problem's ``prepare`` of round t at this rank (an iterator), or None."""
+        prepare = getattr(self.problem, "prepare", None)
+        return None if prepare is None else prepare(self._nodes, t)
 
     def _local_step(self, t: int) -> None:  # Alg. 1 line 10 / Alg. 3 line 8
         """y = x - lr g on this rank's token, from the state's current arrays."""
