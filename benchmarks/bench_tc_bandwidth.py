@@ -45,6 +45,9 @@ its own link), DSGD with 4 ranks on a ring 0-1-2-3-0 (two per host: two messages
 each host's link, which the model, with independent links, does not know), and
 Teleportation with 4 ranks and k = 2 (tokens hop between hosts in some rounds only).
 
+``--plot a.json,b.json --tag T``: no runs, the rows of earlier results in one figure
+(bench_tc_bandwidth_T.png).
+
 ``--openmpi-eager``: Open MPI only, with its TCP eager limit raised to 1 MiB (messages up
 to 1 MiB go without the rendezvous handshake whose small control messages otherwise queue
 behind the other direction's data on a rate-limited link); writes
@@ -179,8 +182,19 @@ def launch_on_bed(python: str, ranks: int, argv: list[str], timeout: float,
     proc = subprocess.run([*BED, "exec", HOSTS[0], *cmd], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])}...: status {proc.returncode}: {proc.stderr[-1500:]}")
+        error = LostDaemon if proc.returncode == LOST_DAEMON else RuntimeError
+        raise error(f"{' '.join(cmd[:3])}...: status {proc.returncode}: {proc.stderr[-1500:]}")
     return proc
+
+
+# Open MPI's launcher on the bed now and then loses its daemon on the second host at the
+# start (prterun's status 213, "lost communication with a remote daemon"): the run is
+# started once more (as tests/test_multihost.start_running does).
+LOST_DAEMON = 213
+
+
+class LostDaemon(RuntimeError):
+    """The launcher lost a remote daemon (status 213)."""
 
 
 def bare_mpi_s_per_round(python: str, ranks: int, nbytes: int, piece_bytes: int | None,
@@ -284,16 +298,25 @@ def one_run(python: str, ranks: int, flags: list[str], dim: int, rounds: int, mb
     """Measured and predicted seconds per round (mean over rounds 1..T: round 0 and the
     first logged interval include start-up, so the first interval is left out)."""
     per_host = ranks // len(HOSTS)
-    with tempfile.TemporaryDirectory(prefix="bench-tc-") as tmp:
-        start = time.monotonic()
-        load_before = os.getloadavg()[0]
-        launch_on_bed(python, ranks, ["-m", "mpi_teleport.run", *flags, "--nodes", str(ranks), "--dim",
-                                      str(dim), "--rounds", str(rounds), "--log-every", str(rounds // 4),
-                                      "--latency", f"bw:{mbit * TCP_GOODPUT / 1000:.6g},hosts:{per_host}",
-                                      "--clock", "virtual", "--progress", "off", "--out", tmp],
-                      timeout, piece_bytes)
-        wall = time.monotonic() - start
-        rows = read_jsonl(Path(tmp) / "metrics.jsonl")
+    for attempt in (1, 2):
+        with tempfile.TemporaryDirectory(prefix="bench-tc-") as tmp:
+            start = time.monotonic()
+            load_before = os.getloadavg()[0]
+            try:
+                launch_on_bed(python, ranks, ["-m", "mpi_teleport.run", *flags, "--nodes", str(ranks),
+                                              "--dim", str(dim), "--rounds", str(rounds), "--log-every",
+                                              str(rounds // 4), "--latency",
+                                              f"bw:{mbit * TCP_GOODPUT / 1000:.6g},hosts:{per_host}",
+                                              "--clock", "virtual", "--progress", "off", "--out", tmp],
+                              timeout, piece_bytes)
+            except LostDaemon as exc:
+                if attempt == 2:
+                    raise
+                print(f"  (again: {exc})", flush=True)
+                continue
+            wall = time.monotonic() - start
+            rows = read_jsonl(Path(tmp) / "metrics.jsonl")
+            break
     first, last = rows[1], rows[-1]  # rounds T/4 .. T
     span = last["round"] - first["round"]
     return {"measured_s_per_round": (last["time_s"] - first["time_s"]) / span,
@@ -347,6 +370,50 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def save(rows: list[dict], args, rates, dims, configs) -> tuple[Path, str]:
+    """The rows so far as CSV and JSON (after every run: a sweep cut short keeps them)."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = ("bench_tc_bandwidth" + ("_quick" if args.quick else "") + ("_openmpi_eager" if args.openmpi_eager else "")
+            + (f"_{args.tag}" if args.tag else ""))
+    with open(out / f"{stem}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)), restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / f"{stem}.json").write_text(json.dumps({
+        "what": "seconds per round over tc-limited links (2 namespace hosts) vs the physical bound "
+                "(busiest host link's bytes / rate) and the latency layer's bw:RATE,hosts:R model "
+                "(virtual clock: measured compute + shared host links)",
+        "rounds": args.rounds, "rates_mbit": rates, "model_bw_over_rate": TCP_GOODPUT,
+        "openmpi_env": EAGER_1MIB if args.openmpi_eager else {}, "dims": dims, "configs": {k: v[1] for k, v in configs.items()},
+        "tc": "tbf rate RATE burst 64kb latency 200ms on both ends of every host's veth",
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "load_average_at_end": os.getloadavg()},
+        "rows": rows}, indent=1))
+    return out, stem
+
+
+def plot_results(paths: list[str], out: Path, tag: str) -> int:
+    """One figure of several results files' rows; an implementation found in more than one
+    file is told apart by the file's tag (its name after bench_tc_bandwidth_)."""
+    loaded = [(Path(p), json.loads(Path(p).read_text())["rows"]) for p in paths]
+    seen: dict[str, int] = {}
+    for _, rows in loaded:
+        for impl in {r["implementation"] for r in rows}:
+            seen[impl] = seen.get(impl, 0) + 1
+    merged = []
+    for path, rows in loaded:
+        label = path.stem.removeprefix("bench_tc_bandwidth").lstrip("_") or "untagged"
+        for r in rows:
+            merged.append(dict(r, implementation=r["implementation"] + (
+                f" ({label})" if seen[r["implementation"]] > 1 else "")))
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"bench_tc_bandwidth{'_' + tag if tag else ''}.png"
+    plot(merged, target)
+    print(f"bench_tc_bandwidth: wrote {target}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -366,7 +433,12 @@ def main(argv=None) -> int:
     parser.add_argument("--rsh", default=AGENT, help="its remote shell (jobs/netns-rsh)")
     parser.add_argument("--hosts", default=",".join(HOSTS), help="its hosts' addresses")
     parser.add_argument("--tag", default="", help="appended to the output files' names")
+    parser.add_argument("--plot", default="",
+                        help="only draw: the rows of earlier results (their .json files, "
+                             "comma-separated) in one figure, bench_tc_bandwidth_TAG.png in --out")
     args = parser.parse_args(argv)
+    if args.plot:
+        return plot_results(args.plot.split(","), Path(args.out), args.tag)
     use_bed(args.bed, args.rsh, args.hosts)
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         print("bench_tc_bandwidth: needs root (namespaces, tc)", file=sys.stderr)
@@ -422,6 +494,7 @@ def main(argv=None) -> int:
                                                measured_over_bare_plus_step=got["measured_s_per_round"] / (
                                                    bare + row["step_s_per_round"]))
                             rows.append(row)
+                            save(rows, args, rates, dims, configs)
                             print(f"{got['implementation']:18s} {config:20s} d={dim:7d} {mbit:5.0f} Mbit/s: "
                                   f"measured {row['measured_s_per_round']:.4f} s/round = x{row['measured_over_window_bound']:.2f}"
                                   f" the bound {window:.4f} (x{row['measured_over_bound_plus_step']:.2f} bound + step "
@@ -433,24 +506,7 @@ def main(argv=None) -> int:
                                      if "bare_over_bound" in row else ""), flush=True)
     finally:
         set_rate(None)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = ("bench_tc_bandwidth" + ("_quick" if args.quick else "") + ("_openmpi_eager" if args.openmpi_eager else "")
-            + (f"_{args.tag}" if args.tag else ""))
-    with open(out / f"{stem}.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)), restval="")
-        writer.writeheader()
-        writer.writerows(rows)
-    (out / f"{stem}.json").write_text(json.dumps({
-        "what": "seconds per round over tc-limited links (2 namespace hosts) vs the physical bound "
-                "(busiest host link's bytes / rate) and the latency layer's bw:RATE,hosts:R model "
-                "(virtual clock: measured compute + shared host links)",
-        "rounds": args.rounds, "rates_mbit": rates, "model_bw_over_rate": TCP_GOODPUT,
-        "openmpi_env": EAGER_1MIB if args.openmpi_eager else {}, "dims": dims, "configs": {k: v[1] for k, v in configs.items()},
-        "tc": "tbf rate RATE burst 64kb latency 200ms on both ends of every host's veth",
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "load_average_at_end": os.getloadavg()},
-        "rows": rows}, indent=1))
+    out, stem = save(rows, args, rates, dims, configs)
     plot(rows, out / f"{stem}.png")
     print(f"bench_tc_bandwidth: wrote {out}/{stem}.{{csv,json,png}}")
     return 0
