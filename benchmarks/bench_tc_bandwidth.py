@@ -394,24 +394,51 @@ def save(rows: list[dict], args, rates, dims, configs) -> tuple[Path, str]:
 
 
 def plot_results(paths: list[str], out: Path, tag: str) -> int:
-    """One figure of several results files' rows; an implementation found in more than one
-    file is told apart by the file's tag (its name after bench_tc_bandwidth_)."""
+    """One figure (and a markdown table) of several results files' rows; where two files
+    hold the same case under the same implementation, each is told apart by its file's tag
+    (its name after bench_tc_bandwidth_)."""
     loaded = [(Path(p), json.loads(Path(p).read_text())["rows"]) for p in paths]
-    seen: dict[str, int] = {}
+    files: dict[tuple, int] = {}
     for _, rows in loaded:
-        for impl in {r["implementation"] for r in rows}:
-            seen[impl] = seen.get(impl, 0) + 1
+        for key in {(r["implementation"], r["config"], r["message_bytes"], r["rate_mbit"]) for r in rows}:
+            files[key] = files.get(key, 0) + 1
+    twice = {key[0] for key, count in files.items() if count > 1}
     merged = []
     for path, rows in loaded:
         label = path.stem.removeprefix("bench_tc_bandwidth").lstrip("_") or "untagged"
         for r in rows:
             merged.append(dict(r, implementation=r["implementation"] + (
-                f" ({label})" if seen[r["implementation"]] > 1 else "")))
+                f" ({label})" if r["implementation"] in twice else "")))
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"bench_tc_bandwidth{'_' + tag if tag else ''}.png"
     plot(merged, target)
+    print(table(merged))
     print(f"bench_tc_bandwidth: wrote {target}")
     return 0
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as a markdown table: a line per case, per implementation measured / bound,
+    / (bound + step), bare MPI / bound and predicted / measured."""
+    impls = list(dict.fromkeys(r["implementation"] for r in rows))
+    cases = list(dict.fromkeys((r["message_bytes"], r["rate_mbit"], r["config"]) for r in rows))
+    by = {(r["message_bytes"], r["rate_mbit"], r["config"], r["implementation"]): r for r in rows}
+    tcp: dict = {}
+    for r in rows:
+        tcp.setdefault((r["message_bytes"], r["rate_mbit"]), set()).add(f"{r['tcp_over_its_bound']:.2f}")
+    keys = ("measured_over_window_bound", "measured_over_bound_plus_step", "bare_over_bound",
+            "predicted_over_measured")
+    head = ["message", "Mbit/s", "plain TCP", "case"] + [
+        f"{impl}: {what}" for impl in impls
+        for what in ("measured / bound", "/ (bound + step)", "bare MPI / bound", "predicted / measured")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for nbytes, mbit, config in cases:
+        cells = [f"{nbytes / 1e6:g} MB", f"{mbit:g}", "/".join(sorted(tcp[(nbytes, mbit)])), config]
+        for impl in impls:
+            r = by.get((nbytes, mbit, config, impl), {})
+            cells += [f"{r[k]:.2f}" if isinstance(r.get(k), float) else "-" for k in keys]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
