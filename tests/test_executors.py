@@ -120,12 +120,14 @@ def test_round_executor_and_compiled_rounds_equal_the_simulator(monkeypatch, nam
     assert_same(trace_ranks(spec, compiled=True), canonical, f"compiled rounds, {name}")
 
 
-@pytest.mark.parametrize("name", ["dsgd ring", "ring overlap", "k=1 overlap"])
+@pytest.mark.parametrize("name", ["dsgd ring", "ring overlap", "k=1 overlap", "ring simple",
+                                  "k=1 simple"])
 def test_noise_drawn_while_waiting_changes_no_token(monkeypatch, name):
     """Under Algorithm 3 a rank that steps in round t + 1 draws that round's gradient noise
-    while round t's messages travel (Quadratic.prepare through transport.meanwhile): the
-    loopback lets one block be drawn there, the step draws the rest (blocks of 2 pairs
-    here, so both happen). The tokens stay the simulator's, and every draw is used."""
+    while round t's messages travel, under Algorithm 1 while its token's model travels to
+    it (Quadratic.prepare through transport.meanwhile): the loopback lets one block be
+    drawn there, the step draws the rest (blocks of 2 pairs here, so both happen). The
+    tokens stay the simulator's; no draw is made twice."""
     monkeypatch.setattr(mpi_backend, "BLOCK_ROUNDS", 7)
     monkeypatch.setattr(rng, "NORMAL_BLOCK", 2)
     prepared: list = []

@@ -34,7 +34,8 @@ class Node:
     ``state.v``), ``weighted_sum(weights, inputs)`` writes the sum of weights[s] *
     inputs[s], added in the given order, into ``state.x``; ``prepare(t)`` starts the part
     of round t's local step that needs no x (the problem's ``prepare``: an iterator, or
-    None), done while the node waits for round t - 1's messages."""
+    None), done while the node waits for messages: under Algorithm 3 round t - 1's, under
+    Algorithm 1 its own model's move in round t."""
 
     rank: int
     transport: TokenTransport
@@ -110,7 +111,14 @@ def simple_round(node: Node, p: SimpleStep, t: int) -> None:
         recvs.append((p.model_from, tag_x, s.y))
         if s.v is not None:
             recvs.append((p.model_from, tag_v, s.v_in))
-    tr.exchange(sends, recvs)
+    pending = tr.post_recvs(recvs)
+    tr.post_sends(sends, pending)
+    if p.token >= 0 and p.model_from != node.rank and node.prepare is not None:
+        # line 10's part that needs no x (its gradient noise) while the model travels
+        work = node.prepare(t)
+        if work is not None:
+            tr.meanwhile(pending, work)
+    tr.wait(pending)
     if p.token < 0:
         return
     s.x, s.y = s.y, s.x

@@ -247,6 +247,10 @@ class CompiledRounds:
         tr, s = self.transport, self.state
         if fetch:  # line 8
             tr.start(fetch)
+            if moved and step_args is not None and self._prepare is not None:
+                work = self._prepare(self._nodes, t)  # line 10's x-free part, meanwhile
+                if work is not None:
+                    tr.meanwhile(fetch, work)
             tr.wait_all(fetch)
         if moved:
             s.x, s.y = s.y, s.x
