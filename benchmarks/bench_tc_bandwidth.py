@@ -31,7 +31,8 @@ message both ways at once, one connection), for what the wire gives without MPI.
 Two more figures say where a round's time goes beyond the bound: the run's **step time**
 (``step_s_per_round``: its virtual time less the model's wire time, i.e. the CPU time of the
 local steps on the round's critical path; DSGD and Teleportation compute y = x - lr g(x)
-before they can send it, so it adds to the wire's time: ``measured_over_bound_plus_step``)
+before they can send it, so it adds to the wire's time, except the gradient noise, which a
+rank draws while it waits for the round before: ``measured_over_bound_plus_step``)
 and, for the DSGD cases, a **bare MPI exchange** of the same bytes with the same pieces
 (``bare_mpi_s_per_round``: mpi4py alone, no mpi_teleport round; ``bare_over_bound`` is what
 the MPI library and the bed give, ``measured_over_bare_plus_step`` what the run adds to it).
@@ -344,7 +345,7 @@ def plot(rows: list[dict], path: Path) -> None:
                    if r["implementation"] == impl}
             xs = [c + i * width for c, case in enumerate(cases) if case in got]
             ax.bar(xs, [got[case] for case in cases if case in got], width, label=impl)
-            if line:  # measured / (bound + the run's step time): the step cannot overlap its send
+            if line:  # measured / (bound + the run's step time): y is computed before it is sent
                 plus = {(r["config"], r["message_bytes"], r["rate_mbit"]): r.get("measured_over_bound_plus_step")
                         for r in rows if r["implementation"] == impl}
                 ax.plot(xs, [plus[case] for case in cases if case in got], "o", color=f"C{i}", mec="k",
