@@ -46,8 +46,8 @@ its own link), DSGD with 4 ranks on a ring 0-1-2-3-0 (two per host: two messages
 each host's link, which the model, with independent links, does not know), and
 Teleportation with 4 ranks and k = 2 (tokens hop between hosts in some rounds only).
 
-``--plot a.json,b.json --tag T``: no runs, the rows of earlier results in one figure
-(bench_tc_bandwidth_T.png).
+``--plot a.json,b.json:mpich --tag T``: no runs, the rows of earlier results in one figure
+and a markdown table (bench_tc_bandwidth_T.png; ``:IMPL`` keeps one implementation's rows).
 
 ``--openmpi-eager``: Open MPI only, with its TCP eager limit raised to 1 MiB (messages up
 to 1 MiB go without the rendezvous handshake whose small control messages otherwise queue
@@ -166,11 +166,9 @@ def launch_on_bed(python: str, ranks: int, argv: list[str], timeout: float,
     of ``python``, started from the first host. Open MPI gets ``--bind-to none``: it binds
     each host's first rank to core 0, and the bed's hosts share this machine's cores, so
     every host's rank 0 would share one core (``--report-bindings``: both "bound to
-    package[0][core:L0]"; 2 MB each way at 1000 Mbit/s 37 ms bound, 23-29 ms not). And
-    ``--mca mpi_yield_when_idle 1``: each bed host has the machine's 2 cores to itself as
-    far as Open MPI can tell, so it busy-polls, while 4 ranks of both hosts share them (a
-    Teleportation round of 8 kB tokens at 400 Mbit/s: 3.8 ms busy-polling, 0.8 ms
-    yielding; MPICH 0.5 ms). On real hosts, a core per rank, both are right as they are."""
+    package[0][core:L0]"; 2 MB each way at 1000 Mbit/s 37 ms bound, 23-29 ms not). On real
+    hosts binding is right. (Yielding when idle, ``mpi_yield_when_idle 1``, was tried and
+    not kept: jobs/README, "Every case, the next step's noise drawn while waiting".)"""
     mpirun = find_mpirun(python)
     flavor = flavor_of_launcher(mpirun)
     env = mpi_env(flavor=flavor)
@@ -182,7 +180,7 @@ def launch_on_bed(python: str, ranks: int, argv: list[str], timeout: float,
     cmd = mpirun_command(ranks, [python, *argv], mpirun, flavor,
                          hosts=",".join(f"{h}:{per_host}" for h in HOSTS), rsh_agent=AGENT, env=env)
     if flavor.name == "openmpi":
-        cmd[1:1] = ["--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+        cmd[1:1] = ["--bind-to", "none"]
     proc = subprocess.run([*BED, "exec", HOSTS[0], *cmd], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:
@@ -401,7 +399,12 @@ def plot_results(paths: list[str], out: Path, tag: str) -> int:
     """One figure (and a markdown table) of several results files' rows; where two files
     hold the same case under the same implementation, each is told apart by its file's tag
     (its name after bench_tc_bandwidth_)."""
-    loaded = [(Path(p), json.loads(Path(p).read_text())["rows"]) for p in paths]
+    loaded = []
+    for spec in paths:  # PATH or PATH:IMPL+IMPL (only those implementations' rows)
+        path, _, only = spec.partition(":")
+        rows = json.loads(Path(path).read_text())["rows"]
+        keep = set(only.split("+")) if only else None
+        loaded.append((Path(path), [r for r in rows if keep is None or r["implementation"] in keep]))
     files: dict[tuple, int] = {}
     for _, rows in loaded:
         for key in {(r["implementation"], r["config"], r["message_bytes"], r["rate_mbit"]) for r in rows}:
@@ -466,7 +469,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tag", default="", help="appended to the output files' names")
     parser.add_argument("--plot", default="",
                         help="only draw: the rows of earlier results (their .json files, "
-                             "comma-separated) in one figure, bench_tc_bandwidth_TAG.png in --out")
+                             "comma-separated; FILE:openmpi keeps one implementation's rows) in "
+                             "one figure, bench_tc_bandwidth_TAG.png in --out")
     args = parser.parse_args(argv)
     if args.plot:
         return plot_results(args.plot.split(","), Path(args.out), args.tag)
