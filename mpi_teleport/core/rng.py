@@ -94,7 +94,7 @@ _ULP53 = 1.0 / 9007199254740992.0
 
 def _unit(node_keys: npt.NDArray[np.uint64], first: int, count: int) -> npt.NDArray[np.float64]:
     """Uniforms in (0, 1] of words first + 1 .. first + count of every node key's row."""
-    counters = np.arange(first + 1, first + count + 1, dtype=np.uint64) * np.uint64(GOLDEN)
+    counters = _counters(count) + np.uint64((first * GOLDEN) & MASK64)  # (first + i + 1) G
     words = _mix_array(node_keys + counters)
     words >>= _TO_UNIT
     u = words.astype(np.float64)
@@ -158,19 +158,25 @@ def normals(k: int, nodes: npt.ArrayLike, d: int) -> npt.NDArray[np.float64]:
     return z[:, :d] if 2 * half != d else z
 
 
-def add_normals(k: int, nodes: npt.ArrayLike, out: npt.NDArray[np.float64], scale: float) -> None:
-    """``out += scale * normals(k, nodes, d)`` (out of shape (len(nodes), d)), the same
-    numbers without the (len(nodes), d) temporary."""
-    d = out.shape[1]
+def _scaled_blocks(k: int, nodes: npt.ArrayLike, d: int, scale: float) -> Iterator[
+        tuple[slice, slice, npt.NDArray[np.float64], slice, npt.NDArray[np.float64]]]:
+    """``scale * normals(k, nodes, d)`` block by block: (rows, cosine columns, their
+    values, sine columns, their values), the sines cut at column d when d is odd."""
     half = (d + 1) // 2
     for rows, cols, cos, sin in _normal_blocks(k, nodes, d):
         cos *= scale
-        out[rows, cols] += cos
         stop = min(cols.stop + half, d)
-        if stop > cols.start + half:
-            sin = sin[:, :stop - cols.start - half]
-            sin *= scale
-            out[rows, cols.start + half:stop] += sin
+        sin = sin[:, :max(0, stop - cols.start - half)]
+        sin *= scale
+        yield rows, cols, cos, slice(cols.start + half, stop), sin
+
+
+def add_normals(k: int, nodes: npt.ArrayLike, out: npt.NDArray[np.float64], scale: float) -> None:
+    """``out += scale * normals(k, nodes, d)`` (out of shape (len(nodes), d)), the same
+    numbers without the (len(nodes), d) temporary."""
+    for rows, cos_cols, cos, sin_cols, sin in _scaled_blocks(k, nodes, out.shape[1], scale):
+        out[rows, cos_cols] += cos
+        out[rows, sin_cols] += sin
 
 
 def fill_normals(k: int, nodes: npt.ArrayLike, out: npt.NDArray[np.float64],
@@ -178,16 +184,9 @@ def fill_normals(k: int, nodes: npt.ArrayLike, out: npt.NDArray[np.float64],
     """Writes ``scale * normals(k, nodes, d)`` into ``out`` (shape (len(nodes), d)) block by
     block, yielding after each block (a caller may do other work between blocks): the
     addends of :func:`add_normals`, the same numbers."""
-    d = out.shape[1]
-    half = (d + 1) // 2
-    for rows, cols, cos, sin in _normal_blocks(k, nodes, d):
-        cos *= scale
-        out[rows, cols] = cos
-        stop = min(cols.stop + half, d)
-        if stop > cols.start + half:
-            sin = sin[:, :stop - cols.start - half]
-            sin *= scale
-            out[rows, cols.start + half:stop] = sin
+    for rows, cos_cols, cos, sin_cols, sin in _scaled_blocks(k, nodes, out.shape[1], scale):
+        out[rows, cos_cols] = cos
+        out[rows, sin_cols] = sin
         yield
 
 

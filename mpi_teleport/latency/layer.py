@@ -154,17 +154,17 @@ class LatencyTransport:
         self._beside_us += us
 
     def meanwhile(self, pending: LatencyPending, work) -> None:
-        """Advance ``work`` while ``pending`` completes (interfaces.TokenTransport.meanwhile),
-        posting due deferred sends (real clock) and testing the requests between steps."""
-        reqs = pending.requests
-        if not reqs:
-            return
-        testall = self.inner.testall
-        for _ in work:
-            if self.real and self._deferred:
-                self._post_due(math.inf if self.interrupted() else time.perf_counter())
-            if testall(reqs):
-                return
+        """Advance ``work`` while ``pending`` completes (interfaces.TokenTransport.meanwhile):
+        the inner transport tests the requests between steps; with the real clock, the
+        deferred sends that fall due are posted between them too."""
+        if self.real and self._deferred:
+            work = self._posting_due(work)
+        self.inner.meanwhile(pending.requests, work)
+
+    def _posting_due(self, work):
+        for step in work:
+            self._post_due(math.inf if self.interrupted() else time.perf_counter())
+            yield step
 
     def wait(self, pending: LatencyPending) -> None:
         reqs = pending.requests

@@ -102,7 +102,7 @@ class Quadratic:
             g = np.subtract(x, self.b(nodes), out=out)
         g *= self.curvature(nodes)
         if self.sigma2 > 0:  # g += sqrt(sigma2 / d) * N(0, I_d)
-            ahead = self._ahead.pop((nodes.tobytes(), int(t)), None)
+            ahead = self._ahead.pop(_ahead_key(nodes, t), None)
             if ahead is None:  # drawn now, block by block (no d-sized temporary)
                 rng.add_normals(rng.key(self.seed, rng.STREAM_NOISE, t), nodes, g,
                                 math.sqrt(self.sigma2 / self.d))
@@ -135,7 +135,7 @@ class Quadratic:
                                  math.sqrt(self.sigma2 / self.d))
         if len(self._ahead) >= 8:  # draws never used (a run that stopped): let them go
             self._ahead.clear()
-        self._ahead[(nodes.tobytes(), int(t))] = (steps, noise)
+        self._ahead[_ahead_key(nodes, t)] = (steps, noise)
         return steps
 
     def __getstate__(self):
@@ -194,6 +194,11 @@ class Quadratic:
 
     def finite(self, metrics: dict) -> bool:
         return math.isfinite(metrics["error"])
+
+
+def _ahead_key(nodes: np.ndarray, t: int) -> tuple[bytes, int]:
+    """The key of a draw ahead: the nodes (int64) and the round."""
+    return nodes.tobytes(), int(t)
 
 
 def quadratic(nodes: int, seed: int = 0, *, dim: int = 50, sigma2: float = 0.0,

@@ -230,9 +230,8 @@ class Transport:
         requests = pending.requests if isinstance(pending, Pending) else pending
         if not requests:
             return
-        testall = self._mpi.Request.Testall
         for _ in work:
-            if testall(requests):
+            if self.testall(requests):
                 return
 
     def wait(self, pending: Pending) -> None:
