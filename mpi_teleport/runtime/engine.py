@@ -228,6 +228,13 @@ def _log(phase: int, r: int, backend, recorder, spec, callback=None,
     was a step of this phase, whose batches' training values the record carries
     (:mod:`mpi_teleport.core.training`); ``evaluate``: the model is evaluated (else the
     record holds the training values only, ``eval_every``)."""
+    if not follow:
+        # time_s is when every rank has finished round r, as virtual_time_s is the largest
+        # clock: under Alg. 3 the root can be done with round r - 1 (its sends handed to
+        # the network) while the next holders still receive; without this wait that time
+        # fell into the excluded logging pause (measured rounds up to 30 % short on tc
+        # links, jobs/README.md). Elastic runs have just agreed at this boundary.
+        backend.barrier()
     paused = recorder.pause()
     elapsed = recorder.elapsed()
     try:
