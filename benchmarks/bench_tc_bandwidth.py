@@ -13,12 +13,16 @@ round's bytes take over the host links it shares (mpi_teleport/latency/model.py)
 delays nothing, so one run gives both numbers of a round: the measured real time
 (``time_s``) and the model's prediction (``virtual_time_s``).
 
-Per case it reports measured / physical bound, the bound being the bytes that must cross
-the busiest host link in one direction over all the measured rounds, over the link's rate,
-per round (``window_bound_s_per_round``, computed from the run's plan:
-mpi_teleport.latency.virtual_clock.round_links); ``bound_s_per_round`` takes the busiest
-link round by round instead, which Teleportation's overlapped rounds can beat (a link idle
-in one round carries the next one's hop); for DSGD both are equal. And predicted / measured. The
+Per case it reports measured / physical bound, the bound being, round by round, the bytes
+that must cross the busiest host link in one direction over the link's rate, summed over
+the measured rounds, per round (``bound_s_per_round``, computed from the run's plan:
+mpi_teleport.latency.virtual_clock.round_links). ``window_bound_s_per_round`` takes the
+busiest link over all the measured rounds at once instead (lower for Teleportation, whose
+rounds load the links unevenly); no Teleportation run reaches it, since a round's senders
+are the previous round's receivers and need its messages first (runs seemed to beat the
+round-by-round bound only while ``time_s`` left out the wire time of a logging round,
+before the engine waited for every rank there). For DSGD both are equal. And predicted /
+measured. The
 load average (1 min) before and after every run is recorded beside it: the machine's two
 cores serve every rank of both hosts, and other work.
 
@@ -33,8 +37,10 @@ Two more figures say where a round's time goes beyond the bound: the run's **ste
 local steps on the round's critical path; DSGD and Teleportation compute y = x - lr g(x)
 before they can send it, so it adds to the wire's time, except the gradient noise, which a
 rank draws while it waits for the round before: ``measured_over_bound_plus_step``)
-and, for the DSGD cases, a **bare MPI exchange** of the same bytes with the same pieces
-(``bare_mpi_s_per_round``: mpi4py alone, no mpi_teleport round; ``bare_over_bound`` is what
+and a **bare MPI exchange** of the same bytes with the same pieces (``bare_mpi_s_per_round``:
+mpi4py alone, no mpi_teleport round; for DSGD every rank exchanging with its ring neighbours
+back to back, for Teleportation the run's own rounds' messages chained as Algorithm 3 chains
+them, :data:`BARE_CHAIN`; ``bare_over_bound`` is what
 the MPI library and the bed give, ``measured_over_bare_plus_step`` what the run adds to it).
 
 ``--pieces 0,61440``: the transport's piece size per run (MPI_TELEPORT_PIECE_BYTES: 0
@@ -160,6 +166,54 @@ if r == 0:
 """
 
 
+# Teleportation's messages with bare mpi4py: round by round, every rank posts the receives of
+# the messages addressed to it and the sends of its own (a round's senders are the previous
+# round's receivers, whose wait they have passed: Algorithm 3's chain), then waits for them
+# all; no step, no sum, no schedule computed (the rounds' pairs come from the run's plan,
+# ``round_pairs``), cut into the transport's pieces between hosts. Rounds 0 .. WARM - 1 warm
+# up; the rest are timed between two barriers.
+BARE_CHAIN = r"""
+import json, sys, time, numpy as np
+from mpi4py import MPI
+from mpi_teleport.runtime.transport import pieces
+comm = MPI.COMM_WORLD; r, n = comm.rank, comm.size
+nbytes, piece, per_host, warm = (int(a) for a in sys.argv[1:5])
+plan = json.loads(sys.argv[5])
+out = np.ones(nbytes // 8); ins = {p: np.empty_like(out) for p in range(n)}
+cut = lambda p, buf: pieces(buf, piece) if p // per_host != r // per_host else [buf]
+def one(t, pairs):
+    reqs = [comm.Irecv(v, s, t) for s, d in pairs if d == r for v in cut(s, ins[s])]
+    reqs += [comm.Isend(v, d, t) for s, d in pairs if s == r for v in cut(d, out)]
+    MPI.Request.Waitall(reqs)
+for t in range(warm):
+    one(t, plan[t])
+comm.Barrier(); t0 = time.perf_counter()
+for t in range(warm, len(plan)):
+    one(t, plan[t])
+comm.Barrier()
+if r == 0:
+    print((time.perf_counter() - t0) / (len(plan) - warm))
+"""
+
+
+def bare_chain_s_per_round(python: str, config: str, ranks: int, dim: int,
+                           piece_bytes: int | None, first: int, last: int) -> float | None:
+    """Seconds per round of :data:`BARE_CHAIN` over the run's rounds first .. last - 1
+    (rounds 0 .. first - 1 warm up; None: not measured)."""
+    from mpi_teleport.runtime.transport import PIECE_BYTES
+
+    piece = PIECE_BYTES if piece_bytes is None else piece_bytes
+    plan = round_pairs(config, ranks, dim, 0, last)
+    try:
+        proc = launch_on_bed(python, ranks, ["-c", BARE_CHAIN, str(8 * dim), str(piece),
+                                             str(ranks // len(HOSTS)), str(first), json.dumps(plan)],
+                             timeout=600)
+    except RuntimeError as exc:
+        print(f"bench_tc_bandwidth: bare chain failed: {exc}", file=sys.stderr)
+        return None
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
 def launch_on_bed(python: str, ranks: int, argv: list[str], timeout: float,
                   piece_bytes: int | None = None) -> subprocess.CompletedProcess:
     """``python ARGV`` on ``ranks`` ranks spread evenly over the bed's hosts, under the MPI
@@ -218,14 +272,12 @@ EAGER_1MIB = {"OMPI_MCA_btl_tcp_eager_limit": "1048576", "OMPI_MCA_btl_tcp_rndv_
               "OMPI_MCA_btl_tcp_max_send_size": "1048576"}
 
 
-def host_link_loads(config: str, ranks: int, dim: int, first: int, last: int):
-    """The bytes each communication phase of rounds first .. last - 1 puts on the host links
-    (:class:`mpi_teleport.latency.model.HostLinks`, one per phase), from the run's own plan
-    (mpi_teleport.latency.virtual_clock.round_links)."""
+def _round_plans(config: str, ranks: int, dim: int, first: int, last: int):
+    """(round plan, spec) of rounds first .. last - 1 of the configuration's run
+    (mpi_teleport.latency.virtual_clock.round_plan: the messages the ranks post)."""
     from mpi_teleport.front.cli import run_spec
     from mpi_teleport.front.settings import resolve
-    from mpi_teleport.latency import parse_spec
-    from mpi_teleport.latency.virtual_clock import round_links, round_plan
+    from mpi_teleport.latency.virtual_clock import round_plan
 
     flags = CONFIGS[config][1]
     raw = {flags[i].lstrip("-").replace("-", "_"): flags[i + 1] for i in range(0, len(flags), 2)}
@@ -234,12 +286,33 @@ def host_link_loads(config: str, ranks: int, dim: int, first: int, last: int):
         raw["k"] = int(raw["k"])
     cfg = resolve(raw)
     spec = run_spec(cfg, raw["algorithm"], ranks if raw["algorithm"] == "dsgd" else cfg.k)
-    model = parse_spec(f"bw:1,hosts:{ranks // len(HOSTS)}", ranks)  # (the rate does not enter the bytes)
     for phase in spec.phases():
         for t in range(max(first, phase.start), min(last, phase.stop)):
-            msgs = round_plan(phase, t, spec.topology, spec.moves, spec.momentum > 0)
-            links = round_links(model, msgs, spec.moves, spec.momentum > 0, 8 * dim, ranks)
-            yield from {id(v): v for v in links.values()}.values()
+            yield round_plan(phase, t, spec.topology, spec.moves, spec.momentum > 0), spec
+
+
+def host_link_loads(config: str, ranks: int, dim: int, first: int, last: int):
+    """The bytes each communication phase of rounds first .. last - 1 puts on the host links
+    (:class:`mpi_teleport.latency.model.HostLinks`, one per phase), from the run's own plan
+    (mpi_teleport.latency.virtual_clock.round_links)."""
+    from mpi_teleport.latency import parse_spec
+    from mpi_teleport.latency.virtual_clock import round_links
+
+    model = parse_spec(f"bw:1,hosts:{ranks // len(HOSTS)}", ranks)  # (the rate does not enter the bytes)
+    for msgs, spec in _round_plans(config, ranks, dim, first, last):
+        links = round_links(model, msgs, spec.moves, spec.momentum > 0, 8 * dim, ranks)
+        yield from {id(v): v for v in links.values()}.values()
+
+
+def round_pairs(config: str, ranks: int, dim: int, first: int, last: int) -> list[list[list[int]]]:
+    """Every round's messages (sender, receiver) between distinct ranks, rounds first ..
+    last - 1 of an Algorithm 3 run (one communication phase a round)."""
+    rounds = []
+    for msgs, _ in _round_plans(config, ranks, dim, first, last):
+        pairs = [(s, r) for senders, receivers in msgs.groups for s, r in zip(senders, receivers)]
+        pairs += [(s, r) for senders, receivers in msgs.complete for s in senders for r in receivers]
+        rounds.append(sorted({(int(s), int(r)) for s, r in pairs if s != r}))
+    return [[list(p) for p in one] for one in rounds]
 
 
 def physical_bound_s(config: str, ranks: int, dim: int, mbit: float, first: int, last: int) -> float:
@@ -328,6 +401,28 @@ def one_run(python: str, ranks: int, flags: list[str], dim: int, rounds: int, mb
             "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
+def with_ratios(row: dict) -> dict:
+    """The row with its ratios computed from its seconds (so that files written before a
+    ratio's definition changed are drawn by today's): measured / bound (round by round),
+    / window bound, / (bound + step), predicted / measured and the bare exchange's."""
+    measured, predicted, bound = (row["measured_s_per_round"], row["predicted_s_per_round"],
+                                  row["bound_s_per_round"])
+    # the run's own step time: its prediction less the model's wire time (the
+    # round-by-round bound's arithmetic at the goodput rate)
+    step = max(0.0, predicted - bound / TCP_GOODPUT)
+    nbytes, mbit = row["message_bytes"], row["rate_mbit"]
+    out = dict(row, tcp_over_its_bound=row["tcp_s_per_round"] / (nbytes * 8 / (mbit * 1e6)),
+               measured_over_bound=measured / bound,
+               measured_over_window_bound=measured / row["window_bound_s_per_round"],
+               step_s_per_round=step, measured_over_bound_plus_step=measured / (bound + step),
+               predicted_over_measured=predicted / measured,
+               measured_over_predicted=measured / predicted)
+    if row.get("bare_mpi_s_per_round") is not None:
+        bare = row["bare_mpi_s_per_round"]
+        out.update(bare_over_bound=bare / bound, measured_over_bare_plus_step=measured / (bare + step))
+    return out
+
+
 def plot(rows: list[dict], path: Path) -> None:
     """Per case: measured / physical bound (top) and predicted / measured (bottom)."""
     import matplotlib
@@ -339,7 +434,7 @@ def plot(rows: list[dict], path: Path) -> None:
     cases = list(dict.fromkeys((r["config"], r["message_bytes"], r["rate_mbit"]) for r in rows))
     fig, axes = plt.subplots(2, 1, figsize=(max(9, 0.7 * len(cases) + 3), 9), sharex=True)
     width = 0.8 / len(impls)
-    for ax, key, title, line in ((axes[0], "measured_over_window_bound", "measured / physical bound", 1.15),
+    for ax, key, title, line in ((axes[0], "measured_over_bound", "measured / physical bound", 1.15),
                                  (axes[1], "predicted_over_measured", "predicted (bw:,hosts:) / measured", None)):
         for i, impl in enumerate(impls):
             got = {(r["config"], r["message_bytes"], r["rate_mbit"]): r[key] for r in rows
@@ -395,16 +490,22 @@ def save(rows: list[dict], args, rates, dims, configs) -> tuple[Path, str]:
     return out, stem
 
 
-def plot_results(paths: list[str], out: Path, tag: str) -> int:
+def plot_results(paths: list[str], out: Path, tag: str, replace: bool = False) -> int:
     """One figure (and a markdown table) of several results files' rows; where two files
     hold the same case under the same implementation, each is told apart by its file's tag
-    (its name after bench_tc_bandwidth_)."""
+    (its name after bench_tc_bandwidth_), or, with ``replace``, the last file's row is
+    kept."""
     loaded = []
     for spec in paths:  # PATH or PATH:IMPL+IMPL (only those implementations' rows)
         path, _, only = spec.partition(":")
         rows = json.loads(Path(path).read_text())["rows"]
         keep = set(only.split("+")) if only else None
         loaded.append((Path(path), [r for r in rows if keep is None or r["implementation"] in keep]))
+    if replace:
+        case = lambda r: (r["implementation"], r["config"], r["message_bytes"], r["rate_mbit"])  # noqa: E731
+        later = [{case(r) for r in rows} for _, rows in loaded]
+        loaded = [(path, [r for r in rows if not any(case(r) in after for after in later[i + 1:])])
+                  for i, (path, rows) in enumerate(loaded)]
     files: dict[tuple, int] = {}
     for _, rows in loaded:
         for key in {(r["implementation"], r["config"], r["message_bytes"], r["rate_mbit"]) for r in rows}:
@@ -414,8 +515,13 @@ def plot_results(paths: list[str], out: Path, tag: str) -> int:
     for path, rows in loaded:
         label = path.stem.removeprefix("bench_tc_bandwidth").lstrip("_") or "untagged"
         for r in rows:
-            merged.append(dict(r, implementation=r["implementation"] + (
+            merged.append(dict(with_ratios(r), implementation=r["implementation"] + (
                 f" ({label})" if r["implementation"] in twice else "")))
+    if replace:  # (each size and rate where it first came, the configurations in turn)
+        first = {key: i for i, key in reversed(list(enumerate((r["message_bytes"], r["rate_mbit"])
+                                                                 for r in merged)))}
+        order = {c: i for i, c in enumerate(CONFIGS)}
+        merged.sort(key=lambda r: (first[(r["message_bytes"], r["rate_mbit"])], order.get(r["config"], 99)))
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"bench_tc_bandwidth{'_' + tag if tag else ''}.png"
     plot(merged, target)
@@ -433,7 +539,7 @@ def table(rows: list[dict]) -> str:
     tcp: dict = {}
     for r in rows:
         tcp.setdefault((r["message_bytes"], r["rate_mbit"]), set()).add(f"{r['tcp_over_its_bound']:.2f}")
-    keys = ("measured_over_window_bound", "measured_over_bound_plus_step", "bare_over_bound",
+    keys = ("measured_over_bound", "measured_over_bound_plus_step", "bare_over_bound",
             "predicted_over_measured")
     head = ["message", "Mbit/s", "plain TCP", "case"] + [
         f"{impl}: {what}" for impl in impls
@@ -471,9 +577,13 @@ def main(argv=None) -> int:
                         help="only draw: the rows of earlier results (their .json files, "
                              "comma-separated; FILE:openmpi keeps one implementation's rows) in "
                              "one figure, bench_tc_bandwidth_TAG.png in --out")
+    parser.add_argument("--replace", action="store_true",
+                        help="with --plot: a case (implementation, configuration, size, rate) "
+                             "in several files is drawn from the last of them (a re-run of some "
+                             "cases), instead of once per file")
     args = parser.parse_args(argv)
     if args.plot:
-        return plot_results(args.plot.split(","), Path(args.out), args.tag)
+        return plot_results(args.plot.split(","), Path(args.out), args.tag, args.replace)
     use_bed(args.bed, args.rsh, args.hosts)
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         print("bench_tc_bandwidth: needs root (namespaces, tc)", file=sys.stderr)
@@ -507,32 +617,22 @@ def main(argv=None) -> int:
                             bound = physical_bound_s(config, ranks, dim, mbit, got["first_round"],
                                                      got["last_round"])
                             window = window_bound_s(config, ranks, dim, mbit, got["first_round"], got["last_round"])
-                            # the run's own step time: its prediction less the model's wire time
-                            # (the round-by-round bound's arithmetic at the goodput rate)
-                            step = max(0.0, got["predicted_s_per_round"] - bound / TCP_GOODPUT)
-                            row = {"config": config, "ranks": ranks, "dim": dim, "message_bytes": 8 * dim,
-                                   "rate_mbit": mbit, "piece_bytes": piece, **got, "bound_s_per_round": bound,
-                                   "window_bound_s_per_round": window,
-                                   "tcp_s_per_round": tcp,
-                                   "tcp_over_its_bound": tcp / (8 * dim * 8 / (mbit * 1e6)),
-                                   "measured_over_bound": got["measured_s_per_round"] / bound,
-                                   "measured_over_window_bound": got["measured_s_per_round"] / window,
-                                   "step_s_per_round": step,
-                                   "measured_over_bound_plus_step": got["measured_s_per_round"] / (
-                                       window + step),
-                                   "predicted_over_measured": got["predicted_s_per_round"] / got["measured_s_per_round"],
-                                   "measured_over_predicted": got["measured_s_per_round"] / got["predicted_s_per_round"]}
-                            if config.startswith("dsgd"):  # (Teleportation's pattern changes per round)
+                            row = with_ratios({"config": config, "ranks": ranks, "dim": dim,
+                                               "message_bytes": 8 * dim, "rate_mbit": mbit,
+                                               "piece_bytes": piece, **got, "bound_s_per_round": bound,
+                                               "window_bound_s_per_round": window, "tcp_s_per_round": tcp})
+                            if config.startswith("dsgd"):
                                 bare = bare_mpi_s_per_round(python, ranks, 8 * dim, piece)
+                            else:  # (its pattern changes every round: the same rounds' messages)
+                                bare = bare_chain_s_per_round(python, config, ranks, dim, piece,
+                                                              got["first_round"], got["last_round"])
                                 if bare is not None:
-                                    row.update(bare_mpi_s_per_round=bare, bare_over_bound=bare / bound,
-                                               measured_over_bare_plus_step=got["measured_s_per_round"] / (
-                                                   bare + row["step_s_per_round"]))
+                                    row = with_ratios(dict(row, bare_mpi_s_per_round=bare))
                             rows.append(row)
                             save(rows, args, rates, dims, configs)
                             print(f"{got['implementation']:18s} {config:20s} d={dim:7d} {mbit:5.0f} Mbit/s: "
-                                  f"measured {row['measured_s_per_round']:.4f} s/round = x{row['measured_over_window_bound']:.2f}"
-                                  f" the bound {window:.4f} (x{row['measured_over_bound_plus_step']:.2f} bound + step "
+                                  f"measured {row['measured_s_per_round']:.4f} s/round = x{row['measured_over_bound']:.2f}"
+                                  f" the bound {bound:.4f} (x{row['measured_over_bound_plus_step']:.2f} bound + step "
                                   f"{row['step_s_per_round'] * 1e3:.1f} ms); model {row['predicted_s_per_round']:.4f} "
                                   f"(predicted/measured {row['predicted_over_measured']:.2f}); load "
                                   f"{got['load_before']:.1f}-{got['load_after']:.1f}"

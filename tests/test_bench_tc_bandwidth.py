@@ -1,0 +1,81 @@
+"""benchmarks/bench_tc_bandwidth.py's arithmetic, without the test bed: the bare chain moves
+exactly the messages whose bytes the physical bound counts, the ratios are computed from a
+row's seconds, and ``--plot --replace`` draws a re-run case from the last file."""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from helpers import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import bench_tc_bandwidth as bench  # noqa: E402
+
+DIM = 1000
+
+
+def test_the_bare_chain_moves_the_bytes_the_bound_counts():
+    # Teleportation k = 2 over 4 ranks, 2 per host: each round's pairs go from the round's
+    # holders to the next round's, and their host-link bytes are the plan's
+    pairs = bench.round_pairs("teleportation-4-k2", 4, DIM, 0, 12)
+    loads = list(bench.host_link_loads("teleportation-4-k2", 4, DIM, 0, 12))
+    assert len(pairs) == len(loads) == 12
+    for one, links in zip(pairs, loads):
+        assert one and all(s != r for s, r in one)
+        out, into = np.zeros(2), np.zeros(2)
+        for s, r in one:
+            if s // 2 != r // 2:  # crosses the host links
+                out[s // 2] += 8 * DIM
+                into[r // 2] += 8 * DIM
+        assert out.tolist() == links.out_bytes.tolist() and into.tolist() == links.in_bytes.tolist()
+    for t in range(11):  # Alg. 3's chain: a round's senders are the previous round's receivers
+        receivers = {r for _, r in pairs[t]}
+        assert {s for s, _ in pairs[t + 1]} <= receivers | {s for s, _ in pairs[t]}
+    # DSGD on the ring: every rank to both neighbours, every round
+    ring = bench.round_pairs("dsgd-4-ring", 4, DIM, 0, 2)
+    assert ring[0] == ring[1] == [[0, 1], [0, 3], [1, 0], [1, 2], [2, 1], [2, 3], [3, 0], [3, 2]]
+    # the bound: the busier direction of host 0's link, round by round (hand-computed here)
+    busiest = sum(max(one.out_bytes.max(), one.in_bytes.max()) for one in loads)
+    assert bench.physical_bound_s("teleportation-4-k2", 4, DIM, 50, 0, 12) == busiest * 8 / 50e6 / 12
+
+
+def row(**over):
+    base = {"implementation": "openmpi", "config": "dsgd-2", "message_bytes": 500_000, "rate_mbit": 50.0,
+            "measured_s_per_round": 0.1, "predicted_s_per_round": 0.09, "bound_s_per_round": 0.08,
+            "window_bound_s_per_round": 0.05, "tcp_s_per_round": 0.084}
+    return {**base, **over}
+
+
+def test_ratios_come_from_the_seconds():
+    got = bench.with_ratios(row(bare_mpi_s_per_round=0.085, measured_over_bound=9.0))
+    step = 0.09 - 0.08 / bench.TCP_GOODPUT
+    assert got["step_s_per_round"] == step > 0
+    assert got["measured_over_bound"] == 0.1 / 0.08  # (a stale ratio in the row is replaced)
+    assert got["measured_over_window_bound"] == 0.1 / 0.05
+    assert got["measured_over_bound_plus_step"] == 0.1 / (0.08 + step)
+    assert got["predicted_over_measured"] == 0.09 / 0.1
+    assert got["tcp_over_its_bound"] == 0.084 / (500_000 * 8 / 50e6)
+    assert got["bare_over_bound"] == 0.085 / 0.08
+    assert got["measured_over_bare_plus_step"] == 0.1 / (0.085 + step)
+    # a prediction below the wire's own time: no negative step
+    assert bench.with_ratios(row(predicted_s_per_round=0.05))["step_s_per_round"] == 0.0
+    assert "bare_over_bound" not in bench.with_ratios(row())
+
+
+def test_plot_replace_draws_a_rerun_case_from_the_last_file(tmp_path, capsys):
+    first = [row(), row(config="teleportation-4-k2", measured_s_per_round=0.2)]
+    again = [row(config="teleportation-4-k2", measured_s_per_round=0.12, bare_mpi_s_per_round=0.1)]
+    for name, rows in (("a", first), ("b", again)):
+        (tmp_path / f"bench_tc_bandwidth_{name}.json").write_text(json.dumps({"rows": rows}))
+    paths = [str(tmp_path / "bench_tc_bandwidth_a.json"), str(tmp_path / "bench_tc_bandwidth_b.json")]
+    assert bench.plot_results(paths, tmp_path, "both", replace=True) == 0
+    table = capsys.readouterr().out
+    lines = [line for line in table.splitlines() if line.startswith("| 0.5 MB")]
+    assert [line.split(" | ")[3] for line in lines] == ["dsgd-2", "teleportation-4-k2"]
+    assert "| 1.50 |" in lines[1] and "| 1.25 |" in lines[1]  # 0.12 / 0.08, bare 0.1 / 0.08
+    assert (tmp_path / "bench_tc_bandwidth_both.png").stat().st_size > 0
+    # without --replace both files' rows are drawn, told apart by their tags
+    assert bench.plot_results(paths, tmp_path, "each") == 0
+    assert "openmpi (a)" in capsys.readouterr().out
