@@ -76,6 +76,3 @@ def test_plot_replace_draws_a_rerun_case_from_the_last_file(tmp_path, capsys):
     assert [line.split(" | ")[3] for line in lines] == ["dsgd-2", "teleportation-4-k2"]
     assert "| 1.50 |" in lines[1] and "| 1.25 |" in lines[1]  # 0.12 / 0.08, bare 0.1 / 0.08
     assert (tmp_path / "bench_tc_bandwidth_both.png").stat().st_size > 0
-    # without --replace both files' rows are drawn, told apart by their tags
-    assert bench.plot_results(paths, tmp_path, "each") == 0
-    assert "openmpi (a)" in capsys.readouterr().out
