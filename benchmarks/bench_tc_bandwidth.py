@@ -124,6 +124,53 @@ if role == "client":
 """
 
 
+# Plain TCP in a chain: the message crosses host 0 -> host 1, then back, each hop starting
+# when the previous one has been received whole (Teleportation's rounds chain so: a round's
+# senders are the previous round's receivers), one direction of the link busy at a time.
+# The client times hops 4 .. HOPS - 1 (from the end of a receive to the end of a receive).
+TCP_CHAIN = r"""
+import socket, sys, time
+role, addr, nbytes, hops = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if role == "server":
+    ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((addr, 47778)); ls.listen(1); s = ls.accept()[0]
+else:
+    for _ in range(200):
+        try:
+            s = socket.create_connection((addr, 47778)); break
+        except OSError:
+            time.sleep(0.05)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+buf = bytearray(nbytes); view = memoryview(buf)
+mine = 0 if role == "client" else 1
+for h in range(hops):
+    if h % 2 == mine:
+        s.sendall(buf)
+    else:
+        got = 0
+        while got < nbytes:
+            got += s.recv_into(view[got:])
+        if role == "client" and h == 3:
+            t0 = time.perf_counter()
+if role == "client":
+    print((time.perf_counter() - t0) / (hops - 4))
+"""
+
+
+def tcp_chain_s_per_hop(nbytes: int, hops: int = 12) -> float:
+    """Plain TCP, :data:`TCP_CHAIN`: seconds per hop of NBYTES, each hop waiting for the
+    previous one (hops 4 .. HOPS - 1; HOPS even)."""
+    server = subprocess.Popen([*BED, "exec", HOSTS[1], sys.executable, "-c", TCP_CHAIN, "server",
+                               HOSTS[1], str(nbytes), str(hops)], stdout=subprocess.DEVNULL)
+    try:
+        client = subprocess.run([*BED, "exec", HOSTS[0], sys.executable, "-c", TCP_CHAIN, "client",
+                                 HOSTS[1], str(nbytes), str(hops)], capture_output=True, text=True,
+                                timeout=600, check=True)
+    finally:
+        server.wait(timeout=60)
+    return float(client.stdout.strip())
+
+
 def tcp_s_per_round(nbytes: int, rounds: int = 8) -> float:
     """Plain TCP between the two hosts: NBYTES each way at once, seconds per round (mean of
     rounds 2..)."""
@@ -196,22 +243,103 @@ if r == 0:
 """
 
 
-def bare_chain_s_per_round(python: str, config: str, ranks: int, dim: int,
-                           piece_bytes: int | None, first: int, last: int) -> float | None:
-    """Seconds per round of :data:`BARE_CHAIN` over the run's rounds first .. last - 1
-    (rounds 0 .. first - 1 warm up; None: not measured)."""
+def _bare_chain(python: str, ranks: int, nbytes: int, plan: list, warm: int,
+                piece_bytes: int | None = None) -> float | None:
+    """Seconds per round of :data:`BARE_CHAIN` for ``plan`` (a list of rounds of [sender,
+    receiver] pairs; rounds 0 .. warm - 1 warm up; None: not measured)."""
     from mpi_teleport.runtime.transport import PIECE_BYTES
 
     piece = PIECE_BYTES if piece_bytes is None else piece_bytes
-    plan = round_pairs(config, ranks, dim, 0, last)
     try:
-        proc = launch_on_bed(python, ranks, ["-c", BARE_CHAIN, str(8 * dim), str(piece),
-                                             str(ranks // len(HOSTS)), str(first), json.dumps(plan)],
+        proc = launch_on_bed(python, ranks, ["-c", BARE_CHAIN, str(nbytes), str(piece),
+                                             str(max(1, ranks // len(HOSTS))), str(warm), json.dumps(plan)],
                              timeout=600)
     except RuntimeError as exc:
         print(f"bench_tc_bandwidth: bare chain failed: {exc}", file=sys.stderr)
         return None
     return float(proc.stdout.strip().splitlines()[-1])
+
+
+def bare_chain_s_per_round(python: str, config: str, ranks: int, dim: int,
+                           piece_bytes: int | None, first: int, last: int) -> float | None:
+    """Seconds per round of :data:`BARE_CHAIN` over the run's rounds first .. last - 1
+    (rounds 0 .. first - 1 warm up; None: not measured)."""
+    return _bare_chain(python, ranks, 8 * dim, round_pairs(config, ranks, dim, 0, last), first,
+                       piece_bytes)
+
+
+def chains(rates: list[float], dims: list[int], out: Path, tag: str) -> int:
+    """``--chains``: which chained exchanges reach the bound, per rate and size. Plain TCP
+    (:data:`TCP_CHAIN`: one message back and forth, each hop after the previous), MPI on 2
+    ranks (one a host) doing the same, MPI on 4 ranks (two a host) passing one message
+    around 0 -> 2 -> 1 -> 3 (every hop crosses, two ranks idle each hop), and Teleportation's
+    rounds (k = 2 over 4 ranks, :data:`BARE_CHAIN` of the run's plan) with and without their
+    messages within a host. Each over its bound: a hop's bytes / rate, or the rounds'
+    round-by-round bound."""
+    rows = []
+    stem = "bench_tc_bandwidth_chains" + (f"_{tag}" if tag else "")
+    out.mkdir(parents=True, exist_ok=True)
+    config, first, last = "teleportation-4-k2", 5, 20
+    try:
+        for mbit in rates:
+            set_rate(mbit)
+            for dim in dims:
+                nbytes = 8 * dim
+                hop = nbytes * 8 / (mbit * 1e6)
+                hops = 12 if nbytes < 20e6 else 8
+                row = {"rate_mbit": mbit, "message_bytes": nbytes,
+                       "tcp_chain_over_bound": tcp_chain_s_per_hop(nbytes, hops) / hop}
+                ping = [[[0, 1]] if h % 2 == 0 else [[1, 0]] for h in range(hops)]
+                around = [[[r, s]] for r, s in zip([0, 2, 1, 3] * hops, [2, 1, 3, 0] * hops)][:hops]
+                plan = round_pairs(config, 4, dim, 0, last)
+                cross = [[p for p in one if p[0] // 2 != p[1] // 2] for one in plan]
+                bound = physical_bound_s(config, 4, dim, mbit, first, last)
+                for name, python in implementations():
+                    for key, ranks, pl, warm, per in (
+                            ("mpi_2_ranks_chain", 2, ping, 4, hop), ("mpi_4_ranks_one_message", 4, around, 4, hop),
+                            ("teleportation_chain", 4, plan, first, bound),
+                            ("teleportation_chain_cross_host_only", 4, cross, first, bound)):
+                        got = _bare_chain(python, ranks, nbytes, pl, warm)
+                        row[f"{name}_{key}_over_bound"] = None if got is None else got / per
+                rows.append(row)
+                print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
+                      flush=True)
+                with open(out / f"{stem}.csv", "w", newline="") as f:
+                    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+                    writer.writeheader()
+                    writer.writerows(rows)
+                (out / f"{stem}.json").write_text(json.dumps({
+                    "what": chains.__doc__, "tc": f"tbf rate RATE burst {os.environ.get('NETNS_BURST', '64kb')} "
+                    f"latency {os.environ.get('NETNS_QUEUE', '200ms')}", "rows": rows}, indent=1))
+    finally:
+        set_rate(None)
+    plot_chains(rows, out / f"{stem}.png")
+    print(f"bench_tc_bandwidth: wrote {out / stem}.{{csv,json,png}}")
+    return 0
+
+
+def plot_chains(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in rows[0] if k.endswith("_over_bound")]
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(rows) + 3), 5))
+    width = 0.85 / len(keys)
+    for i, key in enumerate(keys):
+        ax.bar([c + i * width for c in range(len(rows))], [r[key] or 0 for r in rows], width,
+               label=key.removesuffix("_over_bound").replace("_", " "))
+    ax.axhline(1.0, color="k", linewidth=0.8)
+    ax.axhline(1.15, color="k", linestyle="--", linewidth=0.8)
+    ax.set_xticks([c + 0.425 - width / 2 for c in range(len(rows))])
+    ax.set_xticklabels([f"{r['message_bytes'] / 1e6:g} MB, {r['rate_mbit']:g} Mbit/s" for r in rows], fontsize=8)
+    ax.set_ylabel("time / physical bound")
+    ax.set_title("chained exchanges on the tc bed: which reach the wire's bound")
+    ax.legend(fontsize=6, ncol=2)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def launch_on_bed(python: str, ranks: int, argv: list[str], timeout: float,
@@ -581,6 +709,10 @@ def main(argv=None) -> int:
                         help="with --plot: a case (implementation, configuration, size, rate) "
                              "in several files is drawn from the last of them (a re-run of some "
                              "cases), instead of once per file")
+    parser.add_argument("--chains", action="store_true",
+                        help="only the chained exchanges (plain TCP, MPI on 2 and 4 ranks, "
+                             "Teleportation's rounds bare) against the bound, at --rates and --dims: "
+                             "bench_tc_bandwidth_chains_TAG.{csv,json,png}")
     args = parser.parse_args(argv)
     if args.plot:
         return plot_results(args.plot.split(","), Path(args.out), args.tag, args.replace)
@@ -592,6 +724,8 @@ def main(argv=None) -> int:
         return 2
     rates = [100.0] if args.quick else [float(r) for r in args.rates.split(",")]
     dims = [62500] if args.quick else [int(d) for d in args.dims.split(",")]
+    if args.chains:
+        return chains(rates, dims, Path(args.out), args.tag)
     configs = {"dsgd-2": CONFIGS["dsgd-2"]} if args.quick else CONFIGS
     if args.configs:
         configs = {c: CONFIGS[c] for c in args.configs.split(",")}

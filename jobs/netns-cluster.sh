@@ -6,7 +6,8 @@
 #   bash jobs/netns-cluster.sh stop             # remove every namespace and link it made
 #   bash jobs/netns-cluster.sh rate RATE        # tc rate limit on every host's link, both
 #                                               # ways (e.g. 200mbit); "off" removes it;
-#                                               # token bucket burst $NETNS_BURST (64kb)
+#                                               # token bucket burst $NETNS_BURST (64kb),
+#                                               # queue $NETNS_QUEUE (200ms of the rate)
 #   bash jobs/netns-cluster.sh exec HOST CMD... # run CMD on a host (its network + hostname)
 #   bash jobs/netns-cluster.sh hosts            # the hosts' addresses, one a line
 #
@@ -82,8 +83,8 @@ rate() {  # tbf on both ends of every host's link: the host's sending and receiv
         tc -n "$h" qdisc del dev eth0 root 2>/dev/null || true
         tc -n "$SW" qdisc del dev "mtp$i-sw" root 2>/dev/null || true
         if [[ "$r" != off ]]; then
-            tc -n "$h" qdisc add dev eth0 root tbf rate "$r" burst "${NETNS_BURST:-64kb}" latency 200ms
-            tc -n "$SW" qdisc add dev "mtp$i-sw" root tbf rate "$r" burst "${NETNS_BURST:-64kb}" latency 200ms
+            tc -n "$h" qdisc add dev eth0 root tbf rate "$r" burst "${NETNS_BURST:-64kb}" latency "${NETNS_QUEUE:-200ms}"
+            tc -n "$SW" qdisc add dev "mtp$i-sw" root tbf rate "$r" burst "${NETNS_BURST:-64kb}" latency "${NETNS_QUEUE:-200ms}"
         fi
     done
     echo "netns-cluster: link rate ${r}"
