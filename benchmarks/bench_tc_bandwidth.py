@@ -98,25 +98,33 @@ TCP_GOODPUT = 1448 / (1514 + 66 / 2)  # payload bytes per byte on a link loaded 
 TCP_EXCHANGE = r"""
 import socket, sys, threading, time
 role, addr, nbytes, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-if role == "server":
-    ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind((addr, 47777)); ls.listen(1); s = ls.accept()[0]
-else:
-    for _ in range(200):
-        try:
-            s = socket.create_connection((addr, 47777)); break
-        except OSError:
-            time.sleep(0.05)
-s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+connections = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+def connect(port):
+    if role == "server":
+        ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind((addr, port)); ls.listen(1); s = ls.accept()[0]
+    else:
+        for _ in range(200):
+            try:
+                s = socket.create_connection((addr, port)); break
+            except OSError:
+                time.sleep(0.05)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+s = connect(47777)
+# two connections: each carries one direction (the client sends on the first), as two
+# pairs of MPI ranks crossing would
+other = connect(47779) if connections == 2 else s
+send_on, recv_on = (s, other) if role == "client" else (other, s)
 out, inb = bytearray(nbytes), bytearray(nbytes)
 def fill():
     v, got = memoryview(inb), 0
     while got < nbytes:
-        got += s.recv_into(v[got:])
+        got += recv_on.recv_into(v[got:])
 times = []
 for r in range(rounds):
     t0 = time.perf_counter()
-    th = threading.Thread(target=fill); th.start(); s.sendall(out); th.join()
+    th = threading.Thread(target=fill); th.start(); send_on.sendall(out); th.join()
     times.append(time.perf_counter() - t0)
     s.sendall(b"x"); s.recv(1)
 if role == "client":
@@ -171,14 +179,16 @@ def tcp_chain_s_per_hop(nbytes: int, hops: int = 12) -> float:
     return float(client.stdout.strip())
 
 
-def tcp_s_per_round(nbytes: int, rounds: int = 8) -> float:
+def tcp_s_per_round(nbytes: int, rounds: int = 8, connections: int = 1) -> float:
     """Plain TCP between the two hosts: NBYTES each way at once, seconds per round (mean of
-    rounds 2..)."""
+    rounds 2..), both directions on one connection or (``connections=2``) one a direction."""
     server = subprocess.Popen([*BED, "exec", HOSTS[1], sys.executable, "-c", TCP_EXCHANGE, "server",
-                               HOSTS[1], str(nbytes), str(rounds)], stdout=subprocess.DEVNULL)
+                               HOSTS[1], str(nbytes), str(rounds), str(connections)],
+                              stdout=subprocess.DEVNULL)
     try:
         client = subprocess.run([*BED, "exec", HOSTS[0], sys.executable, "-c", TCP_EXCHANGE, "client",
-                                 HOSTS[1], str(nbytes), str(rounds)], capture_output=True, text=True,
+                                 HOSTS[1], str(nbytes), str(rounds), str(connections)],
+                                capture_output=True, text=True,
                                 timeout=300, check=True)
     finally:
         server.wait(timeout=60)
@@ -270,7 +280,8 @@ def bare_chain_s_per_round(python: str, config: str, ranks: int, dim: int,
 
 def chains(rates: list[float], dims: list[int], out: Path, tag: str) -> int:
     """``--chains``: which chained exchanges reach the bound, per rate and size. Plain TCP
-    (:data:`TCP_CHAIN`: one message back and forth, each hop after the previous), MPI on 2
+    (:data:`TCP_CHAIN`: one message back and forth, each hop after the previous; and, for
+    comparison, both ways at once on one connection or on two, one a direction), MPI on 2
     ranks (one a host) doing the same, MPI on 4 ranks (two a host) passing one message
     around 0 -> 2 -> 1 -> 3 (every hop crosses, two ranks idle each hop), and Teleportation's
     rounds (k = 2 over 4 ranks, :data:`BARE_CHAIN` of the run's plan) with and without their
@@ -289,6 +300,9 @@ def chains(rates: list[float], dims: list[int], out: Path, tag: str) -> int:
                 hops = 12 if nbytes < 20e6 else 8
                 row = {"rate_mbit": mbit, "message_bytes": nbytes,
                        "tcp_chain_over_bound": tcp_chain_s_per_hop(nbytes, hops) / hop}
+                for connections in (1, 2):  # both ways at once (the bound: one message's time)
+                    row[f"tcp_both_ways_{connections}_connection{'s' * (connections - 1)}_over_bound"] = (
+                        tcp_s_per_round(nbytes, hops, connections) / hop)
                 ping = [[[0, 1]] if h % 2 == 0 else [[1, 0]] for h in range(hops)]
                 around = [[[r, s]] for r, s in zip([0, 2, 1, 3] * hops, [2, 1, 3, 0] * hops)][:hops]
                 plan = round_pairs(config, 4, dim, 0, last)
