@@ -2,6 +2,7 @@
 
 Simulator, Algorithm 3 (overlap) and Algorithm 1 (simple) must produce bit-identical
 errors in float64; DSGD over MPI must equal the simulator's DSGD likewise."""
+import os
 import time
 
 import pytest
@@ -87,6 +88,29 @@ def test_bad_flags_under_mpi_one_line_exit_2(mpirun, flags, fragment):
     ours = [line for line in proc.stderr.splitlines() if "mpi_teleport.run: error:" in line]
     assert len(ours) == 1 and fragment in ours[0]  # printed by rank 0 only
     assert "Traceback" not in proc.stderr
+
+
+def test_time_s_counts_until_every_rank_has_finished_the_round(tmp_path, mpirun):
+    # Alg. 3, n = 4, k = 2: pick a round r whose holders, and round r - 1's, leave out rank 0
+    # (the root, which writes time_s), and make a holder of round r - 1 step 1 s late. The
+    # root has nothing to do in either round and reaches the record of round r at once;
+    # round r is not over until the late node's y has reached round r's holders, so the
+    # record must count that second (it once read the root's own clock and did not)
+    from mpi_teleport.core.schedule import holders
+
+    rosters = [set(holders(0, 4, 2, t).tolist()) for t in range(40)]
+    r = next(t for t in range(2, 40) if 0 not in rosters[t - 1] | rosters[t])
+    late = min(rosters[r - 1])
+    flags = ["--algorithm", "teleportation", "--k", "2", "--rounds", str(r + 1), "--log-every", "1",
+             "--progress", "off"]
+    proc = mpirun(4, ["tests/scripts/late_rank.py", *flags, "--out", str(tmp_path / "mpi")], timeout=120,
+                  env={**os.environ, "LATE_NODE": str(late), "LATE_ROUND": str(r - 1), "LATE_S": "1.0"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = read_jsonl(tmp_path / "mpi" / "metrics.jsonl")
+    by_round = {rec["round"]: rec["time_s"] for rec in records}
+    assert by_round[r] - by_round[r - 1] >= 0.9, (r, late, by_round)
+    assert sim_main(["--nodes", "4", *flags, "--out", str(tmp_path / "sim")]) == 0
+    assert without_time(records) == without_time(read_jsonl(tmp_path / "sim" / "metrics.jsonl"))
 
 
 def test_non_finite_loss_under_mpi(mpirun):
