@@ -95,10 +95,11 @@ CONFIGS = {  # name -> (ranks, flags)
 
 
 TCP_GOODPUT = 1448 / (1514 + 66 / 2)  # payload bytes per byte on a link loaded both ways
-TCP_EXCHANGE = r"""
+# The two plain-TCP scripts below start with this: argv role (server, client), the server's
+# address, the message's bytes, a count; connect(port) is one TCP_NODELAY connection.
+_TCP_CONNECT = r"""
 import socket, sys, threading, time
-role, addr, nbytes, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-connections = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+role, addr, nbytes, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 def connect(port):
     if role == "server":
         ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -111,6 +112,9 @@ def connect(port):
                 time.sleep(0.05)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
+"""
+TCP_EXCHANGE = _TCP_CONNECT + r"""
+rounds, connections = count, int(sys.argv[5]) if len(sys.argv) > 5 else 1
 s = connect(47777)
 # two connections: each carries one direction (the client sends on the first), as two
 # pairs of MPI ranks crossing would
@@ -136,19 +140,8 @@ if role == "client":
 # when the previous one has been received whole (Teleportation's rounds chain so: a round's
 # senders are the previous round's receivers), one direction of the link busy at a time.
 # The client times hops 4 .. HOPS - 1 (from the end of a receive to the end of a receive).
-TCP_CHAIN = r"""
-import socket, sys, time
-role, addr, nbytes, hops = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-if role == "server":
-    ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind((addr, 47778)); ls.listen(1); s = ls.accept()[0]
-else:
-    for _ in range(200):
-        try:
-            s = socket.create_connection((addr, 47778)); break
-        except OSError:
-            time.sleep(0.05)
-s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+TCP_CHAIN = _TCP_CONNECT + r"""
+hops, s = count, connect(47778)
 buf = bytearray(nbytes); view = memoryview(buf)
 mine = 0 if role == "client" else 1
 for h in range(hops):
@@ -165,34 +158,30 @@ if role == "client":
 """
 
 
-def tcp_chain_s_per_hop(nbytes: int, hops: int = 12) -> float:
-    """Plain TCP, :data:`TCP_CHAIN`: seconds per hop of NBYTES, each hop waiting for the
-    previous one (hops 4 .. HOPS - 1; HOPS even)."""
-    server = subprocess.Popen([*BED, "exec", HOSTS[1], sys.executable, "-c", TCP_CHAIN, "server",
-                               HOSTS[1], str(nbytes), str(hops)], stdout=subprocess.DEVNULL)
+def _tcp_pair(script: str, nbytes: int, count: int, *extra: str, timeout: float = 300) -> float:
+    """``script`` (a plain-TCP script: :data:`_TCP_CONNECT`'s arguments, then ``extra``) as
+    the server on the bed's second host and the client on the first; the client's number."""
+    args = [HOSTS[1], str(nbytes), str(count), *extra]
+    server = subprocess.Popen([*BED, "exec", HOSTS[1], sys.executable, "-c", script, "server", *args],
+                              stdout=subprocess.DEVNULL)
     try:
-        client = subprocess.run([*BED, "exec", HOSTS[0], sys.executable, "-c", TCP_CHAIN, "client",
-                                 HOSTS[1], str(nbytes), str(hops)], capture_output=True, text=True,
-                                timeout=600, check=True)
+        client = subprocess.run([*BED, "exec", HOSTS[0], sys.executable, "-c", script, "client", *args],
+                                capture_output=True, text=True, timeout=timeout, check=True)
     finally:
         server.wait(timeout=60)
     return float(client.stdout.strip())
+
+
+def tcp_chain_s_per_hop(nbytes: int, hops: int = 12) -> float:
+    """Plain TCP, :data:`TCP_CHAIN`: seconds per hop of NBYTES, each hop waiting for the
+    previous one (hops 4 .. HOPS - 1; HOPS even)."""
+    return _tcp_pair(TCP_CHAIN, nbytes, hops, timeout=600)
 
 
 def tcp_s_per_round(nbytes: int, rounds: int = 8, connections: int = 1) -> float:
     """Plain TCP between the two hosts: NBYTES each way at once, seconds per round (mean of
     rounds 2..), both directions on one connection or (``connections=2``) one a direction."""
-    server = subprocess.Popen([*BED, "exec", HOSTS[1], sys.executable, "-c", TCP_EXCHANGE, "server",
-                               HOSTS[1], str(nbytes), str(rounds), str(connections)],
-                              stdout=subprocess.DEVNULL)
-    try:
-        client = subprocess.run([*BED, "exec", HOSTS[0], sys.executable, "-c", TCP_EXCHANGE, "client",
-                                 HOSTS[1], str(nbytes), str(rounds), str(connections)],
-                                capture_output=True, text=True,
-                                timeout=300, check=True)
-    finally:
-        server.wait(timeout=60)
-    return float(client.stdout.strip())
+    return _tcp_pair(TCP_EXCHANGE, nbytes, rounds, str(connections))
 
 
 # The same bytes with bare mpi4py: every rank exchanges NBYTES with its ring neighbours at
@@ -278,6 +267,34 @@ def bare_chain_s_per_round(python: str, config: str, ranks: int, dim: int,
                        piece_bytes)
 
 
+def bare_s_per_round(python: str, config: str, ranks: int, dim: int, piece_bytes: int | None,
+                     first: int, last: int) -> float | None:
+    """The case's bare MPI exchange, seconds per round: DSGD's ring exchange back to back
+    (:data:`BARE_EXCHANGE`), Teleportation's own rounds chained (:data:`BARE_CHAIN`, rounds
+    first .. last - 1: its pattern changes every round)."""
+    if config.startswith("dsgd"):
+        return bare_mpi_s_per_round(python, ranks, 8 * dim, piece_bytes)
+    return bare_chain_s_per_round(python, config, ranks, dim, piece_bytes, first, last)
+
+
+def tc_setting() -> str:
+    """The bed's ``tc`` on every host link (jobs/netns-cluster.sh rate, with this
+    process's NETNS_BURST and NETNS_QUEUE, which the script reads)."""
+    return (f"tbf rate RATE burst {os.environ.get('NETNS_BURST', '64kb')} latency "
+            f"{os.environ.get('NETNS_QUEUE', '200ms')} on both ends of every host's veth")
+
+
+def write_rows(out: Path, stem: str, rows: list[dict], about: dict) -> None:
+    """``rows`` as STEM.csv (every key of any row a column) and STEM.json (``about`` and
+    the rows), in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{stem}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)), restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / f"{stem}.json").write_text(json.dumps({**about, "rows": rows}, indent=1))
+
+
 def chains(rates: list[float], dims: list[int], out: Path, tag: str) -> int:
     """``--chains``: which chained exchanges reach the bound, per rate and size. Plain TCP
     (:data:`TCP_CHAIN`: one message back and forth, each hop after the previous; and, for
@@ -289,7 +306,6 @@ def chains(rates: list[float], dims: list[int], out: Path, tag: str) -> int:
     round-by-round bound."""
     rows = []
     stem = "bench_tc_bandwidth_chains" + (f"_{tag}" if tag else "")
-    out.mkdir(parents=True, exist_ok=True)
     config, first, last = "teleportation-4-k2", 5, 20
     try:
         for mbit in rates:
@@ -318,13 +334,7 @@ def chains(rates: list[float], dims: list[int], out: Path, tag: str) -> int:
                 rows.append(row)
                 print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
                       flush=True)
-                with open(out / f"{stem}.csv", "w", newline="") as f:
-                    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-                    writer.writeheader()
-                    writer.writerows(rows)
-                (out / f"{stem}.json").write_text(json.dumps({
-                    "what": chains.__doc__, "tc": f"tbf rate RATE burst {os.environ.get('NETNS_BURST', '64kb')} "
-                    f"latency {os.environ.get('NETNS_QUEUE', '200ms')}", "rows": rows}, indent=1))
+                write_rows(out, stem, rows, {"what": chains.__doc__, "tc": tc_setting()})
     finally:
         set_rate(None)
     plot_chains(rows, out / f"{stem}.png")
@@ -612,23 +622,17 @@ def plot(rows: list[dict], path: Path) -> None:
 def save(rows: list[dict], args, rates, dims, configs) -> tuple[Path, str]:
     """The rows so far as CSV and JSON (after every run: a sweep cut short keeps them)."""
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = ("bench_tc_bandwidth" + ("_quick" if args.quick else "") + ("_openmpi_eager" if args.openmpi_eager else "")
             + (f"_{args.tag}" if args.tag else ""))
-    with open(out / f"{stem}.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)), restval="")
-        writer.writeheader()
-        writer.writerows(rows)
-    (out / f"{stem}.json").write_text(json.dumps({
+    write_rows(out, stem, rows, {
         "what": "seconds per round over tc-limited links (2 namespace hosts) vs the physical bound "
                 "(busiest host link's bytes / rate) and the latency layer's bw:RATE,hosts:R model "
                 "(virtual clock: measured compute + shared host links)",
         "rounds": args.rounds, "rates_mbit": rates, "model_bw_over_rate": TCP_GOODPUT,
         "openmpi_env": EAGER_1MIB if args.openmpi_eager else {}, "dims": dims, "configs": {k: v[1] for k, v in configs.items()},
-        "tc": "tbf rate RATE burst 64kb latency 200ms on both ends of every host's veth",
+        "tc": tc_setting(),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "load_average_at_end": os.getloadavg()},
-        "rows": rows}, indent=1))
+                    "load_average_at_end": os.getloadavg()}})
     return out, stem
 
 
@@ -769,13 +773,10 @@ def main(argv=None) -> int:
                                                "message_bytes": 8 * dim, "rate_mbit": mbit,
                                                "piece_bytes": piece, **got, "bound_s_per_round": bound,
                                                "window_bound_s_per_round": window, "tcp_s_per_round": tcp})
-                            if config.startswith("dsgd"):
-                                bare = bare_mpi_s_per_round(python, ranks, 8 * dim, piece)
-                            else:  # (its pattern changes every round: the same rounds' messages)
-                                bare = bare_chain_s_per_round(python, config, ranks, dim, piece,
-                                                              got["first_round"], got["last_round"])
-                                if bare is not None:
-                                    row = with_ratios(dict(row, bare_mpi_s_per_round=bare))
+                            bare = bare_s_per_round(python, config, ranks, dim, piece,
+                                                    got["first_round"], got["last_round"])
+                            if bare is not None:
+                                row = with_ratios(dict(row, bare_mpi_s_per_round=bare))
                             rows.append(row)
                             save(rows, args, rates, dims, configs)
                             print(f"{got['implementation']:18s} {config:20s} d={dim:7d} {mbit:5.0f} Mbit/s: "

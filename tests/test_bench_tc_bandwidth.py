@@ -76,3 +76,24 @@ def test_plot_replace_draws_a_rerun_case_from_the_last_file(tmp_path, capsys):
     assert [line.split(" | ")[3] for line in lines] == ["dsgd-2", "teleportation-4-k2"]
     assert "| 1.50 |" in lines[1] and "| 1.25 |" in lines[1]  # 0.12 / 0.08, bare 0.1 / 0.08
     assert (tmp_path / "bench_tc_bandwidth_both.png").stat().st_size > 0
+
+
+def test_every_case_gets_its_bare_exchange(monkeypatch):
+    # DSGD: the ring exchange back to back; Teleportation: its own rounds chained
+    calls = []
+    monkeypatch.setattr(bench, "bare_mpi_s_per_round", lambda *a: calls.append(("ring", a)) or 1.0)
+    monkeypatch.setattr(bench, "bare_chain_s_per_round", lambda *a: calls.append(("chain", a)) or 2.0)
+    assert bench.bare_s_per_round("py", "dsgd-4-ring", 4, DIM, None, 5, 20) == 1.0
+    assert bench.bare_s_per_round("py", "teleportation-4-k2", 4, DIM, None, 5, 20) == 2.0
+    assert calls == [("ring", ("py", 4, 8 * DIM, None)),
+                     ("chain", ("py", "teleportation-4-k2", 4, DIM, None, 5, 20))]
+
+
+def test_rows_are_written_with_every_key_and_the_tc_setting(tmp_path, monkeypatch):
+    monkeypatch.setenv("NETNS_QUEUE", "20ms")
+    monkeypatch.delenv("NETNS_BURST", raising=False)
+    bench.write_rows(tmp_path, "x", [{"a": 1}, {"a": 2, "b": 3}], {"tc": bench.tc_setting()})
+    assert (tmp_path / "x.csv").read_text().splitlines() == ["a,b", "1,", "2,3"]
+    saved = json.loads((tmp_path / "x.json").read_text())
+    assert saved["rows"] == [{"a": 1}, {"a": 2, "b": 3}]
+    assert "burst 64kb latency 20ms" in saved["tc"]
