@@ -53,7 +53,13 @@ each host's link, which the model, with independent links, does not know), and
 Teleportation with 4 ranks and k = 2 (tokens hop between hosts in some rounds only).
 
 ``--plot a.json,b.json:mpich --tag T``: no runs, the rows of earlier results in one figure
-and a markdown table (bench_tc_bandwidth_T.png; ``:IMPL`` keeps one implementation's rows).
+and a markdown table (bench_tc_bandwidth_T.png; ``:IMPL`` keeps one implementation's rows;
+``--replace``: a case in several files is drawn from the last one, a re-run).
+
+``--chains --rates R --dims D --tag T``: no mpi_teleport runs; which chained exchanges reach
+the bound (plain TCP, MPI on 2 and 4 ranks, Teleportation's rounds bare: :func:`chains`),
+bench_tc_bandwidth_chains_T.{csv,json,png}. The bed's token bucket and queue follow
+NETNS_BURST and NETNS_QUEUE (jobs/netns-cluster.sh); the results record them.
 
 ``--openmpi-eager``: Open MPI only, with its TCP eager limit raised to 1 MiB (messages up
 to 1 MiB go without the rendezvous handshake whose small control messages otherwise queue
