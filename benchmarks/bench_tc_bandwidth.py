@@ -284,10 +284,13 @@ def bare_s_per_round(python: str, config: str, ranks: int, dim: int, piece_bytes
 
 
 def tc_setting() -> str:
-    """The bed's ``tc`` on every host link (jobs/netns-cluster.sh rate, with this
-    process's NETNS_BURST and NETNS_QUEUE, which the script reads)."""
-    return (f"tbf rate RATE burst {os.environ.get('NETNS_BURST', '64kb')} latency "
-            f"{os.environ.get('NETNS_QUEUE', '200ms')} on both ends of every host's veth")
+    """The bed's shaping of every host link (jobs/netns-cluster.sh rate, with this
+    process's NETNS_SHAPER, NETNS_BURST and NETNS_QUEUE, which the script reads)."""
+    burst, queue = os.environ.get("NETNS_BURST", "64kb"), os.environ.get("NETNS_QUEUE", "200ms")
+    if os.environ.get("NETNS_SHAPER", "htb") == "tbf":
+        return f"tbf rate RATE burst {burst} latency {queue} on both ends of every host's veth"
+    return (f"htb rate RATE burst {burst}, a {queue} byte FIFO, packets under 128 bytes first, "
+            "on both ends of every host's veth")
 
 
 def write_rows(out: Path, stem: str, rows: list[dict], about: dict) -> None:

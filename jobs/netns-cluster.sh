@@ -6,8 +6,10 @@
 #   bash jobs/netns-cluster.sh stop             # remove every namespace and link it made
 #   bash jobs/netns-cluster.sh rate RATE        # tc rate limit on every host's link, both
 #                                               # ways (e.g. 200mbit); "off" removes it;
-#                                               # token bucket burst $NETNS_BURST (64kb),
-#                                               # queue $NETNS_QUEUE (200ms of the rate)
+#                                               # htb, burst $NETNS_BURST (64kb), queue
+#                                               # $NETNS_QUEUE (200ms of the rate), packets
+#                                               # under 128 bytes first; NETNS_SHAPER=tbf:
+#                                               # the older token bucket
 #   bash jobs/netns-cluster.sh exec HOST CMD... # run CMD on a host (its network + hostname)
 #   bash jobs/netns-cluster.sh hosts            # the hosts' addresses, one a line
 #
@@ -76,15 +78,55 @@ status() {
     echo "netns-cluster: $n hosts up: $(hosts | tr '\n' ' ')"
 }
 
-rate() {  # tbf on both ends of every host's link: the host's sending and receiving
+# RATE and NETNS_QUEUE in bits per second and seconds (tc's units: 100mbit, 1gbit, 200ms)
+bits_of() { awk -v v="$1" 'BEGIN { n = v + 0; u = tolower(substr(v, length(n "") + 1));
+    m["bit"] = 1; m["kbit"] = 1e3; m["mbit"] = 1e6; m["gbit"] = 1e9; m["bps"] = 8; m["kbps"] = 8e3; m["mbps"] = 8e6; m["gbps"] = 8e9
+    if (!(u in m) || n <= 0) exit 1; printf "%d", n * m[u] }'; }
+seconds_of() { awk -v v="$1" 'BEGIN { n = v + 0; u = substr(v, length(n "") + 1);
+    m["s"] = 1; m["ms"] = 1e-3; m["us"] = 1e-6; if (!(u in m) || n <= 0) exit 1; printf "%.6f", n * m[u] }'; }
+
+# One end of a host's link, shaped to BITS bit/s. htb, not tbf: tbf cuts every GSO packet
+# larger than its bucket into 1514-byte frames, and forwarding those one by one through the
+# veths and the bridge took 0.9 of this machine's 2 cores for one 400 Mbit/s flow and 1.6
+# for one each way (softirq 37 % and 63 %), CPU the ranks need; htb charges a GSO packet's
+# frames and headers whole (softirq 1 %). Packets under 128 bytes (TCP's acknowledgements,
+# small control messages) leave first: a host's NIC sends at line speed and Linux's default
+# queueing (fq_codel) keeps flows apart, so one connection's ACKs never wait behind another
+# connection's data on a deep queue; with one FIFO they did, and of two messages crossing
+# the link one each way, one took up to 2x its time (jobs/README.md, "The bed's link").
+# NETNS_SHAPER=tbf: the token bucket the bed used before (one FIFO, frames cut).
+shape() {
+    local ns="$1" dev="$2" r="$3" bits queue burst="${NETNS_BURST:-64kb}"
+    if [[ "${NETNS_SHAPER:-htb}" == tbf ]]; then
+        tc -n "$ns" qdisc add dev "$dev" root tbf rate "$r" burst "$burst" latency "${NETNS_QUEUE:-200ms}"
+        return
+    fi
+    [[ "${NETNS_SHAPER:-htb}" == htb ]] || die "NETNS_SHAPER must be htb or tbf, not ${NETNS_SHAPER}"
+    bits="$(bits_of "$r")" || die "rate $r: give bits per second as tc does (100mbit, 1gbit)"
+    queue="$(seconds_of "${NETNS_QUEUE:-200ms}")" || die "NETNS_QUEUE ${NETNS_QUEUE}: give a time (200ms)"
+    queue="$(awk -v b="$bits" -v q="$queue" 'BEGIN { x = b / 8 * q; printf "%d", (x < 65536 ? 65536 : x) }')"
+    tc -n "$ns" qdisc add dev "$dev" root handle 1: htb default 20
+    tc -n "$ns" class add dev "$dev" parent 1: classid 1:1 htb rate "${bits}bit" ceil "${bits}bit" \
+        burst "$burst" cburst "$burst" quantum 60000
+    tc -n "$ns" class add dev "$dev" parent 1:1 classid 1:10 htb rate "$((bits / 10))bit" \
+        ceil "${bits}bit" burst "$burst" cburst "$burst" prio 0 quantum 60000
+    tc -n "$ns" class add dev "$dev" parent 1:1 classid 1:20 htb rate "$((bits - bits / 10))bit" \
+        ceil "${bits}bit" burst "$burst" cburst "$burst" prio 1 quantum 60000
+    tc -n "$ns" qdisc add dev "$dev" parent 1:10 bfifo limit "$queue"
+    tc -n "$ns" qdisc add dev "$dev" parent 1:20 bfifo limit "$queue"
+    # IPv4 total length (bytes 2-3 of the header) under 128
+    tc -n "$ns" filter add dev "$dev" parent 1: protocol ip prio 1 u32 match u16 0x0000 0xff80 at 2 flowid 1:10
+}
+
+rate() {  # both ends of every host's link: the host's sending and receiving
     local r="$1" h i
     for h in $(hosts); do
         i="$(index_of "$h")"
         tc -n "$h" qdisc del dev eth0 root 2>/dev/null || true
         tc -n "$SW" qdisc del dev "mtp$i-sw" root 2>/dev/null || true
         if [[ "$r" != off ]]; then
-            tc -n "$h" qdisc add dev eth0 root tbf rate "$r" burst "${NETNS_BURST:-64kb}" latency "${NETNS_QUEUE:-200ms}"
-            tc -n "$SW" qdisc add dev "mtp$i-sw" root tbf rate "$r" burst "${NETNS_BURST:-64kb}" latency "${NETNS_QUEUE:-200ms}"
+            shape "$h" eth0 "$r"
+            shape "$SW" "mtp$i-sw" "$r"
         fi
     done
     echo "netns-cluster: link rate ${r}"

@@ -92,8 +92,11 @@ def test_every_case_gets_its_bare_exchange(monkeypatch):
 def test_rows_are_written_with_every_key_and_the_tc_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("NETNS_QUEUE", "20ms")
     monkeypatch.delenv("NETNS_BURST", raising=False)
+    monkeypatch.delenv("NETNS_SHAPER", raising=False)
     bench.write_rows(tmp_path, "x", [{"a": 1}, {"a": 2, "b": 3}], {"tc": bench.tc_setting()})
     assert (tmp_path / "x.csv").read_text().splitlines() == ["a,b", "1,", "2,3"]
     saved = json.loads((tmp_path / "x.json").read_text())
     assert saved["rows"] == [{"a": 1}, {"a": 2, "b": 3}]
-    assert "burst 64kb latency 20ms" in saved["tc"]
+    assert saved["tc"].startswith("htb rate RATE burst 64kb, a 20ms byte FIFO")
+    monkeypatch.setenv("NETNS_SHAPER", "tbf")  # the older token bucket
+    assert "tbf rate RATE burst 64kb latency 20ms" in bench.tc_setting()
