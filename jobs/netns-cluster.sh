@@ -79,10 +79,10 @@ status() {
 }
 
 # RATE and NETNS_QUEUE in bits per second and seconds (tc's units: 100mbit, 1gbit, 200ms)
-bits_of() { awk -v v="$1" 'BEGIN { n = v + 0; u = tolower(substr(v, length(n "") + 1));
+bits_of() { awk -v v="$1" 'BEGIN { match(v, /^[0-9]*\.?[0-9]+/); n = substr(v, 1, RLENGTH) + 0; u = tolower(substr(v, RLENGTH + 1));
     m["bit"] = 1; m["kbit"] = 1e3; m["mbit"] = 1e6; m["gbit"] = 1e9; m["bps"] = 8; m["kbps"] = 8e3; m["mbps"] = 8e6; m["gbps"] = 8e9
     if (!(u in m) || n <= 0) exit 1; printf "%d", n * m[u] }'; }
-seconds_of() { awk -v v="$1" 'BEGIN { n = v + 0; u = substr(v, length(n "") + 1);
+seconds_of() { awk -v v="$1" 'BEGIN { match(v, /^[0-9]*\.?[0-9]+/); n = substr(v, 1, RLENGTH) + 0; u = substr(v, RLENGTH + 1);
     m["s"] = 1; m["ms"] = 1e-3; m["us"] = 1e-6; if (!(u in m) || n <= 0) exit 1; printf "%.6f", n * m[u] }'; }
 
 # One end of a host's link, shaped to BITS bit/s. htb, not tbf: tbf cuts every GSO packet

@@ -248,3 +248,29 @@ def test_sigterm_checkpoint_and_resume_on_two_hosts_equal_an_uninterrupted_run(b
     common[common.index("--rounds") + 1] = str(r + 100)
     assert sim_main(["--nodes", "4", *common, "--out", str(tmp_path / "sim")]) == 0
     assert numbers(out / "metrics.jsonl") == numbers(tmp_path / "sim" / "metrics.jsonl")
+
+
+def test_rate_shapes_both_ends_of_every_link_small_packets_first(bed):
+    # jobs/netns-cluster.sh rate: htb on both ends of each host's link (the host's eth0 and
+    # the switch's port), packets under 128 bytes in a class served first; a bad rate is
+    # refused in one line; NETNS_SHAPER=tbf is the older token bucket
+    def show(ns, dev, what="class"):
+        return subprocess.run(["tc", "-n", ns, what, "show", "dev", dev], capture_output=True,
+                              text=True, check=True).stdout
+    try:
+        subprocess.run([*BED, "rate", "100.0mbit"], capture_output=True, check=True, timeout=60)
+        for ns, dev in (("mtp-h0", "eth0"), ("mtp-h1", "eth0"), ("mtp-sw", "mtp0-sw"), ("mtp-sw", "mtp1-sw")):
+            classes = show(ns, dev)
+            assert "class htb 1:1 root rate 100Mbit ceil 100Mbit" in classes
+            assert "prio 0 rate 10Mbit ceil 100Mbit" in classes and "prio 1 rate 90Mbit ceil 100Mbit" in classes
+            assert "flowid 1:10" in show(ns, dev, "filter")
+        bad = subprocess.run([*BED, "rate", "12furlongs"], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 1
+        assert bad.stderr.strip().splitlines() == [
+            "netns-cluster: rate 12furlongs: give bits per second as tc does (100mbit, 1gbit)"]
+        subprocess.run([*BED, "rate", "100mbit"], capture_output=True, check=True, timeout=60,
+                       env={**os.environ, "NETNS_SHAPER": "tbf"})
+        assert "qdisc tbf" in show("mtp-h1", "eth0", "qdisc")
+    finally:
+        subprocess.run([*BED, "rate", "off"], capture_output=True, timeout=60)
+    assert "htb" not in show("mtp-h0", "eth0", "qdisc")
