@@ -382,8 +382,11 @@ def launch_on_bed(python: str, ranks: int, argv: list[str], timeout: float,
     each host's first rank to core 0, and the bed's hosts share this machine's cores, so
     every host's rank 0 would share one core (``--report-bindings``: both "bound to
     package[0][core:L0]"; 2 MB each way at 1000 Mbit/s 37 ms bound, 23-29 ms not). On real
-    hosts binding is right. (Yielding when idle, ``mpi_yield_when_idle 1``, was tried and
-    not kept: jobs/README, "Every case, the next step's noise drawn while waiting".)"""
+    hosts binding is right. And it yields when idle (``mpi_yield_when_idle 1``): each host
+    shows it 2 cores, but the bed's 4 ranks share 2, and four busy-polling ranks kept the
+    active ones off the cores (Teleportation's rounds bare, 0.5 MB at 1000 Mbit/s: x1.26-1.58
+    the bound polling, x1.02-1.06 yielding; jobs/README, "The bed's link"). On a cluster
+    with a core per rank polling is right."""
     mpirun = find_mpirun(python)
     flavor = flavor_of_launcher(mpirun)
     env = mpi_env(flavor=flavor)
@@ -395,7 +398,7 @@ def launch_on_bed(python: str, ranks: int, argv: list[str], timeout: float,
     cmd = mpirun_command(ranks, [python, *argv], mpirun, flavor,
                          hosts=",".join(f"{h}:{per_host}" for h in HOSTS), rsh_agent=AGENT, env=env)
     if flavor.name == "openmpi":
-        cmd[1:1] = ["--bind-to", "none"]
+        cmd[1:1] = ["--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
     proc = subprocess.run([*BED, "exec", HOSTS[0], *cmd], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:
