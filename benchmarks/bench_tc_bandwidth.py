@@ -178,6 +178,80 @@ def _tcp_pair(script: str, nbytes: int, count: int, *extra: str, timeout: float 
     return float(client.stdout.strip())
 
 
+# Teleportation's rounds over plain TCP (no MPI): process RANK of N (PER_HOST a host) keeps
+# one connection to every other, and per round starts a thread per message of its own
+# (receive, or sendall of NBYTES) and joins them (Algorithm 3's chain, as BARE_CHAIN
+# without MPI). Every message is stamped on the monotonic clock, which the bed's hosts
+# share (one kernel): ("send", round, src, dst, called, returned) and ("recv", round, src,
+# dst, first byte, last byte). Rank 0 prints the seconds per round of rounds WARM..; every
+# rank prints "EV" and its stamps as JSON.
+TCP_ROUNDS = r"""
+import json, socket, struct, sys, threading, time
+rank, n, per_host, nbytes, warm = (int(a) for a in sys.argv[1:6])
+plan, hosts = json.loads(sys.argv[6]), sys.argv[7].split(",")
+addr = lambda r: hosts[r // per_host]
+conns, stamps = {}, []
+ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind((addr(rank), 48100 + rank)); ls.listen(n)
+for p in range(rank):  # connect to the lower ranks, accept the higher
+    for _ in range(400):
+        try:
+            s = socket.create_connection((addr(p), 48100 + p)); break
+        except OSError:
+            time.sleep(0.05)
+    s.sendall(struct.pack("i", rank)); conns[p] = s
+for _ in range(n - 1 - rank):
+    s = ls.accept()[0]; conns[struct.unpack("i", s.recv(4, socket.MSG_WAITALL))[0]] = s
+for s in conns.values():
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+out, ins = bytearray(nbytes), {p: bytearray(nbytes) for p in conns}
+def recv(t, p):
+    view, got, first = memoryview(ins[p]), 0, None
+    while got < nbytes:
+        got += conns[p].recv_into(view[got:])
+        first = first or time.monotonic()
+    stamps.append(("recv", t, p, rank, first, time.monotonic()))
+def send(t, d):
+    called = time.monotonic(); conns[d].sendall(out)
+    stamps.append(("send", t, rank, d, called, time.monotonic()))
+def barrier():
+    if rank == 0:
+        for p in conns: conns[p].recv(1, socket.MSG_WAITALL)
+        for p in conns: conns[p].sendall(b"b")
+    else:
+        conns[0].sendall(b"b"); conns[0].recv(1, socket.MSG_WAITALL)
+def one(t):
+    threads = [threading.Thread(target=recv, args=(t, s)) for s, d in plan[t] if d == rank]
+    threads += [threading.Thread(target=send, args=(t, d)) for s, d in plan[t] if s == rank]
+    for th in threads: th.start()
+    for th in threads: th.join()
+for t in range(warm):
+    one(t)
+barrier(); t0 = time.perf_counter()
+for t in range(warm, len(plan)):
+    one(t)
+barrier()
+if rank == 0:
+    print((time.perf_counter() - t0) / (len(plan) - warm))
+print("EV", json.dumps(stamps))
+"""
+
+
+def tcp_rounds(plan: list, nbytes: int, warm: int, ranks: int = 4) -> tuple[float, list]:
+    """:data:`TCP_ROUNDS` of ``plan`` on the bed (``ranks`` processes spread evenly over its
+    hosts): seconds per round of rounds warm.., and every process's stamps."""
+    per_host = ranks // len(HOSTS)
+    procs = [subprocess.Popen([*BED, "exec", HOSTS[r // per_host], sys.executable, "-c", TCP_ROUNDS,
+                               str(r), str(ranks), str(per_host), str(nbytes), str(warm),
+                               json.dumps(plan), ",".join(HOSTS)], stdout=subprocess.PIPE, text=True)
+             for r in range(ranks)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"plain-TCP rounds failed: statuses {[p.returncode for p in procs]}")
+    stamps = [s for o in outs for line in o.splitlines() if line.startswith("EV ") for s in json.loads(line[3:])]
+    return float(outs[0].splitlines()[0]), stamps
+
+
 def tcp_chain_s_per_hop(nbytes: int, hops: int = 12) -> float:
     """Plain TCP, :data:`TCP_CHAIN`: seconds per hop of NBYTES, each hop waiting for the
     previous one (hops 4 .. HOPS - 1; HOPS even)."""
@@ -310,8 +384,8 @@ def chains(rates: list[float], dims: list[int], out: Path, tag: str) -> int:
     comparison, both ways at once on one connection or on two, one a direction), MPI on 2
     ranks (one a host) doing the same, MPI on 4 ranks (two a host) passing one message
     around 0 -> 2 -> 1 -> 3 (every hop crosses, two ranks idle each hop), and Teleportation's
-    rounds (k = 2 over 4 ranks, :data:`BARE_CHAIN` of the run's plan) with and without their
-    messages within a host. Each over its bound: a hop's bytes / rate, or the rounds'
+    rounds (k = 2 over 4 ranks) over plain TCP (:data:`TCP_ROUNDS`) and in MPI
+    (:data:`BARE_CHAIN` of the run's plan) with and without their messages within a host. Each over its bound: a hop's bytes / rate, or the rounds'
     round-by-round bound."""
     rows = []
     stem = "bench_tc_bandwidth_chains" + (f"_{tag}" if tag else "")
@@ -333,6 +407,7 @@ def chains(rates: list[float], dims: list[int], out: Path, tag: str) -> int:
                 plan = round_pairs(config, 4, dim, 0, last)
                 cross = [[p for p in one if p[0] // 2 != p[1] // 2] for one in plan]
                 bound = physical_bound_s(config, 4, dim, mbit, first, last)
+                row["tcp_teleportation_rounds_over_bound"] = tcp_rounds(plan, nbytes, first)[0] / bound
                 for name, python in implementations():
                     for key, ranks, pl, warm, per in (
                             ("mpi_2_ranks_chain", 2, ping, 4, hop), ("mpi_4_ranks_one_message", 4, around, 4, hop),

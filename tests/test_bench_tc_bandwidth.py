@@ -100,3 +100,48 @@ def test_rows_are_written_with_every_key_and_the_tc_setting(tmp_path, monkeypatc
     assert saved["tc"].startswith("htb rate RATE burst 64kb, a 20ms byte FIFO")
     monkeypatch.setenv("NETNS_SHAPER", "tbf")  # the older token bucket
     assert "tbf rate RATE burst 64kb latency 20ms" in bench.tc_setting()
+
+
+def test_plain_tcp_rounds_move_every_message_of_the_plan_in_its_round(tmp_path):
+    # TCP_ROUNDS without the bed: 4 processes on this machine's loopback ("hosts" 0 and 1
+    # both 127.0.0.1), the plan's first 8 rounds; every message is stamped once, in its
+    # round, the receive ends after the send was called, and a round's senders start only
+    # after their previous round (the chain)
+    import subprocess
+
+    plan = bench.round_pairs("teleportation-4-k2", 4, DIM, 0, 8)
+    procs = [subprocess.Popen([sys.executable, "-c", bench.TCP_ROUNDS, str(r), "4", "2", "4096", "2",
+                               json.dumps(plan), "127.0.0.1,127.0.0.1"], stdout=subprocess.PIPE, text=True)
+             for r in range(4)]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    assert float(outs[0].splitlines()[0]) > 0
+    stamps = [s for o in outs for line in o.splitlines() if line.startswith("EV ") for s in json.loads(line[3:])]
+    for kind in ("send", "recv"):
+        got = sorted((t, s, d) for k, t, s, d, *_ in stamps if k == kind)
+        assert got == sorted((t, s, d) for t, one in enumerate(plan) for s, d in one)
+    sent = {(t, s, d): a for k, t, s, d, a, _ in stamps if k == "send"}
+    done = {(t, s, d): b for k, t, s, d, _, b in stamps if k == "recv"}
+    assert all(done[m] >= sent[m] for m in sent)
+    for t in range(1, len(plan)):
+        for s, d in plan[t]:  # s received in round t - 1 (it held then) before it sends now
+            before = [done[m] for m in done if m[0] == t - 1 and m[2] == s]
+            assert all(sent[t, s, d] >= b for b in before)
+
+
+def test_the_trace_reads_rounds_in_message_times():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_tc_trace as trace
+
+    first = trace.FIRST
+    plan = [[]] * first + [[[0, 2], [3, 1], [0, 1]]]
+    stamps = [("send", first, 0, 2, 10.0, 10.0), ("recv", first, 0, 2, 10.1, 11.0),
+              ("send", first, 3, 1, 10.5, 10.5), ("recv", first, 3, 1, 10.6, 12.0),
+              ("send", first, 0, 1, 10.0, 10.0), ("recv", first, 0, 1, 10.0, 10.2)]
+    (row,) = trace.rounds_of(stamps, plan, message_s=1.0)
+    assert (row["a_to_b"], row["b_to_a"], row["round_in_messages"]) == (1, 1, 2.0)
+    assert row["messages"] == [{"from": 0, "to": 2, "sent": 0.0, "in": 1.0},
+                               {"from": 3, "to": 1, "sent": 0.5, "in": 2.0}]
+    assert trace.cpu_split([0, 0, 0, 10, 0, 0, 0], [5, 0, 5, 20, 0, 0, 10]) == {
+        "user": 0.167, "nice": 0.0, "system": 0.167, "idle": 0.333, "iowait": 0.0, "irq": 0.0,
+        "softirq": 0.333}
