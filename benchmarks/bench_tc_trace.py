@@ -17,6 +17,12 @@ message's bytes over the rate) and each crossing message's span, and the run's C
 (every stamp) and .png (the crossing messages on each direction against time, a panel a
 shaper).
 
+``--run IMPL`` traces a real run instead: ``mpi_teleport.run`` with the same case (no
+latency layer: Algorithm 3's compiled rounds), under Open MPI or MPICH, with every rank's
+local step, weighted sum and waits stamped (:data:`RUN_PRELUDE` wraps them; the numbers
+are the run's own), and prints how long the steps took, round by round, against their
+median: where the bed's 4 ranks share 2 cores, a step of 1 ms can take 10.
+
 It found why Teleportation's rounds missed the bound where single flows met it: under
 tbf's one FIFO a connection's ACKs waited behind another connection's data, and of two
 messages crossing one each way, one took up to twice its time (jobs/README.md, "The bed's
@@ -35,6 +41,131 @@ sys.path.insert(0, str(HERE))
 import bench_tc_bandwidth as bed  # noqa: E402  (the bed, its rates, the plan, TCP_ROUNDS)
 
 CONFIG, FIRST, LAST = "teleportation-4-k2", 5, 20
+
+
+# Runs mpi_teleport.run (argv as given) with every rank stamping, on the monotonic clock,
+# each Algorithm 3 round (compiled path), its local step, weighted sum, the waits and the
+# draws meanwhile: (what, round, rank, start, end, CPU seconds of the rank's thread in
+# between: less than end - start when the rank waited for a core), written at exit to
+# DIR/RANK.json (DIR written into the code: an MPI launcher forwards few variables to
+# another host's ranks). It wraps the functions; it changes no number.
+RUN_PRELUDE = r"""
+import atexit, json, os, runpy, time
+from mpi_teleport.runtime.backends import compiled
+stamps, where = [], {"t": -1, "rank": -1}
+def timed(f, what):
+    def wrapper(*args, **kwargs):
+        start, cpu = time.monotonic(), time.thread_time()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            stamps.append((what, where["t"], where["rank"], start, time.monotonic(),
+                           time.thread_time() - cpu))
+    return wrapper
+compiled.local_step = timed(compiled.local_step, "step")
+compiled.weighted_sum = timed(compiled.weighted_sum, "sum")
+round_of = timed(compiled.CompiledRounds.overlap, "round")
+def overlap(self, t, record):
+    if where["rank"] < 0:
+        tr = self.transport
+        tr.wait_all, tr.meanwhile = timed(tr.wait_all, "wait"), timed(tr.meanwhile, "meanwhile")
+    where["t"], where["rank"] = t, self.rank
+    return round_of(self, t, record)
+compiled.CompiledRounds.overlap = overlap
+atexit.register(lambda: stamps and json.dump(stamps, open(
+    os.path.join(@TRACE_DIR@, f"{where['rank']}.json"), "w")))
+runpy.run_module("mpi_teleport.run", run_name="__main__")
+"""
+
+
+def run_steps(stamps: list, first: int, last: int) -> dict:
+    """From a traced run's stamps, rounds first..last - 1 (first >= 1): seconds per round
+    (from the end of round first - 1 at its last rank to the end of round last - 1 at its
+    last rank, as the records' time_s counts), the local steps' median and largest time, and per round the
+    longest step less the median (summed over the rounds, per round: the time the
+    rounds' slowest steps added); and the wall and CPU time of the steps over 3x the
+    median (CPU far below wall: the rank was waiting for a core)."""
+    steps = [s for s in stamps if s[0] == "step" and first <= s[1] < last]
+    ends = {t: max(e for what, u, _, _, e, _ in stamps if what == "round" and u == t) for t in (first - 1, last - 1)}
+    median = sorted(e - b for *_, b, e, _ in steps)[len(steps) // 2]
+    slowest = {}
+    for _, t, _, b, e, _ in steps:
+        slowest[t] = max(slowest.get(t, 0.0), e - b)
+    slow = [(e - b, cpu) for *_, b, e, cpu in steps if e - b > 3 * median]
+    span = ends[last - 1] - ends[first - 1]
+    return {"s_per_round": span / (last - first), "step_median_s": median,
+            "step_max_s": max(e - b for *_, b, e, _ in steps),
+            "slow_steps_s": sum(w for w, _ in slow), "slow_steps_cpu_s": sum(c for _, c in slow),
+            "rounds_with_a_step_over_3x_median": sum(1 for v in slowest.values() if v > 3 * median),
+            "slow_steps_add_s_per_round": sum(v - median for v in slowest.values()) / (last - first)}
+
+
+def links_busy(stamps: list, plan: list, first: int, last: int, per_host: int = 2) -> dict:
+    """Per direction of the host link, rounds first..last - 1 of a traced run: how many
+    messages crossed it and for how long it carried any (the union of the messages' spans,
+    each from its sender's step's end, when the send starts, to the end of its receiver's
+    wait, or of its round where it waited for nothing)."""
+    end = {}
+    for what, t, rank, _, e, _ in stamps:
+        if what in ("wait", "round"):
+            end[what, t, rank] = e
+    sent = {(t, rank): e for what, t, rank, _, e, _ in stamps if what == "step"}
+    busy = {}
+    for name, side in (("a_to_b", 0), ("b_to_a", 1)):
+        spans = sorted((sent[t, s], end.get(("wait", t, d), end.get(("round", t, d))))
+                       for t in range(first, last) for s, d in plan[t]
+                       if s // per_host == side and d // per_host != side)
+        total, current = 0.0, None
+        for b, e in spans:
+            if current is None or b > current[1]:
+                total += 0.0 if current is None else current[1] - current[0]
+                current = [b, e]
+            else:
+                current[1] = max(current[1], e)
+        busy[name] = {"messages": len(spans), "busy_s": total + (current[1] - current[0] if current else 0.0)}
+    return busy
+
+
+def trace_run(impl: str, mbit: float, dim: int, rounds: int = 40, extra: tuple = (),
+              first: int | None = None) -> dict:
+    """:data:`RUN_PRELUDE` on the bed: Teleportation (k = 2 over 4 ranks), ``rounds``
+    rounds, under ``impl``, with ``extra`` flags; the steps of rounds ``first`` (default
+    rounds/2) .. rounds - 1 against the bound. It records at the end only: a record's
+    loss needs the nodes' models, whose reduction crosses the link inside the rounds'
+    span here (the records' time_s leaves it out)."""
+    import tempfile
+
+    python = dict(bed.implementations())[impl]
+    with tempfile.TemporaryDirectory(prefix="bench-tc-trace-") as tmp:
+        bed.set_rate(mbit)
+        try:
+            bed.launch_on_bed(python, 4, ["-c", RUN_PRELUDE.replace("@TRACE_DIR@", repr(tmp)), *bed.CONFIGS[CONFIG][1], "--nodes", "4",
+                                          "--dim", str(dim), "--rounds", str(rounds), "--log-every",
+                                          str(rounds), "--progress", "off", "--out", tmp + "/run", *extra],
+                              timeout=600)
+        finally:
+            bed.set_rate(None)
+        stamps = [s for f in sorted(Path(tmp).glob("*.json")) for s in json.loads(f.read_text())]
+    if sorted({s[2] for s in stamps}) != [0, 1, 2, 3]:
+        raise RuntimeError(f"{impl}: stamps of ranks {sorted({s[2] for s in stamps})} only, not of all 4")
+    first, last = (rounds // 2 if first is None else first), rounds
+    got = run_steps(stamps, first, last)
+    got["links"] = links_busy(stamps, bed.round_pairs(CONFIG, 4, dim, 0, last), first, last)
+    bound = bed.physical_bound_s(CONFIG, 4, dim, mbit, first, last)
+    got.update(implementation=impl, rate_mbit=mbit, dim=dim, flags=list(extra), bound_s_per_round=bound,
+               over_bound=got["s_per_round"] / bound, stamps=stamps)
+    print(f"{impl} run {' '.join(extra)}, {8 * dim / 1e6:g} MB at {mbit:g} Mbit/s: x{got['over_bound']:.2f} the bound; "
+          f"local step median {got['step_median_s'] * 1e3:.1f} ms, largest {got['step_max_s'] * 1e3:.1f} ms; "
+          f"{got['rounds_with_a_step_over_3x_median']} of {last - first} rounds had a step over 3x the median "
+          f"({got['slow_steps_s'] * 1e3:.0f} ms, of which {got['slow_steps_cpu_s'] * 1e3:.0f} ms on a core); "
+          f"the slowest steps add {got['slow_steps_add_s_per_round'] * 1e3:.1f} ms a round "
+          f"(x{(got['s_per_round'] - got['slow_steps_add_s_per_round']) / bound:.2f} the bound without them)")
+    message_s, span = 8 * dim * 8 / (mbit * 1e6), got["s_per_round"] * (last - first)
+    for name, link in got["links"].items():
+        print(f"  {name.replace('_', ' ')}: {link['messages']} messages, the link busy {link['busy_s'] / message_s:.1f} "
+              f"message times of the rounds' {span / message_s:.1f} (bound of the rounds: "
+              f"{bound * (last - first) / message_s:.1f})")
+    return got
 
 
 def cpu_times() -> list[int]:
@@ -125,15 +256,27 @@ def main(argv=None) -> int:
     ap.add_argument("--shapers", default="htb,tbf", help="NETNS_SHAPER values to trace in turn")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--tag", default="")
+    ap.add_argument("--run", default="", help="openmpi or mpich (comma-separated): trace real "
+                    "runs' local steps instead of plain TCP")
+    ap.add_argument("--run-flags", default="", help="more flags for those runs, e.g. '--sigma2 0'")
+    ap.add_argument("--rounds", type=int, default=40, help="rounds of a traced run")
+    ap.add_argument("--first", type=int, default=None, help="its first traced round (default: half way)")
     args = ap.parse_args(argv)
     if not bed.bed_up():
         return 1
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.run:
+        runs = [trace_run(impl, args.rate, args.dim, args.rounds, tuple(args.run_flags.split()), args.first)
+                for impl in args.run.split(",")]
+        stem = "bench_tc_trace_run" + (f"_{args.tag}" if args.tag else "")
+        (out / f"{stem}.json").write_text(json.dumps(runs))
+        print(f"bench_tc_trace: wrote {out / stem}.json")
+        return 0
     shapers = args.shapers.split(",")
     if bad := [s for s in shapers if s not in ("htb", "tbf")]:
         ap.error(f"--shapers takes htb and tbf, not {','.join(bad)}")
     traces = {s: trace(s, args.rate, args.dim) for s in shapers}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = "bench_tc_trace" + (f"_{args.tag}" if args.tag else "")
     (out / f"{stem}.json").write_text(json.dumps({"rate_mbit": args.rate, "dim": args.dim, "traces": traces}))
     plot(traces, out / f"{stem}.png")

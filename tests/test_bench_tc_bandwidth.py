@@ -145,3 +145,37 @@ def test_the_trace_reads_rounds_in_message_times():
     assert trace.cpu_split([0, 0, 0, 10, 0, 0, 0], [5, 0, 5, 20, 0, 0, 10]) == {
         "user": 0.167, "nice": 0.0, "system": 0.167, "idle": 0.333, "iowait": 0.0, "irq": 0.0,
         "softirq": 0.333}
+
+
+def test_a_traced_runs_steps_against_their_median():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_tc_trace as trace
+
+    # rounds 1 and 2 of two ranks, timed from round 0's end at its last rank (0.021 s:
+    # rank 1 started round 1 early, which does not count): steps of 1 ms but one of 10 ms
+    # (2 ms of it on a core)
+    stamps = [("round", 0, 0, 0.000, 0.005, 0.0), ("round", 0, 1, 0.000, 0.021, 0.0),
+              ("round", 1, 0, 0.005, 0.030, 0.0), ("round", 1, 1, 0.021, 0.041, 0.0),
+              ("round", 2, 0, 0.030, 0.050, 0.0), ("round", 2, 1, 0.041, 0.081, 0.0),
+              ("step", 1, 0, 0.005, 0.006, 0.001), ("step", 1, 1, 0.021, 0.022, 0.001),
+              ("step", 2, 0, 0.030, 0.031, 0.001), ("step", 2, 1, 0.041, 0.051, 0.002)]
+    got = trace.run_steps(stamps, 1, 3)
+    assert abs(got["s_per_round"] - 0.030) < 1e-12
+    assert abs(got["step_median_s"] - 0.001) < 1e-12 and abs(got["step_max_s"] - 0.010) < 1e-12
+    assert got["rounds_with_a_step_over_3x_median"] == 1
+    assert abs(got["slow_steps_s"] - 0.010) < 1e-12 and abs(got["slow_steps_cpu_s"] - 0.002) < 1e-12
+    assert abs(got["slow_steps_add_s_per_round"] - 0.0045) < 1e-12  # (0 + 9 ms) / 2 rounds
+
+
+def test_a_traced_runs_links_are_busy_for_the_union_of_their_messages():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_tc_trace as trace
+
+    # round 0: 0 -> 2 and 1 -> 3 cross A -> B (sent at 1 and 2 s, in at 4 and 5 s), 2 -> 0
+    # crosses back (sent at 6, in at 7: rank 0's round, it waited for nothing); round 1
+    # (0 -> 1 within host A) is outside the window
+    plan = [[[0, 2], [1, 3], [2, 0]], [[0, 1]]]
+    stamps = [("step", 0, 0, 0, 1, 0), ("step", 0, 1, 0, 2, 0), ("step", 0, 2, 5, 6, 0),
+              ("wait", 0, 2, 1, 4, 0), ("wait", 0, 3, 1, 5, 0), ("round", 0, 0, 0, 7, 0)]
+    assert trace.links_busy(stamps, plan, 0, 1) == {"a_to_b": {"messages": 2, "busy_s": 4},
+                                                     "b_to_a": {"messages": 1, "busy_s": 1}}
