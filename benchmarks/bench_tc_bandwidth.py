@@ -814,6 +814,9 @@ def main(argv=None) -> int:
                         help="with --plot: a case (implementation, configuration, size, rate) "
                              "in several files is drawn from the last of them (a re-run of some "
                              "cases), instead of once per file")
+    parser.add_argument("--run-flags", default="",
+                        help="more flags for every run, e.g. '--sigma2 0' (the quadratic without its "
+                             "gradient noise, whose draws cost CPU the bed's 2 cores lack at 1000 Mbit/s)")
     parser.add_argument("--chains", action="store_true",
                         help="only the chained exchanges (plain TCP, MPI on 2 and 4 ranks, "
                              "Teleportation's rounds bare) against the bound, at --rates and --dims: "
@@ -834,6 +837,7 @@ def main(argv=None) -> int:
     configs = {"dsgd-2": CONFIGS["dsgd-2"]} if args.quick else CONFIGS
     if args.configs:
         configs = {c: CONFIGS[c] for c in args.configs.split(",")}
+    configs = {c: (ranks, [*flags, *args.run_flags.split()]) for c, (ranks, flags) in configs.items()}
     pieces = [int(p) for p in args.pieces.split(",")] if args.pieces else [None]
     rows = []
     try:
@@ -853,6 +857,8 @@ def main(argv=None) -> int:
                                 got["implementation"] += "+eager1MiB"
                             if piece is not None:
                                 got["implementation"] += f"+pieces{piece // 1024}K" if piece else "+whole"
+                            if args.run_flags:
+                                got["run_flags"] = args.run_flags
                             bound = physical_bound_s(config, ranks, dim, mbit, got["first_round"],
                                                      got["last_round"])
                             window = window_bound_s(config, ranks, dim, mbit, got["first_round"], got["last_round"])
