@@ -3,8 +3,8 @@
     python benchmarks/bench_tc_bandwidth.py [--quick] [--out benchmarks/results]
 
 Runs on the two-host namespace test bed (jobs/netns-cluster.sh; root; started here if it
-is not up): every host's link is limited with ``tc`` (token bucket, both directions) to
-RATE Mbit/s, and the quadratic problem with a large dimension d (messages of 8 d bytes)
+is not up): every host's link is limited with ``tc`` (htb, both directions, packets under
+128 bytes first; NETNS_SHAPER=tbf: the older token bucket) to RATE Mbit/s, and the quadratic problem with a large dimension d (messages of 8 d bytes)
 runs over MPI with ranks on both hosts, under Open MPI and under MPICH (when
 ``.venv-mpich`` exists; tests/launch_helpers.py makes it). Each run also carries
 ``--latency bw:RATE/1000,hosts:R --clock virtual`` (R ranks per host): the latency
@@ -58,8 +58,11 @@ and a markdown table (bench_tc_bandwidth_T.png; ``:IMPL`` keeps one implementati
 
 ``--chains --rates R --dims D --tag T``: no mpi_teleport runs; which chained exchanges reach
 the bound (plain TCP, MPI on 2 and 4 ranks, Teleportation's rounds bare: :func:`chains`),
-bench_tc_bandwidth_chains_T.{csv,json,png}. The bed's token bucket and queue follow
-NETNS_BURST and NETNS_QUEUE (jobs/netns-cluster.sh); the results record them.
+bench_tc_bandwidth_chains_T.{csv,json,png}. The bed's shaper, burst and queue follow
+NETNS_SHAPER, NETNS_BURST and NETNS_QUEUE (jobs/netns-cluster.sh); the results record them.
+
+``--run-flags '--sigma2 0'``: more flags for every run (there: the quadratic without its
+gradient noise, whose draws need CPU the bed's 2 cores lack at 1000 Mbit/s).
 
 ``--openmpi-eager``: Open MPI only, with its TCP eager limit raised to 1 MiB (messages up
 to 1 MiB go without the rendezvous handshake whose small control messages otherwise queue
