@@ -4,9 +4,10 @@
 
 Runs on the two-host namespace test bed (jobs/netns-cluster.sh; root; started here if it
 is not up): every host's link is limited with ``tc`` (htb, both directions, packets under
-128 bytes first; NETNS_SHAPER=tbf: the older token bucket) to RATE Mbit/s, and the quadratic problem with a large dimension d (messages of 8 d bytes)
-runs over MPI with ranks on both hosts, under Open MPI and under MPICH (when
-``.venv-mpich`` exists; tests/launch_helpers.py makes it). Each run also carries
+128 bytes first; NETNS_SHAPER=tbf: the older token bucket) to RATE Mbit/s, and the
+quadratic problem with a large dimension d (messages of 8 d bytes) runs over MPI with
+ranks on both hosts, under Open MPI and under MPICH (when ``.venv-mpich`` exists;
+tests/launch_helpers.py makes it). Each run also carries
 ``--latency bw:RATE/1000,hosts:R --clock virtual`` (R ranks per host): the latency
 layer's virtual clock adds to the measured compute time, per message, the time its
 round's bytes take over the host links it shares (mpi_teleport/latency/model.py) and
@@ -388,8 +389,8 @@ def chains(rates: list[float], dims: list[int], out: Path, tag: str) -> int:
     ranks (one a host) doing the same, MPI on 4 ranks (two a host) passing one message
     around 0 -> 2 -> 1 -> 3 (every hop crosses, two ranks idle each hop), and Teleportation's
     rounds (k = 2 over 4 ranks) over plain TCP (:data:`TCP_ROUNDS`) and in MPI
-    (:data:`BARE_CHAIN` of the run's plan) with and without their messages within a host. Each over its bound: a hop's bytes / rate, or the rounds'
-    round-by-round bound."""
+    (:data:`BARE_CHAIN` of the run's plan) with and without their messages within a host.
+    Each over its bound: a hop's bytes / rate, or the rounds' round-by-round bound."""
     rows = []
     stem = "bench_tc_bandwidth_chains" + (f"_{tag}" if tag else "")
     config, first, last = "teleportation-4-k2", 5, 20
