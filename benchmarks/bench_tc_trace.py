@@ -20,8 +20,10 @@ shaper).
 ``--run IMPL`` traces a real run instead: ``mpi_teleport.run`` with the same case (no
 latency layer: Algorithm 3's compiled rounds), under Open MPI or MPICH, with every rank's
 local step, weighted sum and waits stamped (:data:`RUN_PRELUDE` wraps them; the numbers
-are the run's own), and prints how long the steps took, round by round, against their
-median: where the bed's 4 ranks share 2 cores, a step of 1 ms can take 10.
+are the run's own), and prints how long the steps took against their median (where the
+bed's 4 ranks share 2 cores, a step of 1 ms can take 10) and how long each direction of
+the link carried messages; writes bench_tc_trace_run[_T].json and .png (every rank's
+waits, draws ahead, steps and sums against time).
 
 It found why Teleportation's rounds missed the bound where single flows met it: under
 tbf's one FIFO a connection's ACKs waited behind another connection's data, and of two
@@ -152,7 +154,8 @@ def trace_run(impl: str, mbit: float, dim: int, rounds: int = 40, extra: tuple =
     got = run_steps(stamps, first, last)
     got["links"] = links_busy(stamps, bed.round_pairs(CONFIG, 4, dim, 0, last), first, last)
     bound = bed.physical_bound_s(CONFIG, 4, dim, mbit, first, last)
-    got.update(implementation=impl, rate_mbit=mbit, dim=dim, flags=list(extra), bound_s_per_round=bound,
+    got.update(implementation=impl, rate_mbit=mbit, dim=dim, flags=list(extra), first_round=first,
+               last_round=last, bound_s_per_round=bound,
                over_bound=got["s_per_round"] / bound, stamps=stamps)
     print(f"{impl} run {' '.join(extra)}, {8 * dim / 1e6:g} MB at {mbit:g} Mbit/s: x{got['over_bound']:.2f} the bound; "
           f"local step median {got['step_median_s'] * 1e3:.1f} ms, largest {got['step_max_s'] * 1e3:.1f} ms; "
@@ -166,6 +169,38 @@ def trace_run(impl: str, mbit: float, dim: int, rounds: int = 40, extra: tuple =
               f"message times of the rounds' {span / message_s:.1f} (bound of the rounds: "
               f"{bound * (last - first) / message_s:.1f})")
     return got
+
+
+def plot_runs(runs: list[dict], path: Path) -> None:
+    """Each traced run a panel: every rank's waits, draws meanwhile, steps and sums against
+    time (message times since round first - 1 ended)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    colours = {"wait": "#9ecae1", "meanwhile": "#bdbdbd", "step": "#d62728", "sum": "#2ca02c"}
+    fig, axes = plt.subplots(len(runs), 1, figsize=(12, 2.2 * len(runs) + 0.6), squeeze=False)
+    for ax, run in zip(axes[:, 0], runs):
+        message_s = 8 * run["dim"] * 8 / (run["rate_mbit"] * 1e6)
+        first = run["first_round"]
+        t0 = max(e for what, t, _, _, e, _ in run["stamps"] if what == "round" and t == first - 1)
+        for what, t, rank, b, e, _ in run["stamps"]:
+            if what in colours and t >= first:
+                ax.barh(rank, (e - b) / message_s, left=(b - t0) / message_s, height=0.6,
+                        color=colours[what], linewidth=0)
+        ax.set_yticks(range(4))
+        ax.set_yticklabels([f"rank {r} (host {'AB'[r // 2]})" for r in range(4)], fontsize=8)
+        ax.set_xlim(0, run["s_per_round"] * (run["last_round"] - first) / message_s)
+        ax.set_title(f"{run['implementation']} {' '.join(run['flags'])}: {run['dim'] * 8 / 1e6:g} MB at "
+                     f"{run['rate_mbit']:g} Mbit/s, x{run['over_bound']:.2f} the bound", fontsize=9)
+    axes[-1, 0].set_xlabel("message times since the traced rounds began")
+    handles = [Patch(color=c, label=w) for w, c in colours.items()]
+    axes[0, 0].legend(handles=handles, fontsize=7, ncol=4, loc="upper right")
+    fig.suptitle("Teleportation runs on the bed: each rank's waits, draws ahead, steps and sums")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def cpu_times() -> list[int]:
@@ -271,7 +306,8 @@ def main(argv=None) -> int:
                 for impl in args.run.split(",")]
         stem = "bench_tc_trace_run" + (f"_{args.tag}" if args.tag else "")
         (out / f"{stem}.json").write_text(json.dumps(runs))
-        print(f"bench_tc_trace: wrote {out / stem}.json")
+        plot_runs(runs, out / f"{stem}.png")
+        print(f"bench_tc_trace: wrote {out / stem}.{{json,png}}")
         return 0
     shapers = args.shapers.split(",")
     if bad := [s for s in shapers if s not in ("htb", "tbf")]:

@@ -179,3 +179,16 @@ def test_a_traced_runs_links_are_busy_for_the_union_of_their_messages():
               ("wait", 0, 2, 1, 4, 0), ("wait", 0, 3, 1, 5, 0), ("round", 0, 0, 0, 7, 0)]
     assert trace.links_busy(stamps, plan, 0, 1) == {"a_to_b": {"messages": 2, "busy_s": 4},
                                                      "b_to_a": {"messages": 1, "busy_s": 1}}
+
+
+def test_a_traced_run_is_drawn(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_tc_trace as trace
+
+    stamps = [("round", t, r, 0.01 * t, 0.01 * t + 0.01, 0.0) for t in range(3) for r in range(4)]
+    stamps += [("step", 1, 0, 0.010, 0.011, 0.001), ("wait", 1, 2, 0.011, 0.019, 0.0),
+               ("meanwhile", 2, 3, 0.020, 0.025, 0.005), ("sum", 2, 1, 0.028, 0.029, 0.001)]
+    run = {"implementation": "mpich", "flags": [], "dim": DIM, "rate_mbit": 400.0, "first_round": 1,
+           "last_round": 3, "s_per_round": 0.01, "over_bound": 1.1, "stamps": stamps}
+    trace.plot_runs([run, dict(run, implementation="openmpi")], tmp_path / "runs.png")
+    assert (tmp_path / "runs.png").stat().st_size > 10_000
