@@ -399,7 +399,7 @@ def chains(rates: list[float], dims: list[int], out: Path, tag: str) -> int:
             set_rate(mbit)
             for dim in dims:
                 nbytes = 8 * dim
-                hop = nbytes * 8 / (mbit * 1e6)
+                hop = wire_s(nbytes, mbit)
                 hops = 12 if nbytes < 20e6 else 8
                 row = {"rate_mbit": mbit, "message_bytes": nbytes,
                        "tcp_chain_over_bound": tcp_chain_s_per_hop(nbytes, hops) / hop}
@@ -558,12 +558,18 @@ def round_pairs(config: str, ranks: int, dim: int, first: int, last: int) -> lis
     return [[list(p) for p in one] for one in rounds]
 
 
+def wire_s(nbytes: float, mbit: float) -> float:
+    """Seconds that NBYTES take over a link of MBIT Mbit/s: the bound's unit (one message
+    alone: a message time)."""
+    return nbytes * 8 / (mbit * 1e6)
+
+
 def physical_bound_s(config: str, ranks: int, dim: int, mbit: float, first: int, last: int) -> float:
     """Seconds per round that the busiest host link needs for the round's bytes, averaged
     over rounds first .. last - 1 (each communication phase's busiest link, in turn)."""
     total = sum(max(one.out_bytes.max(), one.in_bytes.max())
                 for one in host_link_loads(config, ranks, dim, first, last))
-    return total * 8 / (mbit * 1e6) / (last - first)
+    return wire_s(total, mbit) / (last - first)
 
 
 def window_bound_s(config: str, ranks: int, dim: int, mbit: float, first: int, last: int) -> float:
@@ -576,7 +582,7 @@ def window_bound_s(config: str, ranks: int, dim: int, mbit: float, first: int, l
     out = into = 0
     for one in host_link_loads(config, ranks, dim, first, last):
         out, into = out + one.out_bytes, into + one.in_bytes
-    return max(out.max(), into.max()) * 8 / (mbit * 1e6) / (last - first)
+    return wire_s(max(out.max(), into.max()), mbit) / (last - first)
 
 
 def implementations(openmpi_eager: bool = False) -> list[tuple[str, str]]:
@@ -654,7 +660,7 @@ def with_ratios(row: dict) -> dict:
     # round-by-round bound's arithmetic at the goodput rate)
     step = max(0.0, predicted - bound / TCP_GOODPUT)
     nbytes, mbit = row["message_bytes"], row["rate_mbit"]
-    out = dict(row, tcp_over_its_bound=row["tcp_s_per_round"] / (nbytes * 8 / (mbit * 1e6)),
+    out = dict(row, tcp_over_its_bound=row["tcp_s_per_round"] / wire_s(nbytes, mbit),
                measured_over_bound=measured / bound,
                measured_over_window_bound=measured / row["window_bound_s_per_round"],
                step_s_per_round=step, measured_over_bound_plus_step=measured / (bound + step),
@@ -850,7 +856,7 @@ def main(argv=None) -> int:
             for dim in dims:
                 tcp = tcp_s_per_round(8 * dim)
                 print(f"plain TCP, {8 * dim / 1e6:g} MB each way, {mbit:g} Mbit/s: {tcp:.4f} s/round "
-                      f"= x{tcp / (8 * dim * 8 / (mbit * 1e6)):.2f} the bound", flush=True)
+                      f"= x{tcp / wire_s(8 * dim, mbit):.2f} the bound", flush=True)
                 for name, python in implementations(args.openmpi_eager):
                     if args.impls and name not in args.impls.split(","):
                         continue

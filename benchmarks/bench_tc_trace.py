@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -83,8 +84,8 @@ runpy.run_module("mpi_teleport.run", run_name="__main__")
 def run_steps(stamps: list, first: int, last: int) -> dict:
     """From a traced run's stamps, rounds first..last - 1 (first >= 1): seconds per round
     (from the end of round first - 1 at its last rank to the end of round last - 1 at its
-    last rank, as the records' time_s counts), the local steps' median and largest time, and per round the
-    longest step less the median (summed over the rounds, per round: the time the
+    last rank, as the records' time_s counts), the local steps' median and largest time,
+    and per round the longest step less the median (summed over the rounds, per round: the time the
     rounds' slowest steps added); and the wall and CPU time of the steps over 3x the
     median (CPU far below wall: the rank was waiting for a core)."""
     steps = [s for s in stamps if s[0] == "step" and first <= s[1] < last]
@@ -117,14 +118,11 @@ def links_busy(stamps: list, plan: list, first: int, last: int, per_host: int = 
         spans = sorted((sent[t, s], end.get(("wait", t, d), end.get(("round", t, d))))
                        for t in range(first, last) for s, d in plan[t]
                        if s // per_host == side and d // per_host != side)
-        total, current = 0.0, None
+        total, covered = 0.0, -math.inf  # spans sorted by start: add what each adds
         for b, e in spans:
-            if current is None or b > current[1]:
-                total += 0.0 if current is None else current[1] - current[0]
-                current = [b, e]
-            else:
-                current[1] = max(current[1], e)
-        busy[name] = {"messages": len(spans), "busy_s": total + (current[1] - current[0] if current else 0.0)}
+            total += max(0.0, e - max(b, covered))
+            covered = max(covered, e)
+        busy[name] = {"messages": len(spans), "busy_s": total}
     return busy
 
 
@@ -141,10 +139,10 @@ def trace_run(impl: str, mbit: float, dim: int, rounds: int = 40, extra: tuple =
     with tempfile.TemporaryDirectory(prefix="bench-tc-trace-") as tmp:
         bed.set_rate(mbit)
         try:
-            bed.launch_on_bed(python, 4, ["-c", RUN_PRELUDE.replace("@TRACE_DIR@", repr(tmp)), *bed.CONFIGS[CONFIG][1], "--nodes", "4",
-                                          "--dim", str(dim), "--rounds", str(rounds), "--log-every",
-                                          str(rounds), "--progress", "off", "--out", tmp + "/run", *extra],
-                              timeout=600)
+            prelude = RUN_PRELUDE.replace("@TRACE_DIR@", repr(tmp))
+            bed.launch_on_bed(python, 4, ["-c", prelude, *bed.CONFIGS[CONFIG][1], "--nodes", "4", "--dim", str(dim),
+                                          "--rounds", str(rounds), "--log-every", str(rounds), "--progress", "off",
+                                          "--out", tmp + "/run", *extra], timeout=600)
         finally:
             bed.set_rate(None)
         stamps = [s for f in sorted(Path(tmp).glob("*.json")) for s in json.loads(f.read_text())]
@@ -163,7 +161,7 @@ def trace_run(impl: str, mbit: float, dim: int, rounds: int = 40, extra: tuple =
           f"({got['slow_steps_s'] * 1e3:.0f} ms, of which {got['slow_steps_cpu_s'] * 1e3:.0f} ms on a core); "
           f"the slowest steps add {got['slow_steps_add_s_per_round'] * 1e3:.1f} ms a round "
           f"(x{(got['s_per_round'] - got['slow_steps_add_s_per_round']) / bound:.2f} the bound without them)")
-    message_s, span = 8 * dim * 8 / (mbit * 1e6), got["s_per_round"] * (last - first)
+    message_s, span = bed.wire_s(8 * dim, mbit), got["s_per_round"] * (last - first)
     for name, link in got["links"].items():
         print(f"  {name.replace('_', ' ')}: {link['messages']} messages, the link busy {link['busy_s'] / message_s:.1f} "
               f"message times of the rounds' {span / message_s:.1f} (bound of the rounds: "
@@ -183,7 +181,7 @@ def plot_runs(runs: list[dict], path: Path) -> None:
     colours = {"wait": "#9ecae1", "meanwhile": "#bdbdbd", "step": "#d62728", "sum": "#2ca02c"}
     fig, axes = plt.subplots(len(runs), 1, figsize=(12, 2.2 * len(runs) + 0.6), squeeze=False)
     for ax, run in zip(axes[:, 0], runs):
-        message_s = 8 * run["dim"] * 8 / (run["rate_mbit"] * 1e6)
+        message_s = bed.wire_s(8 * run["dim"], run["rate_mbit"])
         first = run["first_round"]
         t0 = max(e for what, t, _, _, e, _ in run["stamps"] if what == "round" and t == first - 1)
         for what, t, rank, b, e, _ in run["stamps"]:
@@ -236,16 +234,24 @@ def rounds_of(stamps: list, plan: list, message_s: float, per_host: int = 2) -> 
 
 
 def trace(shaper: str, mbit: float, dim: int) -> dict:
+    """Teleportation's rounds over plain TCP (bed.TCP_ROUNDS) under ``shaper``, printed
+    round by round; the stamps, the rounds and the CPU split."""
+    before_shaper = os.environ.get("NETNS_SHAPER")
     os.environ["NETNS_SHAPER"] = shaper
-    bed.set_rate(mbit)
     try:
+        bed.set_rate(mbit)
         plan = bed.round_pairs(CONFIG, 4, dim, 0, LAST)
         before = cpu_times()
         s_per_round, stamps = bed.tcp_rounds(plan, 8 * dim, FIRST)
         cpu = cpu_split(before, cpu_times())
+        setting = bed.tc_setting()
     finally:
         bed.set_rate(None)
-    message_s = 8 * dim * 8 / (mbit * 1e6)
+        if before_shaper is None:
+            os.environ.pop("NETNS_SHAPER")
+        else:
+            os.environ["NETNS_SHAPER"] = before_shaper
+    message_s = bed.wire_s(8 * dim, mbit)
     bound = bed.physical_bound_s(CONFIG, 4, dim, mbit, FIRST, LAST)
     rows = rounds_of(stamps, plan, message_s)
     print(f"{shaper}: {s_per_round:.4f} s a round = x{s_per_round / bound:.2f} the bound; CPU "
@@ -254,7 +260,7 @@ def trace(shaper: str, mbit: float, dim: int) -> dict:
         spans = " ".join(f"{m['from']}>{m['to']} {m['sent']:.2f}-{m['in']:.2f}" for m in r["messages"])
         print(f"  round {r['round']:2d}: {r['a_to_b']} A->B, {r['b_to_a']} B->A, "
               f"{r['round_in_messages']:.2f} message times | {spans}")
-    return {"shaper": bed.tc_setting(), "s_per_round": s_per_round, "bound_s_per_round": bound,
+    return {"shaper": setting, "s_per_round": s_per_round, "bound_s_per_round": bound,
             "over_bound": s_per_round / bound, "message_s": message_s, "cpu": cpu,
             "rounds": rows, "stamps": stamps}
 
