@@ -191,4 +191,11 @@ def test_a_traced_run_is_drawn(tmp_path):
     run = {"implementation": "mpich", "flags": [], "dim": DIM, "rate_mbit": 400.0, "first_round": 1,
            "last_round": 3, "s_per_round": 0.01, "over_bound": 1.1, "stamps": stamps}
     trace.plot_runs([run, dict(run, implementation="openmpi")], tmp_path / "runs.png")
-    assert (tmp_path / "runs.png").stat().st_size > 10_000
+    import matplotlib.image
+
+    image = matplotlib.image.imread(tmp_path / "runs.png")[..., :3]
+    # the lower panel (the second run's; the legend sits in the upper one) shows every kind
+    pixels = (image[image.shape[0] // 2:] * 255).round().astype(int).reshape(-1, 3)
+    for colour in ("#d62728", "#9ecae1", "#bdbdbd", "#2ca02c"):  # step, wait, meanwhile, sum
+        rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+        assert (np.abs(pixels - rgb).max(axis=1) <= 2).any(), colour
