@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -90,6 +90,15 @@ class Problem(Protocol):
         round of a rank that will step in it; may go unused (a run that stops). Default:
         None (nothing prepared). :class:`~mpi_teleport.problems.quadratic.Quadratic`
         draws its gradient noise this way.
+    gradient_columns(nodes, x, t, columns, out) -> None
+        For a gradient that is element-wise (column j of the gradient reads only column j
+        of x): columns ``columns`` (a slice) of ``gradient(nodes, x, t)`` written into
+        ``out[:, columns]``, reading only ``x[:, columns]``, the same numbers. A rank
+        then steps a large token a block of columns at a time and sends each block while
+        it computes the next (the step leaves the round's path). Called for consecutive
+        blocks from column 0 to d, in order, once per round. Default: absent (the step
+        is computed whole, then sent). :class:`~mpi_teleport.problems.quadratic.Quadratic`
+        has it.
     training_metrics(t) -> dict
         node -> {name: value} of the mini-batches this process computed in round t (e.g.
         ``{"train_loss": ...}``, from the forward pass the gradient made): every record
@@ -234,6 +243,12 @@ class ProblemWithDefaults:
     def after_step(self, nodes: npt.ArrayLike, y: np.ndarray) -> None:
         if self._has("after_step"):
             self.problem.after_step(nodes, y)
+
+    @property
+    def gradient_columns(self) -> Callable[..., None] | None:
+        """The problem's own ``gradient_columns`` (its element-wise gradient, a block of
+        columns at a time), else None."""
+        return getattr(self.problem, "gradient_columns", None)
 
     def prepare(self, nodes: npt.ArrayLike, t: int) -> Iterator[Any] | None:
         """The problem's own ``prepare`` (round t's x-independent work, as an iterator), if

@@ -29,8 +29,10 @@ class Hub:
 
 
 class _Channel:
-    def __init__(self, send: bool, src: int, dest: int, kind: int, buf: np.ndarray):
+    def __init__(self, send: bool, src: int, dest: int, kind: int, buf: np.ndarray,
+                 piece: int = 0):
         self.send, self.src, self.dest, self.kind, self.buf = send, src, dest, kind, buf
+        self.piece = piece  # its index among its buffer's pieces (its own wire)
 
 
 class Loopback:
@@ -38,9 +40,12 @@ class Loopback:
 
     has_channels, has_clock = True, False
 
-    def __init__(self, hub: Hub, rank: int):
+    def __init__(self, hub: Hub, rank: int, piece_elements: int = 0):
         self.hub, self.rank, self.size = hub, rank, hub.n
-        self._channels: dict[tuple, _Channel] = {}
+        # channels cut into pieces of this many elements (0: whole), as the MPI transport
+        # cuts them for peers on other hosts
+        self.piece_elements = piece_elements
+        self._channels: dict[tuple, list[_Channel]] = {}
         self._local: dict[int, np.ndarray] = {}
         self.messages = 0  # per-round messages sent to other ranks
         self.started = 0  # channel starts
@@ -86,24 +91,35 @@ class Loopback:
         self.wait(pending)
 
     # -- persistent channels --------------------------------------------------------------
+    def _channel(self, send: bool, buf, peer: int, kind: int) -> list:
+        key = (send, peer, kind, id(buf))
+        if key not in self._channels:
+            src, dest = (self.rank, peer) if send else (peer, self.rank)
+            self._channels[key] = [_Channel(send, src, dest, kind, buf.reshape(-1)[a:b], i)
+                                   for i, (a, b) in enumerate(self.channel_spans(buf, peer))]
+        return self._channels[key]
+
     def send_channel(self, buf, dest, kind):
-        key = (True, dest, kind, id(buf))
-        return [self._channels.setdefault(key, _Channel(True, self.rank, dest, kind, buf))]
+        return self._channel(True, buf, dest, kind)
 
     def recv_channel(self, buf, source, kind):
-        key = (False, source, kind, id(buf))
-        return [self._channels.setdefault(key, _Channel(False, source, self.rank, kind, buf))]
+        return self._channel(False, buf, source, kind)
+
+    def channel_spans(self, buf, peer):
+        per = self.piece_elements or buf.size
+        return [(a, min(a + per, buf.size)) for a in range(0, buf.size, per)]
 
     def start(self, channels) -> None:
         self.started += len(channels)
         for c in channels:
             if c.send:  # the data as it is when the send starts
-                self.hub.wire(c.src, c.dest, ("channel", c.kind)).put(c.buf.copy())
+                self.hub.wire(c.src, c.dest, ("channel", c.kind, c.piece)).put(c.buf.copy())
 
     def wait_all(self, channels) -> None:
         for c in channels:
             if not c.send:
-                np.copyto(c.buf, self.hub.wire(c.src, c.dest, ("channel", c.kind)).get(timeout=WAIT_S))
+                wire = self.hub.wire(c.src, c.dest, ("channel", c.kind, c.piece))
+                np.copyto(c.buf, wire.get(timeout=WAIT_S))
 
     def release_channels(self, buffers=None) -> None:
         ids = None if buffers is None else {id(b) for b in buffers if b is not None}

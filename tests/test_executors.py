@@ -27,12 +27,13 @@ def problem(n: int):
     return quadratic(n, seed=3, dim=DIM, sigma2=1.0, zeta2=1.0)
 
 
-def trace_ranks(spec: RunSpec, compiled: bool) -> dict:
+def trace_ranks(spec: RunSpec, compiled: bool, piece_elements: int = 0) -> dict:
     """{(r, run, token): x} for every round r of every phase (its first included), read
-    from the token's holder after round r - 1, with n thread-ranks."""
+    from the token's holder after round r - 1, with n thread-ranks (channels cut into
+    pieces of ``piece_elements``, 0: whole)."""
     n = spec.nodes
     hub = Hub(n)
-    backends = [MpiBackend(problem(n), spec, Loopback(hub, r), compiled=compiled)
+    backends = [MpiBackend(problem(n), spec, Loopback(hub, r, piece_elements), compiled=compiled)
                 for r in range(n)]
     assert all(b.compiled == compiled for b in backends)
     x0 = problem(n).initial()
@@ -165,3 +166,41 @@ def test_user_topology():
         canonical = trace_ranks(spec, compiled=False)
         assert_same(canonical, trace_simulator(spec), variant)
         assert_same(trace_ranks(spec, compiled=True), canonical, variant)
+
+
+PIPELINED = ["k=1 overlap", "k=n simple", "dsgd ring", "alg2 overlap", "alg2 simple",
+             "sparse onepeer-exp"] + [f"{top} {variant}" for top in ("base2", "complete")
+                                      for variant in ("overlap", "simple")]
+
+
+@pytest.mark.parametrize("by_columns", [True, False], ids=["step-and-sum", "sum-only"])
+@pytest.mark.parametrize("name", PIPELINED)
+def test_pipelined_compiled_rounds_equal_the_simulator(monkeypatch, name, by_columns):
+    """Channels in pieces of 2 elements (the last short) and blocks of one piece: the step
+    is computed a block of columns at a time, each block's pieces sent after it, and the
+    sum adds a block as soon as its pieces are in (sum-only: a problem whose gradient is
+    not element-wise steps whole); the tokens are the simulator's, bit for bit."""
+    from mpi_teleport.runtime.backends import compiled as compiled_module
+
+    monkeypatch.setattr(mpi_backend, "BLOCK_ROUNDS", 7)
+    monkeypatch.setattr(compiled_module.CompiledRounds, "column_block_bytes", 8)
+    calls = {"columns": 0, "sums": 0}
+    step_columns, weighted = compiled_module.local_step_columns, compiled_module.weighted_sum
+
+    def counted_step(*args, **kwargs):
+        calls["columns"] += 1
+        return step_columns(*args, **kwargs)
+
+    def counted_sum(weights, inputs, out, work):
+        calls["sums"] += out.size < DIM  # a block of the sum, not the whole
+        return weighted(weights, inputs, out, work)
+
+    monkeypatch.setattr(compiled_module, "local_step_columns", counted_step)
+    monkeypatch.setattr(compiled_module, "weighted_sum", counted_sum)
+    if not by_columns:
+        monkeypatch.setattr(compiled_module, "steps_by_columns", lambda problem, rule: False)
+    spec = RunSpec(rounds=17, lr=0.05, seed=11, **CASES[name])
+    assert_same(trace_ranks(spec, compiled=True, piece_elements=2), trace_simulator(spec),
+                f"pipelined compiled rounds, {name}")
+    assert calls["sums"] > 0
+    assert (calls["columns"] > 0) == by_columns

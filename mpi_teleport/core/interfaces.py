@@ -136,6 +136,12 @@ class ChannelTransport(TokenTransport, Protocol):
         """The persistent receive into ``buf`` from ``source`` (made on first use): a list
         of requests, as :meth:`send_channel`."""
 
+    def channel_spans(self, buf: np.ndarray, peer: int) -> list[tuple[int, int]]:
+        """The flat element ranges [start, stop) of ``buf`` carried by the requests of its
+        channel with ``peer``, in order: a channel's pieces may be started and completed
+        one by one (the compiled rounds send a block of y as soon as it is computed and
+        sum a block of the inputs as soon as it is in)."""
+
     def start(self, channels: list[Any]) -> None:
         """Start ``channels`` (a send's data is what its buffer holds now)."""
 

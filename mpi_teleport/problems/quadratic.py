@@ -40,6 +40,8 @@ class Quadratic:
     # and buffers to reuse (a fresh 40 MB array a round costs its page faults)
     _ahead: dict = field(default_factory=dict, repr=False, compare=False)
     _spares: list = field(default_factory=list, repr=False, compare=False)
+    # the round's noise while gradient_columns goes through the columns: (key, buffer)
+    _columns_noise: tuple | None = field(default=None, repr=False, compare=False)
 
     metric = "error"  # smaller is better; target reached when error <= target
     higher_is_better = False
@@ -114,6 +116,37 @@ class Quadratic:
                 self._spares.append(noise)
         return g
 
+    def gradient_columns(self, nodes, x: np.ndarray, t: int, columns: slice,
+                         out: np.ndarray) -> None:
+        """Columns ``columns`` of :meth:`gradient` (nodes, x, t) into ``out[:, columns]``,
+        reading only ``x[:, columns]``: the gradient is element-wise, so the MPI runtime
+        computes a large token's step a block of columns at a time and sends each block
+        while it computes the next (mpi_teleport/DESIGN.md §5.2). Called for consecutive
+        column blocks from 0 to d, in order; the same numbers as :meth:`gradient`, element
+        by element (the noise drawn whole, ahead or at the first block)."""
+        nodes = np.atleast_1d(np.asarray(nodes, dtype=np.int64))
+        g = out[:, columns]
+        if self.zeta2 == 0:
+            np.copyto(g, x[:, columns])
+        else:
+            np.subtract(x[:, columns], self.b(nodes)[:, columns], out=g)
+        g *= self.curvature(nodes)
+        if self.sigma2 <= 0:
+            return
+        key = _ahead_key(nodes, t)
+        if self._columns_noise is None or self._columns_noise[0] != key:
+            if key not in self._ahead:
+                self.prepare(nodes, t)
+            steps, noise = self._ahead.pop(key)
+            for _ in steps:  # what the wait left undrawn
+                pass
+            self._columns_noise = (key, noise)
+        noise = self._columns_noise[1]
+        g += noise[:, columns]
+        if columns.stop is None or columns.stop >= self.d:  # the last block: noise done
+            self._spares.append(noise)
+            self._columns_noise = None
+
     def prepare(self, nodes, t: int):
         """Round t's gradient noise at ``nodes``, drawn ahead of :meth:`gradient` (the
         problem contract's optional ``prepare``): the noise does not depend on x, so a rank
@@ -141,7 +174,7 @@ class Quadratic:
     def __getstate__(self):
         """Without the draws ahead (a generator does not pickle; they are redrawn)."""
         state = dict(self.__dict__)
-        state["_ahead"], state["_spares"] = {}, []
+        state["_ahead"], state["_spares"], state["_columns_noise"] = {}, [], None
         return state
 
     def x_star(self) -> np.ndarray:

@@ -271,6 +271,15 @@ class Transport:
         pieces' requests, a list."""
         return self._channel(False, buf, source, kind)
 
+    def channel_spans(self, buf: np.ndarray, peer: int) -> list[tuple[int, int]]:
+        """The flat element ranges [start, stop) of ``buf`` that the requests of its
+        channel with ``peer`` carry, in the channel's order (one range: whole)."""
+        spans, start = [], 0
+        for piece in pieces(buf, self._cut[peer], CHANNEL_PIECES):
+            spans.append((start, start + piece.size))
+            start += piece.size
+        return spans
+
     def release_channels(self, buffers=None) -> None:
         """Free the channels of ``buffers`` (all channels when None): a channel holds its
         buffer; a new one is made on next use."""

@@ -91,6 +91,38 @@ def local_step(problem: Any, nodes: npt.ArrayLike, x: np.ndarray, v: np.ndarray 
     return g
 
 
+def steps_by_columns(problem: Any, momentum: Any) -> bool:
+    """Whether :func:`local_step_columns` can give local_step's numbers for ``problem``
+    under this step rule: the problem has an element-wise ``gradient_columns``, no
+    ``after_step`` (it sees y whole), and the rule is SGD, heavy ball or Nesterov
+    (element-wise too; Adam and weight decay are computed whole)."""
+    return (getattr(problem, "gradient_columns", None) is not None
+            and not _has_after_step(problem)
+            and not isinstance(momentum, (Adam, SgdDecay)))
+
+
+def _has_after_step(problem: Any) -> bool:
+    inner = getattr(problem, "problem", problem)  # (ProblemWithDefaults always has one)
+    return getattr(inner, "after_step", None) is not None
+
+
+def local_step_columns(problem: Any, nodes: npt.ArrayLike, x: np.ndarray, v: np.ndarray | None,
+                       t: int, lr: float, momentum: float, out: np.ndarray,
+                       columns: slice) -> None:
+    """Columns ``columns`` of :func:`local_step` (y into ``out``, v in place), for a
+    problem and rule where :func:`steps_by_columns` holds: called for consecutive blocks
+    of columns from 0 to d, it gives local_step's numbers element by element (every
+    operation is element-wise), so a rank can send a block of y while it computes the
+    next (issue 33: the step off the round's path)."""
+    problem.gradient_columns(nodes, x, t, columns, out)
+    g, xb = out[..., columns], x[..., columns]
+    if momentum > 0:
+        _momentum_step(g, cast(np.ndarray, v)[..., columns], lr, momentum)
+    else:
+        g *= lr
+    np.subtract(xb, g, out=g)
+
+
 def _blocked_step(g: np.ndarray, x: np.ndarray, v: np.ndarray | None, lr: float,
                   momentum: float) -> None:
     d = g.shape[-1]

@@ -25,16 +25,68 @@ Two facts make records reusable across rounds:
 """
 from __future__ import annotations
 
+import bisect
 from typing import Callable, NamedTuple, cast
 
 import numpy as np
 
-from ...core.algorithms import local_step, weighted_sum
+from ...core.algorithms import local_step, local_step_columns, steps_by_columns, weighted_sum
 from ...core.interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_Y, ChannelTransport
 
 # Compiled round records kept (by pattern); a run with more distinct patterns rebuilds
 # records (cheap: table lookups), it never grows without bound.
 RECORDS_KEPT = 1 << 14
+# A pipelined block of columns (step, then send; or receive, then sum) is at least this
+# many bytes of the token: 1 MiB is 8 ms on a 1 Gbit/s link and well under a
+# millisecond to compute, and keeps the Python between blocks to some 40 a 40 MB token.
+COLUMN_BLOCK_BYTES = 1 << 20
+
+
+class Blocks(NamedTuple):
+    """A pipelined step or sum: ``columns[i]`` is block i's slice of the token, and
+    ``requests[i]`` the pieces to start once block i is stepped (a step) or to complete
+    before block i is summed (a sum)."""
+
+    columns: list
+    requests: list
+
+
+def column_blocks(d: int, channels: list, least: int) -> Blocks | None:
+    """The blocks of a pipelined step (its sends) or sum (its receives) over ``channels``,
+    each a (requests, spans) pair from the transport: a block ends at a piece's end, at
+    least ``least`` columns after the previous one, or at d. A request joins the first
+    block that reaches its piece's end (a send: all its data is computed) or its start
+    (a receive: the block reads its data). None when no channel is in pieces (nothing to
+    pipeline)."""
+    if not any(len(requests) > 1 for requests, _ in channels):
+        return None
+    ends: list[int] = []
+    for stop in sorted({stop for _, spans in channels for _, stop in spans}):
+        if stop - (ends[-1] if ends else 0) >= least and stop < d:
+            ends.append(stop)
+    ends.append(d)
+    return Blocks([slice(a, b) for a, b in zip([0] + ends[:-1], ends)],
+                  [[] for _ in ends])
+
+
+def _send_blocks(d: int, channels: list, least: int) -> Blocks | None:
+    blocks = column_blocks(d, channels, least)
+    if blocks is not None:
+        ends = [c.stop for c in blocks.columns]
+        for requests, spans in channels:
+            for request, (_, stop) in zip(requests, spans):
+                blocks.requests[bisect.bisect_left(ends, stop)].append(request)
+    return blocks
+
+
+def _recv_blocks(d: int, channels: list, least: int) -> Blocks | None:
+    blocks = column_blocks(d, channels, least)
+    if blocks is not None:
+        ends = [c.stop for c in blocks.columns]
+        for requests, spans in channels:
+            for request, (start, _) in zip(requests, spans):
+                blocks.requests[bisect.bisect_right(ends, start)].append(request)
+    return blocks
 
 
 class OverlapRecord(NamedTuple):
@@ -47,6 +99,9 @@ class OverlapRecord(NamedTuple):
     inputs: list  # line 13: the gossip sum's inputs, in ascending token order
     weights: np.ndarray  # their weights, in the token's dtype
     swap: bool  # a momentum arrived: v and v_in swap after the sum
+    step_blocks: Blocks | None  # the step by columns, each block's pieces sent after it
+    sum_blocks: Blocks | None  # the sum by columns, each block's pieces received first
+    rest: list  # with sum_blocks: the requests of ``both`` that no block waits for
 
 
 class SimpleRecord(NamedTuple):
@@ -58,6 +113,10 @@ class SimpleRecord(NamedTuple):
     gossip: list  # line 11: gossip receives and sends, completed together
     inputs: list  # line 12: the gossip sum's inputs, in ascending token order
     weights: np.ndarray  # their weights, in the token's dtype
+    gossip_recvs: list  # the receives of ``gossip`` (pipelined: started before the step)
+    step_blocks: Blocks | None  # as OverlapRecord's
+    sum_blocks: Blocks | None
+    rest: list
 
 
 # A node's plan row for one round, as compiled (``CompiledRounds.records``): the four role
@@ -81,6 +140,8 @@ class CompiledRounds:
     :meth:`overlap` / :meth:`simple` run one round of Algorithm 3 / 1 from its record.
     """
 
+    column_block_bytes = COLUMN_BLOCK_BYTES  # (tests pipeline small tokens with less)
+
     def __init__(self, problem, spec, transport: ChannelTransport, rank: int, state,
                  overlap: bool):
         self.problem, self.spec, self.transport, self.rank = problem, spec, transport, rank
@@ -88,6 +149,11 @@ class CompiledRounds:
         self._nodes = [rank]  # local_step's holders: this node alone
         self._prepare = getattr(problem, "prepare", None)  # the x-free part of a step, early
         self._records: dict[bytes, OverlapRecord | SimpleRecord] = {}
+        # pipelining large tokens: the transport says how its channels are cut; the step
+        # goes by columns when the problem's gradient is element-wise
+        self._spans = getattr(transport, "channel_spans", None)
+        self._by_columns = steps_by_columns(problem, spec.step_rule)
+        self._least = max(1, self.column_block_bytes // state.x.itemsize)
         s = state
         x, y, v, v_in = s.x, s.y, s.v, s.v_in
         swapped = [x, y, v_in, v] if overlap else [y, x, v_in, v]
@@ -152,18 +218,52 @@ class CompiledRounds:
                     records[i] = record
         return records
 
-    def _gossip_inputs(self, y_from, y) -> tuple[list, list]:
+    def _gossip_inputs(self, y_from, y) -> tuple[list, list, list]:
         """The inputs of a gossip sum in source order (this node's own y where it is a
-        source, else a receive buffer) and the receive channels that fill them."""
+        source, else a receive buffer), the receive channels that fill them, and each
+        channel with its pieces' spans."""
         inbox, me, tr = self.state.inboxes(len(y_from)), self.rank, self.transport
-        inputs, recvs = [], []
+        inputs, recvs, channels = [], [], []
         for i, src in enumerate(y_from):
             if src == me:
                 inputs.append(y)
             else:
                 inputs.append(inbox[i])
-                recvs += tr.recv_channel(inbox[i], src, KIND_Y)
-        return inputs, recvs
+                channel = tr.recv_channel(inbox[i], src, KIND_Y)
+                recvs += channel
+                channels.append((channel, self._spans(inbox[i], src) if self._spans else None))
+        return inputs, recvs, channels
+
+    def _y_sends(self, y, y_to) -> tuple[list, list]:
+        """The send channels of y to ``y_to`` (not to this node), and each with its spans."""
+        tr, me = self.transport, self.rank
+        channels = [(tr.send_channel(y, dest, KIND_Y), self._spans(y, dest) if self._spans else None)
+                    for dest in y_to if dest != me]
+        return [c for channel, _ in channels for c in channel], channels
+
+    def _pipelines(self, send_channels, recv_channels, late_sends, d):
+        """The blocks of a pipelined step (sending y) and sum (receiving its inputs), or
+        None each: only where the transport gives spans and a channel is in pieces, the
+        step only for an element-wise gradient. ``late_sends`` (the momentum) go after the
+        last block."""
+        if self._spans is None:
+            return None, None
+        step_blocks = sum_blocks = None
+        if self._by_columns and send_channels:
+            step_blocks = _send_blocks(d, send_channels, self._least)
+            if step_blocks is not None:
+                step_blocks.requests[-1].extend(late_sends)
+        if recv_channels:
+            sum_blocks = _recv_blocks(d, recv_channels, self._least)
+        return step_blocks, sum_blocks
+
+    @staticmethod
+    def _rest(both, sum_blocks) -> list:
+        """The requests of ``both`` no block of the sum completes (all: no pipelined sum)."""
+        if sum_blocks is None:
+            return both
+        waited = {id(r) for requests in sum_blocks.requests for r in requests}
+        return [r for r in both if id(r) not in waited]
 
     def _overlap_record(self, head, y_to, y_from, weights, parity) -> OverlapRecord:
         """A round of Alg. 3 (algorithms.teleport.overlap_round) as channels and arrays."""
@@ -173,20 +273,27 @@ class CompiledRounds:
         recvs: list = []  # channels
         sends: list = []
         inputs: list = []  # arrays
+        send_channels: list = []
+        recv_channels: list = []
+        late: list = []
         swap = False
         if next_token >= 0:  # line 12
-            inputs, recvs = self._gossip_inputs(y_from, y)
+            inputs, recvs, recv_channels = self._gossip_inputs(y_from, y)
             if v is not None and momentum_from != me:
                 recvs += tr.recv_channel(v_in, momentum_from, KIND_MOMENTUM)
                 swap = True
         step_args = None
         if token >= 0:  # lines 8-9
-            sends = [c for dest in y_to if dest != me for c in tr.send_channel(y, dest, KIND_Y)]
+            sends, send_channels = self._y_sends(y, y_to)
             if v is not None and momentum_to != me:
-                sends += tr.send_channel(v, momentum_to, KIND_MOMENTUM)
+                late = tr.send_channel(v, momentum_to, KIND_MOMENTUM)
+                sends += late
             xv, yv, vv, _ = self._views[parity]
             step_args = (xv, vv, yv)
-        return OverlapRecord(recvs, sends, recvs + sends, step_args, inputs, weights, swap)
+        step_blocks, sum_blocks = self._pipelines(send_channels, recv_channels, late, x.size)
+        both = recvs + sends
+        return OverlapRecord(recvs, sends, both, step_args, inputs, weights, swap,
+                             step_blocks, sum_blocks, self._rest(both, sum_blocks))
 
     def _simple_record(self, head, y_to, y_from, weights, parity) -> SimpleRecord:
         """A round of Alg. 1 (algorithms.teleport.simple_round) as channels and arrays. A
@@ -207,43 +314,76 @@ class CompiledRounds:
             parity = 1 - parity  # the roles after the swap
             x, y, v, v_in = self._arrangements[parity]
         gossip: list = []  # channels
+        recvs: list = []
         inputs: list = []  # arrays
         step_args = None
+        step_blocks = sum_blocks = None
         if token >= 0:  # lines 10-11
-            inputs, gossip = self._gossip_inputs(y_from, y)
-            gossip += [c for dest in y_to if dest != me for c in tr.send_channel(y, dest, KIND_Y)]
+            inputs, recvs, recv_channels = self._gossip_inputs(y_from, y)
+            sends, send_channels = self._y_sends(y, y_to)
+            gossip = recvs + sends
             xv, yv, vv, _ = self._views[parity]
             step_args = (xv, vv, yv)
-        return SimpleRecord(fetch, moved, step_args, gossip, inputs, weights)
+            step_blocks, sum_blocks = self._pipelines(send_channels, recv_channels, [], x.size)
+        return SimpleRecord(fetch, moved, step_args, gossip, inputs, weights, recvs,
+                            step_blocks, sum_blocks, self._rest(gossip, sum_blocks))
 
     # -- running -----------------------------------------------------------------------
+    def _step(self, t: int, step_args: tuple, blocks: Blocks | None, sends: list) -> None:
+        """The local step into y, then its sends started: whole, or a block of columns at
+        a time, each block's pieces started as soon as it is computed."""
+        x, v, y = step_args
+        lr, rule, tr = self.spec.lr_at(t), self.spec.step_rule, self.transport
+        if blocks is None:
+            local_step(self.problem, self._nodes, x, v, t, lr, rule, out=y)
+            if sends:
+                tr.start(sends)
+            return
+        for columns, started in zip(*blocks):
+            local_step_columns(self.problem, self._nodes, x, v, t, lr, rule, y, columns)
+            if started:
+                tr.start(started)
+
+    def _sum(self, weights, inputs, blocks: Blocks | None) -> None:
+        """The gossip sum into x: whole, or a block of columns at a time, each as soon as
+        the pieces it reads are in (the same numbers: every operation is element-wise)."""
+        s = self.state
+        if blocks is None:
+            weighted_sum(weights, inputs, s.x, s.work)
+            return
+        for columns, needed in zip(*blocks):
+            if needed:
+                self.transport.wait_all(needed)
+            weighted_sum(weights, [a[columns] for a in inputs], s.x[columns], s.work)
+
     def overlap(self, t: int, record: OverlapRecord) -> None:
         """Round t of Algorithm 3 from its record."""
-        recvs, sends, both, step_args, inputs, weights, swap = record
+        (recvs, sends, both, step_args, inputs, weights, swap, step_blocks, sum_blocks,
+         rest) = record
         tr = self.transport
         if recvs:  # line 12, started before computing so data can arrive meanwhile
             tr.start(recvs)
         if step_args is not None:  # lines 8-9
-            x, v, y = step_args
-            local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t), self.spec.step_rule,
-                       out=y)
-            if sends:
-                tr.start(sends)
+            self._step(t, step_args, step_blocks, sends)
         if both:
             if inputs and self._prepare is not None:  # round t+1's step here, its x-free part
                 work = self._prepare(self._nodes, t + 1)
                 if work is not None:
                     tr.meanwhile(both, work)
-            tr.wait_all(both)
+            if sum_blocks is None:
+                tr.wait_all(both)
         if inputs:  # line 13, summed in ascending token order
             s = self.state
-            weighted_sum(weights, inputs, s.x, s.work)
+            self._sum(weights, inputs, sum_blocks)
+            if sum_blocks is not None:
+                tr.wait_all(rest)
             if swap:
                 s.v, s.v_in = s.v_in, s.v
 
     def simple(self, t: int, record: SimpleRecord) -> None:
         """Round t of Algorithm 1 from its record."""
-        fetch, moved, step_args, gossip, inputs, weights = record
+        (fetch, moved, step_args, gossip, inputs, weights, recvs, step_blocks, sum_blocks,
+         rest) = record
         tr, s = self.transport, self.state
         if fetch:  # line 8
             tr.start(fetch)
@@ -256,7 +396,9 @@ class CompiledRounds:
             s.x, s.y = s.y, s.x
             if s.v is not None:
                 s.v, s.v_in = s.v_in, s.v
-        if step_args is not None:
+        if step_args is None:
+            return
+        if step_blocks is None and sum_blocks is None:
             x, v, y = step_args  # line 10
             local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t), self.spec.step_rule,
                        out=y)
@@ -264,3 +406,14 @@ class CompiledRounds:
                 tr.start(gossip)
                 tr.wait_all(gossip)
             weighted_sum(weights, inputs, s.x, s.work)  # line 12
+            return
+        # pipelined: the receives first, the step's blocks sent as they are computed, the
+        # sum's blocks added as their pieces arrive
+        if recvs:
+            tr.start(recvs)
+        self._step(t, step_args, step_blocks, gossip[len(recvs):])  # (gossip: recvs + sends)
+        if sum_blocks is None:
+            tr.wait_all(gossip)
+        self._sum(weights, inputs, sum_blocks)  # line 12
+        if sum_blocks is not None and rest:
+            tr.wait_all(rest)
