@@ -49,7 +49,8 @@ def mpi_env(base: dict | None = None, flavor: Flavor | None = None) -> dict:
 # what -x names; Hydra hands on everything).
 FORWARDED_ENV = ("PYTHONPATH", "OMP_NUM_THREADS", "MPI_TELEPORT_TEST_TAG", "MPI_TELEPORT_TEST_DIE",
                  "MPI_TELEPORT_SPARE_LOG", "MPI_TELEPORT_TEST_DIE_ONCE",
-                 "MPI_TELEPORT_PIECE_BYTES", "MPI_TELEPORT_PIECE_PEERS")  # (transport.py: cut alike)
+                 "MPI_TELEPORT_PIECE_BYTES", "MPI_TELEPORT_PIECE_PEERS",
+                 "MPI_TELEPORT_PIPELINE_BYTES")  # (transport.py: cut alike)
 
 
 def ranks_per_host(n: int, hosts: str | None) -> int:

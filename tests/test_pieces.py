@@ -11,8 +11,9 @@ import pytest
 
 from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
-from mpi_teleport.runtime.transport import (PIECE_BYTES, piece_bytes_from_env,
-                                            piece_peers_from_env, pieces)
+from mpi_teleport.runtime.transport import (PIECE_BYTES, PIPELINE_BYTES, piece_bytes_from_env,
+                                            piece_peers_from_env, pieces,
+                                            pipeline_bytes_from_env)
 
 
 def test_pieces_are_consecutive_views_of_the_buffer():
@@ -54,6 +55,28 @@ def test_whose_messages_are_cut_from_the_environment():
     assert piece_peers_from_env({"MPI_TELEPORT_PIECE_PEERS": "ALL"}) == "all"
     with pytest.raises(ValueError, match="MPI_TELEPORT_PIECE_PEERS"):
         piece_peers_from_env({"MPI_TELEPORT_PIECE_PEERS": "some"})
+
+
+def test_pipelined_block_from_the_environment():
+    assert pipeline_bytes_from_env({}) == PIPELINE_BYTES == 1 << 20
+    assert pipeline_bytes_from_env({"MPI_TELEPORT_PIPELINE_BYTES": "0"}) == 0  # off
+    assert pipeline_bytes_from_env({"MPI_TELEPORT_PIPELINE_BYTES": " 65536 "}) == 65536
+    for bad in ("-1", "1e3", "lots"):
+        with pytest.raises(ValueError, match="MPI_TELEPORT_PIPELINE_BYTES.*0: tokens"):
+            pipeline_bytes_from_env({"MPI_TELEPORT_PIPELINE_BYTES": bad})
+
+
+@pytest.mark.parametrize("name", ["MPI_TELEPORT_PIECE_BYTES", "MPI_TELEPORT_PIPELINE_BYTES",
+                                  "MPI_TELEPORT_PIECE_PEERS"])
+def test_a_bad_setting_is_one_line(tmp_path, mpirun, name):
+    """A bad value in the environment ends the run with status 2 and one line naming it,
+    not a traceback from every rank."""
+    proc = mpirun(2, ["-m", "mpi_teleport.run", "--rounds", "2", "--progress", "off",
+                      "--out", str(tmp_path / "o")], env={**os.environ, name: "lots"}, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and f"{name}='lots'" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def numbers(path):

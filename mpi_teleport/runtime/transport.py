@@ -42,11 +42,14 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
+from ..errors import UsageError
 from ..core.interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_SPARE, KIND_Y, N_KINDS  # noqa: F401
 
 
 PIECE_BYTES = 60 * 1024  # below Open MPI's TCP eager limit (64 KiB, headers included)
 PIECE_ENV = "MPI_TELEPORT_PIECE_BYTES"
+PIPELINE_BYTES = 1 << 20  # a pipelined block of a large token, at least (backends/compiled.py)
+PIPELINE_ENV = "MPI_TELEPORT_PIPELINE_BYTES"
 PEERS_ENV = "MPI_TELEPORT_PIECE_PEERS"  # "hosts" (default): peers on other hosts; "all"
 CHANNEL_PIECES = 1024  # tags reserved per kind for a channel's pieces (larger pieces beyond)
 
@@ -59,10 +62,24 @@ def piece_bytes_from_env(environ=None) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"{PIECE_ENV}={text!r}: give a whole number of bytes (0: whole "
+        raise UsageError(f"{PIECE_ENV}={text!r}: give a whole number of bytes (0: whole "
                          f"messages)") from None
     if value < 0:
-        raise ValueError(f"{PIECE_ENV}={text!r}: give a number of bytes >= 0")
+        raise UsageError(f"{PIECE_ENV}={text!r}: give a number of bytes >= 0")
+    return value
+
+
+def pipeline_bytes_from_env(environ=None) -> int:
+    """The pipelined block: ``MPI_TELEPORT_PIPELINE_BYTES`` (0: step, send and sum tokens
+    whole), else PIPELINE_BYTES."""
+    text = (os.environ if environ is None else environ).get(PIPELINE_ENV, "").strip()
+    try:
+        value = int(text) if text else PIPELINE_BYTES
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise UsageError(f"{PIPELINE_ENV}={text!r}: give a whole number of bytes >= 0 (0: "
+                         f"tokens stepped, sent and summed whole)")
     return value
 
 
@@ -70,7 +87,7 @@ def piece_peers_from_env(environ=None) -> str:
     """Whose messages are cut: ``MPI_TELEPORT_PIECE_PEERS`` = hosts (default) or all."""
     text = (os.environ if environ is None else environ).get(PEERS_ENV, "").strip().lower() or "hosts"
     if text not in ("hosts", "all"):
-        raise ValueError(f"{PEERS_ENV}={text!r}: give hosts (peers on other hosts) or all")
+        raise UsageError(f"{PEERS_ENV}={text!r}: give hosts (peers on other hosts) or all")
     return text
 
 
@@ -149,6 +166,9 @@ class Transport:
         # large messages travel in pieces of at most this many bytes (0: whole) ...
         self.piece_bytes = piece_bytes_from_env() if piece_bytes is None else piece_bytes
         self.piece_peers = piece_peers_from_env()
+        # a large token's step, sends and sum go a block of this many bytes at a time
+        # (backends/compiled.py; 0: whole). A rank's own choice: it changes no message
+        self.pipeline_bytes = pipeline_bytes_from_env()
         # ... to the peers on other hosts: _cut[peer] is the piece size for that peer (0:
         # whole). Learnt here, collectively, unless pieces are off or handed on (dup)
         if _cut is None:

@@ -32,14 +32,11 @@ import numpy as np
 
 from ...core.algorithms import local_step, local_step_columns, steps_by_columns, weighted_sum
 from ...core.interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_Y, ChannelTransport
+from ..transport import PIPELINE_BYTES
 
 # Compiled round records kept (by pattern); a run with more distinct patterns rebuilds
 # records (cheap: table lookups), it never grows without bound.
 RECORDS_KEPT = 1 << 14
-# A pipelined block of columns (step, then send; or receive, then sum) is at least this
-# many bytes of the token: 1 MiB is 8 ms on a 1 Gbit/s link and well under a
-# millisecond to compute, and keeps the Python between blocks to some 40 a 40 MB token.
-COLUMN_BLOCK_BYTES = 1 << 20
 
 
 class Blocks(NamedTuple):
@@ -140,7 +137,7 @@ class CompiledRounds:
     :meth:`overlap` / :meth:`simple` run one round of Algorithm 3 / 1 from its record.
     """
 
-    column_block_bytes = COLUMN_BLOCK_BYTES  # (tests pipeline small tokens with less)
+    column_block_bytes: int | None = None  # (tests pipeline small tokens with less)
 
     def __init__(self, problem, spec, transport: ChannelTransport, rank: int, state,
                  overlap: bool):
@@ -150,10 +147,19 @@ class CompiledRounds:
         self._prepare = getattr(problem, "prepare", None)  # the x-free part of a step, early
         self._records: dict[bytes, OverlapRecord | SimpleRecord] = {}
         # pipelining large tokens: the transport says how its channels are cut; the step
-        # goes by columns when the problem's gradient is element-wise
-        self._spans = getattr(transport, "channel_spans", None)
+        # goes by columns when the problem's gradient is element-wise. A block is at least
+        # the transport's pipeline_bytes of the token (PIPELINE_BYTES, 1 MiB: 8 ms on a
+        # 1 Gbit/s link, well under a millisecond to compute, 40 blocks a 40 MB token)
+        block = self.column_block_bytes
+        if block is None:
+            block = getattr(transport, "pipeline_bytes", PIPELINE_BYTES)
+        self._spans = getattr(transport, "channel_spans", None) if block else None
         self._by_columns = steps_by_columns(problem, spec.step_rule)
-        self._least = max(1, self.column_block_bytes // state.x.itemsize)
+        self._least = max(1, block // state.x.itemsize)
+        # a test of requests just started: MPI moves data only inside its calls, and
+        # MPICH's Start queues a send until then (measured: without it, pipelining did
+        # not shorten MPICH's rounds on the test bed)
+        self._poke = getattr(transport, "testall", None)
         s = state
         x, y, v, v_in = s.x, s.y, s.v, s.v_in
         swapped = [x, y, v_in, v] if overlap else [y, x, v_in, v]
@@ -339,10 +345,13 @@ class CompiledRounds:
             if sends:
                 tr.start(sends)
             return
+        poke = self._poke
         for columns, started in zip(*blocks):
             local_step_columns(self.problem, self._nodes, x, v, t, lr, rule, y, columns)
             if started:
                 tr.start(started)
+                if poke is not None:  # hand them to the network now, not at the next wait
+                    poke(started)
 
     def _sum(self, weights, inputs, blocks: Blocks | None) -> None:
         """The gossip sum into x: whole, or a block of columns at a time, each as soon as
