@@ -7,12 +7,15 @@ is not up): every host's link is limited with ``tc`` (htb, both directions, pack
 128 bytes first; NETNS_SHAPER=tbf: the older token bucket) to RATE Mbit/s, and the
 quadratic problem with a large dimension d (messages of 8 d bytes) runs over MPI with
 ranks on both hosts, under Open MPI and under MPICH (when ``.venv-mpich`` exists;
-tests/launch_helpers.py makes it). Each run also carries
-``--latency bw:RATE/1000,hosts:R --clock virtual`` (R ranks per host): the latency
-layer's virtual clock adds to the measured compute time, per message, the time its
-round's bytes take over the host links it shares (mpi_teleport/latency/model.py) and
-delays nothing, so one run gives both numbers of a round: the measured real time
-(``time_s``) and the model's prediction (``virtual_time_s``).
+tests/launch_helpers.py makes it). Each case runs twice: as a user runs it (the
+measured real time, ``time_s``: the compiled rounds, large tokens pipelined), and with
+``--latency bw:RATE/1000,hosts:R --clock virtual`` (R ranks per host) for the model's
+prediction (``virtual_time_s``): the latency layer's virtual clock adds to the measured
+compute time, per message, the time its round's bytes take over the host links it shares
+(mpi_teleport/latency/model.py) and delays nothing. That second run goes through the round
+executor, every message with a companion clock stamp; its own wall clock is kept as
+``layer_s_per_round`` (until 2026-11-27 it was the measured time: the results before then
+measured that path).
 
 Per case it reports measured / physical bound, the bound being, round by round, the bytes
 that must cross the busiest host link in one direction over the link's rate, summed over
@@ -76,6 +79,7 @@ Writes bench_tc_bandwidth{,_quick}.csv (one row per run), .json (settings, machi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -617,37 +621,65 @@ def set_rate(mbit: float | None) -> None:
     subprocess.run([*BED, "rate", f"{mbit}mbit" if mbit else "off"], check=True, capture_output=True)
 
 
+@contextlib.contextmanager
+def pipeline_env(block: int | None):
+    """MPI_TELEPORT_PIPELINE_BYTES=block for the runs started inside (None: as it is)."""
+    before = os.environ.get("MPI_TELEPORT_PIPELINE_BYTES")
+    if block is not None:
+        os.environ["MPI_TELEPORT_PIPELINE_BYTES"] = str(block)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("MPI_TELEPORT_PIPELINE_BYTES", None)
+        else:
+            os.environ["MPI_TELEPORT_PIPELINE_BYTES"] = before
+
+
 def one_run(python: str, ranks: int, flags: list[str], dim: int, rounds: int, mbit: float,
             timeout: float, piece_bytes: int | None = None) -> dict:
-    """Measured and predicted seconds per round (mean over rounds 1..T: round 0 and the
-    first logged interval include start-up, so the first interval is left out)."""
+    """Measured and predicted seconds per round (mean over rounds T/4..T: round 0 and the
+    first logged interval include start-up, so the first interval is left out), from two
+    runs of the same case: the measured one as a user runs it (the compiled rounds,
+    pipelined), the predicted one under the latency layer's virtual clock (the round
+    executor, its messages stamped with the sender's clock: ``layer_s_per_round`` is that
+    run's own wall clock)."""
     per_host = ranks // len(HOSTS)
+    base = ["-m", "mpi_teleport.run", *flags, "--nodes", str(ranks), "--dim", str(dim),
+            "--rounds", str(rounds), "--log-every", str(rounds // 4), "--progress", "off"]
+    clock = ["--latency", f"bw:{mbit * TCP_GOODPUT / 1000:.6g},hosts:{per_host}",
+             "--clock", "virtual"]
+    load_before = os.getloadavg()[0]
+    plain, wall = _records(python, ranks, base, timeout, piece_bytes)
+    clocked, _ = _records(python, ranks, [*base, *clock], timeout, piece_bytes)
+    first, last = plain[1], plain[-1]  # rounds T/4 .. T
+    span = last["round"] - first["round"]
+    layer_first, layer_last = clocked[1], clocked[-1]
+    return {"measured_s_per_round": (last["time_s"] - first["time_s"]) / span,
+            "predicted_s_per_round": (layer_last["virtual_time_s"] - layer_first["virtual_time_s"]) / span,
+            "layer_s_per_round": (layer_last["time_s"] - layer_first["time_s"]) / span,
+            "measured_path": "compiled rounds (no latency layer)",
+            "first_round": first["round"], "last_round": last["round"],
+            "launch_wall_s": round(wall, 2), "implementation": flavor_of_launcher(find_mpirun(python)).name,
+            "load_before": load_before, "load_after": os.getloadavg()[0]}
+
+
+def _records(python: str, ranks: int, argv: list[str], timeout: float,
+             piece_bytes: int | None) -> tuple[list[dict], float]:
+    """The records of one run of ``python ARGV --out TMP`` on the bed, and its wall time
+    (started again once when the launcher loses a remote daemon)."""
     for attempt in (1, 2):
         with tempfile.TemporaryDirectory(prefix="bench-tc-") as tmp:
             start = time.monotonic()
-            load_before = os.getloadavg()[0]
             try:
-                launch_on_bed(python, ranks, ["-m", "mpi_teleport.run", *flags, "--nodes", str(ranks),
-                                              "--dim", str(dim), "--rounds", str(rounds), "--log-every",
-                                              str(rounds // 4), "--latency",
-                                              f"bw:{mbit * TCP_GOODPUT / 1000:.6g},hosts:{per_host}",
-                                              "--clock", "virtual", "--progress", "off", "--out", tmp],
-                              timeout, piece_bytes)
+                launch_on_bed(python, ranks, [*argv, "--out", tmp], timeout, piece_bytes)
             except LostDaemon as exc:
                 if attempt == 2:
                     raise
                 print(f"  (again: {exc})", flush=True)
                 continue
-            wall = time.monotonic() - start
-            rows = read_jsonl(Path(tmp) / "metrics.jsonl")
-            break
-    first, last = rows[1], rows[-1]  # rounds T/4 .. T
-    span = last["round"] - first["round"]
-    return {"measured_s_per_round": (last["time_s"] - first["time_s"]) / span,
-            "predicted_s_per_round": (last["virtual_time_s"] - first["virtual_time_s"]) / span,
-            "first_round": first["round"], "last_round": last["round"],
-            "launch_wall_s": round(wall, 2), "implementation": flavor_of_launcher(find_mpirun(python)).name,
-            "load_before": load_before, "load_after": os.getloadavg()[0]}
+            return read_jsonl(Path(tmp) / "metrics.jsonl"), time.monotonic() - start
+    raise AssertionError("unreachable")
 
 
 def with_ratios(row: dict) -> dict:
@@ -810,6 +842,10 @@ def main(argv=None) -> int:
     parser.add_argument("--pieces", default="",
                         help="piece sizes (bytes, comma-separated; 0: whole messages) to run each "
                              "case with (default: the transport's own)")
+    parser.add_argument("--pipeline", default="",
+                        help="pipelined block sizes (bytes, comma-separated; 0: tokens stepped, "
+                             "sent and summed whole) to run each case with, one after the other "
+                             "(MPI_TELEPORT_PIPELINE_BYTES; default: the transport's own, 1 MiB)")
     parser.add_argument("--configs", default="", help=f"a subset of {','.join(CONFIGS)}")
     parser.add_argument("--impls", default="", help="a subset of openmpi,mpich")
     parser.add_argument("--bed", default=BED[1], help="the test bed's script (jobs/netns-cluster.sh)")
@@ -849,6 +885,8 @@ def main(argv=None) -> int:
         configs = {c: CONFIGS[c] for c in args.configs.split(",")}
     configs = {c: (ranks, [*flags, *args.run_flags.split()]) for c, (ranks, flags) in configs.items()}
     pieces = [int(p) for p in args.pieces.split(",")] if args.pieces else [None]
+    pipelines = [int(p) for p in args.pipeline.split(",")] if args.pipeline else [None]
+    variants = [(piece, block) for piece in pieces for block in pipelines]
     rows = []
     try:
         for mbit in rates:
@@ -861,12 +899,17 @@ def main(argv=None) -> int:
                     if args.impls and name not in args.impls.split(","):
                         continue
                     for config, (ranks, flags) in configs.items():
-                        for piece in pieces:
-                            got = one_run(python, ranks, flags, dim, args.rounds, mbit, args.timeout, piece)
+                        for piece, block in variants:
+                            with pipeline_env(block):
+                                got = one_run(python, ranks, flags, dim, args.rounds, mbit,
+                                              args.timeout, piece)
                             if args.openmpi_eager:
                                 got["implementation"] += "+eager1MiB"
                             if piece is not None:
                                 got["implementation"] += f"+pieces{piece // 1024}K" if piece else "+whole"
+                            if block is not None:
+                                got["implementation"] += f"+pipeline{block // 1024}K" if block else "+unpipelined"
+                                got["pipeline_bytes"] = block
                             if args.run_flags:
                                 got["run_flags"] = args.run_flags
                             bound = physical_bound_s(config, ranks, dim, mbit, got["first_round"],
@@ -886,7 +929,8 @@ def main(argv=None) -> int:
                                   f"measured {row['measured_s_per_round']:.4f} s/round = x{row['measured_over_bound']:.2f}"
                                   f" the bound {bound:.4f} (x{row['measured_over_bound_plus_step']:.2f} bound + step "
                                   f"{row['step_s_per_round'] * 1e3:.1f} ms); model {row['predicted_s_per_round']:.4f} "
-                                  f"(predicted/measured {row['predicted_over_measured']:.2f}); load "
+                                  f"(predicted/measured {row['predicted_over_measured']:.2f}; under the "
+                                  f"layer x{row['layer_s_per_round'] / bound:.2f}); load "
                                   f"{got['load_before']:.1f}-{got['load_after']:.1f}"
                                   + (f"; bare MPI x{row['bare_over_bound']:.2f} the bound, the run "
                                      f"x{row['measured_over_bare_plus_step']:.2f} bare + step"

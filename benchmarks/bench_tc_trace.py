@@ -65,8 +65,9 @@ def timed(f, what):
             stamps.append((what, where["t"], where["rank"], start, time.monotonic(),
                            time.thread_time() - cpu))
     return wrapper
-compiled.local_step = timed(compiled.local_step, "step")
-compiled.weighted_sum = timed(compiled.weighted_sum, "sum")
+# the step with its sends started, the sum with the waits for its blocks (pipelined)
+compiled.CompiledRounds._step = timed(compiled.CompiledRounds._step, "step")
+compiled.CompiledRounds._sum = timed(compiled.CompiledRounds._sum, "sum")
 round_of = timed(compiled.CompiledRounds.overlap, "round")
 def overlap(self, t, record):
     if where["rank"] < 0:

@@ -199,3 +199,23 @@ def test_a_traced_run_is_drawn(tmp_path):
     for colour in ("#d62728", "#9ecae1", "#bdbdbd", "#2ca02c"):  # step, wait, meanwhile, sum
         rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
         assert (np.abs(pixels - rgb).max(axis=1) <= 2).any(), colour
+
+
+def test_pipeline_env_sets_the_block_for_the_runs_inside_and_puts_it_back(monkeypatch):
+    """``--pipeline 0,1048576`` runs each case unpipelined and pipelined, one after the
+    other: the ranks read MPI_TELEPORT_PIPELINE_BYTES (forwarded by the launcher)."""
+    import os
+
+    from mpi_teleport.launch import FORWARDED_ENV
+
+    assert "MPI_TELEPORT_PIPELINE_BYTES" in FORWARDED_ENV  # (Open MPI hands on only these)
+    monkeypatch.delenv("MPI_TELEPORT_PIPELINE_BYTES", raising=False)
+    with bench.pipeline_env(0):
+        assert os.environ["MPI_TELEPORT_PIPELINE_BYTES"] == "0"
+    assert "MPI_TELEPORT_PIPELINE_BYTES" not in os.environ
+    monkeypatch.setenv("MPI_TELEPORT_PIPELINE_BYTES", "4096")
+    with bench.pipeline_env(1 << 20):
+        assert os.environ["MPI_TELEPORT_PIPELINE_BYTES"] == str(1 << 20)
+    with bench.pipeline_env(None):  # the transport's own
+        assert os.environ["MPI_TELEPORT_PIPELINE_BYTES"] == "4096"
+    assert os.environ["MPI_TELEPORT_PIPELINE_BYTES"] == "4096"
