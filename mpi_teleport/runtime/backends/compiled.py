@@ -156,9 +156,9 @@ class CompiledRounds:
         self._spans = getattr(transport, "channel_spans", None) if block else None
         self._by_columns = steps_by_columns(problem, spec.step_rule)
         self._least = max(1, block // state.x.itemsize)
-        # a test of requests just started: MPI moves data only inside its calls, and
-        # MPICH's Start queues a send until then (measured: without it, pipelining did
-        # not shorten MPICH's rounds on the test bed)
+        # a test of requests just started: MPI moves data only inside its calls, so a
+        # block's pieces go to the network while the next block is computed, not at the
+        # round's wait
         self._poke = getattr(transport, "testall", None)
         s = state
         x, y, v, v_in = s.x, s.y, s.v, s.v_in
