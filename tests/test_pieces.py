@@ -139,3 +139,32 @@ def test_ranks_that_would_cut_messages_differently_are_refused(tmp_path, mpirun)
                       f"'--out', {str(tmp_path / 'o')!r}]))"], timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "piece_bytes" in proc.stderr
+
+
+def test_column_blocks_start_a_piece_once_computed_and_wait_for_it_before_it_is_read():
+    """The pipeline's blocks (backends/compiled.py): consecutive, ending at piece ends, at
+    least ``least`` columns each but the last; a send's piece goes with the first block
+    that computed all of it, a receive's piece is awaited by the first block that reads it;
+    nothing to pipeline when no channel is in pieces."""
+    from mpi_teleport.runtime.backends.compiled import column_blocks
+
+    d = 1000
+    cut = [(a, min(a + 70, d)) for a in range(0, d, 70)]  # 15 pieces of 70 (the last 20)
+    whole = [(0, d)]
+    channels = [([f"a{i}" for i in range(len(cut))], cut), (["b"], whole)]
+    for send in (True, False):
+        blocks = column_blocks(d, channels, 200, send)
+        assert blocks is not None
+        ends = [c.stop for c in blocks.columns]
+        assert ends == [210, 420, 630, 840, d]
+        assert [c.start for c in blocks.columns] == [0] + ends[:-1]
+        placed = {r: i for i, requests in enumerate(blocks.requests) for r in requests}
+        assert len(placed) == len(cut) + 1
+        for i, (start, stop) in enumerate(cut):
+            block = blocks.columns[placed[f"a{i}"]]
+            if send:  # all of it computed by then, and not a block later than needed
+                assert block.stop >= stop and block.start < stop
+            else:  # in before its first column is read
+                assert block.start <= start < block.stop
+        assert placed["b"] == (len(ends) - 1 if send else 0)  # a whole message: last / first
+    assert column_blocks(d, [(["b"], whole)], 200, True) is None

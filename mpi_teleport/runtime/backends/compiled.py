@@ -48,13 +48,13 @@ class Blocks(NamedTuple):
     requests: list
 
 
-def column_blocks(d: int, channels: list, least: int) -> Blocks | None:
-    """The blocks of a pipelined step (its sends) or sum (its receives) over ``channels``,
-    each a (requests, spans) pair from the transport: a block ends at a piece's end, at
-    least ``least`` columns after the previous one, or at d. A request joins the first
-    block that reaches its piece's end (a send: all its data is computed) or its start
-    (a receive: the block reads its data). None when no channel is in pieces (nothing to
-    pipeline)."""
+def column_blocks(d: int, channels: list, least: int, send: bool) -> Blocks | None:
+    """The blocks of a pipelined step (``send``: its sends) or sum (its receives) over
+    ``channels``, each a (requests, spans) pair from the transport: a block ends at a
+    piece's end, at least ``least`` columns after the previous one, or at d. A send's
+    piece joins the first block that reaches its end (all its data computed), a receive's
+    the block holding its start (the first to read its data). None when no channel is in
+    pieces (nothing to pipeline)."""
     if not any(len(requests) > 1 for requests, _ in channels):
         return None
     ends: list[int] = []
@@ -62,27 +62,11 @@ def column_blocks(d: int, channels: list, least: int) -> Blocks | None:
         if stop - (ends[-1] if ends else 0) >= least and stop < d:
             ends.append(stop)
     ends.append(d)
-    return Blocks([slice(a, b) for a, b in zip([0] + ends[:-1], ends)],
-                  [[] for _ in ends])
-
-
-def _send_blocks(d: int, channels: list, least: int) -> Blocks | None:
-    blocks = column_blocks(d, channels, least)
-    if blocks is not None:
-        ends = [c.stop for c in blocks.columns]
-        for requests, spans in channels:
-            for request, (_, stop) in zip(requests, spans):
-                blocks.requests[bisect.bisect_left(ends, stop)].append(request)
-    return blocks
-
-
-def _recv_blocks(d: int, channels: list, least: int) -> Blocks | None:
-    blocks = column_blocks(d, channels, least)
-    if blocks is not None:
-        ends = [c.stop for c in blocks.columns]
-        for requests, spans in channels:
-            for request, (start, _) in zip(requests, spans):
-                blocks.requests[bisect.bisect_right(ends, start)].append(request)
+    blocks = Blocks([slice(a, b) for a, b in zip([0] + ends[:-1], ends)], [[] for _ in ends])
+    for requests, spans in channels:
+        for request, (start, stop) in zip(requests, spans):
+            block = bisect.bisect_left(ends, stop) if send else bisect.bisect_right(ends, start)
+            blocks.requests[block].append(request)
     return blocks
 
 
@@ -256,11 +240,11 @@ class CompiledRounds:
             return None, None
         step_blocks = sum_blocks = None
         if self._by_columns and send_channels:
-            step_blocks = _send_blocks(d, send_channels, self._least)
+            step_blocks = column_blocks(d, send_channels, self._least, send=True)
             if step_blocks is not None:
                 step_blocks.requests[-1].extend(late_sends)
         if recv_channels:
-            sum_blocks = _recv_blocks(d, recv_channels, self._least)
+            sum_blocks = column_blocks(d, recv_channels, self._least, send=False)
         return step_blocks, sum_blocks
 
     @staticmethod
