@@ -66,11 +66,22 @@ def test_pipelined_block_from_the_environment():
             pipeline_bytes_from_env({"MPI_TELEPORT_PIPELINE_BYTES": bad})
 
 
-@pytest.mark.parametrize("name", ["MPI_TELEPORT_PIECE_BYTES", "MPI_TELEPORT_PIPELINE_BYTES",
-                                  "MPI_TELEPORT_PIECE_PEERS"])
-def test_a_bad_setting_is_one_line(tmp_path, mpirun, name):
+def test_a_bad_setting_is_a_usage_error():
+    """Each setting's bad value is a UsageError (one line and status 2 at the front door,
+    as the next test shows for one of them through mpirun)."""
+    from mpi_teleport.errors import UsageError
+
+    for read, name in ((piece_bytes_from_env, "MPI_TELEPORT_PIECE_BYTES"),
+                       (pipeline_bytes_from_env, "MPI_TELEPORT_PIPELINE_BYTES"),
+                       (piece_peers_from_env, "MPI_TELEPORT_PIECE_PEERS")):
+        with pytest.raises(UsageError, match=name):
+            read({name: "lots"})
+
+
+def test_a_bad_setting_is_one_line(tmp_path, mpirun):
     """A bad value in the environment ends the run with status 2 and one line naming it,
     not a traceback from every rank."""
+    name = "MPI_TELEPORT_PIPELINE_BYTES"
     proc = mpirun(2, ["-m", "mpi_teleport.run", "--rounds", "2", "--progress", "off",
                       "--out", str(tmp_path / "o")], env={**os.environ, name: "lots"}, timeout=60)
     assert proc.returncode == 2, proc.stderr
