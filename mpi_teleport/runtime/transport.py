@@ -54,33 +54,29 @@ PEERS_ENV = "MPI_TELEPORT_PIECE_PEERS"  # "hosts" (default): peers on other host
 CHANNEL_PIECES = 1024  # tags reserved per kind for a channel's pieces (larger pieces beyond)
 
 
+def _bytes_from_env(name: str, default: int, zero: str, environ=None) -> int:
+    """A number of bytes >= 0 from the environment variable ``name`` (``default`` when it
+    is unset; ``zero`` says what 0 means, for the message)."""
+    text = (os.environ if environ is None else environ).get(name, "").strip()
+    try:
+        value = int(text) if text else default
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise UsageError(f"{name}={text!r}: give a whole number of bytes >= 0 (0: {zero})")
+    return value
+
+
 def piece_bytes_from_env(environ=None) -> int:
     """The piece size: ``MPI_TELEPORT_PIECE_BYTES`` (0: whole messages), else PIECE_BYTES."""
-    text = (os.environ if environ is None else environ).get(PIECE_ENV, "").strip()
-    if not text:
-        return PIECE_BYTES
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"{PIECE_ENV}={text!r}: give a whole number of bytes (0: whole "
-                         f"messages)") from None
-    if value < 0:
-        raise UsageError(f"{PIECE_ENV}={text!r}: give a number of bytes >= 0")
-    return value
+    return _bytes_from_env(PIECE_ENV, PIECE_BYTES, "whole messages", environ)
 
 
 def pipeline_bytes_from_env(environ=None) -> int:
     """The pipelined block: ``MPI_TELEPORT_PIPELINE_BYTES`` (0: step, send and sum tokens
     whole), else PIPELINE_BYTES."""
-    text = (os.environ if environ is None else environ).get(PIPELINE_ENV, "").strip()
-    try:
-        value = int(text) if text else PIPELINE_BYTES
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise UsageError(f"{PIPELINE_ENV}={text!r}: give a whole number of bytes >= 0 (0: "
-                         f"tokens stepped, sent and summed whole)")
-    return value
+    return _bytes_from_env(PIPELINE_ENV, PIPELINE_BYTES, "tokens stepped, sent and summed whole",
+                           environ)
 
 
 def piece_peers_from_env(environ=None) -> str:

@@ -391,17 +391,8 @@ class CompiledRounds:
                 s.v, s.v_in = s.v_in, s.v
         if step_args is None:
             return
-        if step_blocks is None and sum_blocks is None:
-            x, v, y = step_args  # line 10
-            local_step(self.problem, self._nodes, x, v, t, self.spec.lr_at(t), self.spec.step_rule,
-                       out=y)
-            if gossip:  # line 11
-                tr.start(gossip)
-                tr.wait_all(gossip)
-            weighted_sum(weights, inputs, s.x, s.work)  # line 12
-            return
-        # pipelined: the receives first, the step's blocks sent as they are computed, the
-        # sum's blocks added as their pieces arrive
+        # line 11's receives first, then line 10 (pipelined: each block's sends started as
+        # it is computed), then line 12 (pipelined: each block summed once its pieces are in)
         if recvs:
             tr.start(recvs)
         self._step(t, step_args, step_blocks, gossip[len(recvs):])  # (gossip: recvs + sends)
