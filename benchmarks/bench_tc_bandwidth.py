@@ -81,6 +81,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import itertools
 import json
 import os
 import platform
@@ -704,13 +705,45 @@ def with_ratios(row: dict) -> dict:
     return out
 
 
+# the ratios a case's repeated runs are summed up by (their median, and their range)
+RATIOS = ("measured_over_bound", "measured_over_bound_plus_step", "bare_over_bound",
+          "predicted_over_measured", "tcp_over_its_bound")
+
+
+def repeats_merged(rows: list[dict]) -> list[dict]:
+    """A row per case (implementation, configuration, size, rate): a case run once is its
+    row; a case run several times (``--repeat``) is its first run's row with each of
+    :data:`RATIOS` the median over the runs, its range in ``RATIO_range`` (min, max) and the
+    number of runs in ``runs``. The runs of one case vary on the bed's 2 cores (x1.13-1.38
+    for the same case minutes apart): the median is the figure, the range is drawn."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["implementation"], r["config"], r["message_bytes"], r["rate_mbit"]), []).append(r)
+    merged = []
+    for runs in groups.values():
+        if len(runs) == 1:
+            merged.append(runs[0])
+            continue
+        row = dict(runs[0], runs=len(runs))
+        for key in RATIOS:
+            values = sorted(r[key] for r in runs if isinstance(r.get(key), float))
+            if values:
+                middle = len(values) // 2
+                row[key] = values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+                row[f"{key}_range"] = (values[0], values[-1])
+        merged.append(row)
+    return merged
+
+
 def plot(rows: list[dict], path: Path) -> None:
-    """Per case: measured / physical bound (top) and predicted / measured (bottom)."""
+    """Per case: measured / physical bound (top) and predicted / measured (bottom); a case
+    run several times is drawn at its median, with its runs' range."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = repeats_merged(rows)
     impls = list(dict.fromkeys(r["implementation"] for r in rows))
     cases = list(dict.fromkeys((r["config"], r["message_bytes"], r["rate_mbit"]) for r in rows))
     fig, axes = plt.subplots(2, 1, figsize=(max(9, 0.7 * len(cases) + 3), 9), sharex=True)
@@ -722,6 +755,13 @@ def plot(rows: list[dict], path: Path) -> None:
                    if r["implementation"] == impl}
             xs = [c + i * width for c, case in enumerate(cases) if case in got]
             ax.bar(xs, [got[case] for case in cases if case in got], width, label=impl)
+            spread = {(r["config"], r["message_bytes"], r["rate_mbit"]): r[f"{key}_range"] for r in rows
+                      if r["implementation"] == impl and f"{key}_range" in r}
+            if spread:  # the runs' range of a repeated case
+                at = [(c + i * width, got[case], spread[case]) for c, case in enumerate(cases) if case in spread]
+                ax.errorbar([x for x, _, _ in at], [y for _, y, _ in at],
+                            yerr=[[y - lo for _, y, (lo, _) in at], [hi - y for _, y, (_, hi) in at]],
+                            fmt="none", ecolor="k", elinewidth=0.8, capsize=2)
             if line:  # measured / (bound + the run's step time): y is computed before it is sent
                 plus = {(r["config"], r["message_bytes"], r["rate_mbit"]): r.get("measured_over_bound_plus_step")
                         for r in rows if r["implementation"] == impl}
@@ -807,7 +847,9 @@ def plot_results(paths: list[str], out: Path, tag: str, replace: bool = False) -
 
 def table(rows: list[dict]) -> str:
     """The rows as a markdown table: a line per case, per implementation measured / bound,
-    / (bound + step), bare MPI / bound and predicted / measured."""
+    / (bound + step), bare MPI / bound and predicted / measured; a repeated case's median
+    with its runs' range, "1.12 (1.08-1.20)"."""
+    rows = repeats_merged(rows)
     impls = list(dict.fromkeys(r["implementation"] for r in rows))
     cases = list(dict.fromkeys((r["message_bytes"], r["rate_mbit"], r["config"]) for r in rows))
     by = {(r["message_bytes"], r["rate_mbit"], r["config"], r["implementation"]): r for r in rows}
@@ -824,7 +866,8 @@ def table(rows: list[dict]) -> str:
         cells = [f"{nbytes / 1e6:g} MB", f"{mbit:g}", "/".join(sorted(tcp[(nbytes, mbit)])), config]
         for impl in impls:
             r = by.get((nbytes, mbit, config, impl), {})
-            cells += [f"{r[k]:.2f}" if isinstance(r.get(k), float) else "-" for k in keys]
+            cells += [("-" if not isinstance(r.get(k), float) else f"{r[k]:.2f}" if f"{k}_range" not in r
+                       else f"{r[k]:.2f} ({r[k + '_range'][0]:.2f}-{r[k + '_range'][1]:.2f})") for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -863,11 +906,17 @@ def main(argv=None) -> int:
     parser.add_argument("--run-flags", default="",
                         help="more flags for every run, e.g. '--sigma2 0' (the quadratic without its "
                              "gradient noise, whose draws cost CPU the bed's 2 cores lack at 1000 Mbit/s)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of every case, taken in turn (each implementation, configuration "
+                             "and variant once, then again): the figure and table show each case's "
+                             "median and its runs' range")
     parser.add_argument("--chains", action="store_true",
                         help="only the chained exchanges (plain TCP, MPI on 2 and 4 ranks, "
                              "Teleportation's rounds bare) against the bound, at --rates and --dims: "
                              "bench_tc_bandwidth_chains_TAG.{csv,json,png}")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat takes a number of runs, 1 or more, not {args.repeat}")
     if args.plot:
         return plot_results(args.plot.split(","), Path(args.out), args.tag, args.replace)
     use_bed(args.bed, args.rsh, args.hosts)
@@ -895,46 +944,47 @@ def main(argv=None) -> int:
                 tcp = tcp_s_per_round(8 * dim)
                 print(f"plain TCP, {8 * dim / 1e6:g} MB each way, {mbit:g} Mbit/s: {tcp:.4f} s/round "
                       f"= x{tcp / wire_s(8 * dim, mbit):.2f} the bound", flush=True)
-                for name, python in implementations(args.openmpi_eager):
+                for repeat, (name, python), (config, (ranks, flags)), (piece, block) in itertools.product(
+                        range(args.repeat), implementations(args.openmpi_eager), configs.items(), variants):
                     if args.impls and name not in args.impls.split(","):
                         continue
-                    for config, (ranks, flags) in configs.items():
-                        for piece, block in variants:
-                            with pipeline_env(block):
-                                got = one_run(python, ranks, flags, dim, args.rounds, mbit,
-                                              args.timeout, piece)
-                            if args.openmpi_eager:
-                                got["implementation"] += "+eager1MiB"
-                            if piece is not None:
-                                got["implementation"] += f"+pieces{piece // 1024}K" if piece else "+whole"
-                            if block is not None:
-                                got["implementation"] += f"+pipeline{block // 1024}K" if block else "+unpipelined"
-                                got["pipeline_bytes"] = block
-                            if args.run_flags:
-                                got["run_flags"] = args.run_flags
-                            bound = physical_bound_s(config, ranks, dim, mbit, got["first_round"],
-                                                     got["last_round"])
-                            window = window_bound_s(config, ranks, dim, mbit, got["first_round"], got["last_round"])
-                            row = with_ratios({"config": config, "ranks": ranks, "dim": dim,
-                                               "message_bytes": 8 * dim, "rate_mbit": mbit,
-                                               "piece_bytes": piece, **got, "bound_s_per_round": bound,
-                                               "window_bound_s_per_round": window, "tcp_s_per_round": tcp})
-                            bare = bare_s_per_round(python, config, ranks, dim, piece,
-                                                    got["first_round"], got["last_round"])
-                            if bare is not None:
-                                row = with_ratios(dict(row, bare_mpi_s_per_round=bare))
-                            rows.append(row)
-                            save(rows, args, rates, dims, configs)
-                            print(f"{got['implementation']:18s} {config:20s} d={dim:7d} {mbit:5.0f} Mbit/s: "
-                                  f"measured {row['measured_s_per_round']:.4f} s/round = x{row['measured_over_bound']:.2f}"
-                                  f" the bound {bound:.4f} (x{row['measured_over_bound_plus_step']:.2f} bound + step "
-                                  f"{row['step_s_per_round'] * 1e3:.1f} ms); model {row['predicted_s_per_round']:.4f} "
-                                  f"(predicted/measured {row['predicted_over_measured']:.2f}; under the "
-                                  f"layer x{row['layer_s_per_round'] / bound:.2f}); load "
-                                  f"{got['load_before']:.1f}-{got['load_after']:.1f}"
-                                  + (f"; bare MPI x{row['bare_over_bound']:.2f} the bound, the run "
-                                     f"x{row['measured_over_bare_plus_step']:.2f} bare + step"
-                                     if "bare_over_bound" in row else ""), flush=True)
+                    with pipeline_env(block):
+                        got = one_run(python, ranks, flags, dim, args.rounds, mbit,
+                                      args.timeout, piece)
+                    if args.openmpi_eager:
+                        got["implementation"] += "+eager1MiB"
+                    if piece is not None:
+                        got["implementation"] += f"+pieces{piece // 1024}K" if piece else "+whole"
+                    if block is not None:
+                        got["implementation"] += f"+pipeline{block // 1024}K" if block else "+unpipelined"
+                        got["pipeline_bytes"] = block
+                    if args.run_flags:
+                        got["run_flags"] = args.run_flags
+                    if args.repeat > 1:
+                        got["repeat"] = repeat
+                    bound = physical_bound_s(config, ranks, dim, mbit, got["first_round"],
+                                             got["last_round"])
+                    window = window_bound_s(config, ranks, dim, mbit, got["first_round"], got["last_round"])
+                    row = with_ratios({"config": config, "ranks": ranks, "dim": dim,
+                                       "message_bytes": 8 * dim, "rate_mbit": mbit,
+                                       "piece_bytes": piece, **got, "bound_s_per_round": bound,
+                                       "window_bound_s_per_round": window, "tcp_s_per_round": tcp})
+                    bare = bare_s_per_round(python, config, ranks, dim, piece,
+                                            got["first_round"], got["last_round"])
+                    if bare is not None:
+                        row = with_ratios(dict(row, bare_mpi_s_per_round=bare))
+                    rows.append(row)
+                    save(rows, args, rates, dims, configs)
+                    print(f"{got['implementation']:18s} {config:20s} d={dim:7d} {mbit:5.0f} Mbit/s: "
+                          f"measured {row['measured_s_per_round']:.4f} s/round = x{row['measured_over_bound']:.2f}"
+                          f" the bound {bound:.4f} (x{row['measured_over_bound_plus_step']:.2f} bound + step "
+                          f"{row['step_s_per_round'] * 1e3:.1f} ms); model {row['predicted_s_per_round']:.4f} "
+                          f"(predicted/measured {row['predicted_over_measured']:.2f}; under the "
+                          f"layer x{row['layer_s_per_round'] / bound:.2f}); load "
+                          f"{got['load_before']:.1f}-{got['load_after']:.1f}"
+                          + (f"; bare MPI x{row['bare_over_bound']:.2f} the bound, the run "
+                             f"x{row['measured_over_bare_plus_step']:.2f} bare + step"
+                             if "bare_over_bound" in row else ""), flush=True)
     finally:
         set_rate(None)
     out, stem = save(rows, args, rates, dims, configs)

@@ -78,6 +78,36 @@ def test_plot_replace_draws_a_rerun_case_from_the_last_file(tmp_path, capsys):
     assert (tmp_path / "bench_tc_bandwidth_both.png").stat().st_size > 0
 
 
+def test_a_repeated_case_is_its_median_and_range(tmp_path, capsys):
+    # --repeat 3: the same case three times (in turn with the others), one row each
+    runs = [row(config="teleportation-4-k2", measured_s_per_round=m, repeat=i)
+            for i, m in enumerate((0.12, 0.09, 0.1))]
+    merged = bench.repeats_merged([bench.with_ratios(r) for r in [*runs, row()]])
+    assert [r["config"] for r in merged] == ["teleportation-4-k2", "dsgd-2"]
+    tele, once = merged
+    assert tele["runs"] == 3 and "runs" not in once
+    assert tele["measured_over_bound"] == 0.1 / 0.08  # the median run, not the mean
+    assert tele["measured_over_bound_range"] == (0.09 / 0.08, 0.12 / 0.08)
+    assert tele["predicted_over_measured"] == 0.09 / 0.1
+    assert "measured_over_bound_range" not in once
+    even = bench.repeats_merged([bench.with_ratios(row(measured_s_per_round=m)) for m in (0.1, 0.12)])
+    assert even[0]["measured_over_bound"] == (0.1 / 0.08 + 0.12 / 0.08) / 2
+    (tmp_path / "bench_tc_bandwidth_r.json").write_text(json.dumps({"rows": [bench.with_ratios(r) for r in runs]}))
+    assert bench.plot_results([str(tmp_path / "bench_tc_bandwidth_r.json")], tmp_path, "r") == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| 0.5 MB")]
+    assert "| 1.25 (1.12-1.50) |" in line
+    assert (tmp_path / "bench_tc_bandwidth_r.png").stat().st_size > 0
+
+
+def test_repeat_takes_one_run_or_more(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--repeat", "0"])
+    assert stop.value.code == 2
+    assert "--repeat takes a number of runs, 1 or more, not 0" in capsys.readouterr().err
+
+
 def test_every_case_gets_its_bare_exchange(monkeypatch):
     # DSGD: the ring exchange back to back; Teleportation: its own rounds chained
     calls = []
