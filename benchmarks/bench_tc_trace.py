@@ -23,7 +23,9 @@ local step, weighted sum and waits stamped (:data:`RUN_PRELUDE` wraps them; the 
 are the run's own), and prints how long the steps took against their median (where the
 bed's 4 ranks share 2 cores, a step of 1 ms can take 10) and how long each direction of
 the link carried messages; writes bench_tc_trace_run[_T].json and .png (every rank's
-waits, draws ahead, steps and sums against time).
+waits, draws ahead, steps and sums against time). Per run it also says how much of the
+2 cores the ranks used, and for what (:func:`cores_used`): draws ahead, steps, sums,
+polling waits, and how much longer than their CPU time the draws took.
 
 It found why Teleportation's rounds missed the bound where single flows met it: under
 tbf's one FIFO a connection's ACKs waited behind another connection's data, and of two
@@ -104,6 +106,28 @@ def run_steps(stamps: list, first: int, last: int) -> dict:
             "slow_steps_add_s_per_round": sum(v - median for v in slowest.values()) / (last - first)}
 
 
+def cores_used(stamps: list, first: int, last: int) -> dict:
+    """Rounds first..last - 1 of a traced run: the CPU its ranks spent per second of the
+    rounds, in cores (the bed's 4 ranks share 2), by what they did: ``draws`` (the next
+    step's noise drawn while waiting, ``meanwhile``), ``steps``, ``sums`` (less the waits
+    for their blocks), ``waits`` (polling MPI) and ``rounds`` (all of it); and
+    ``draws_wall_over_cpu``: the draws' time over their CPU time (above 1: a draw waited
+    for a core)."""
+    inside = [s for s in stamps if first <= s[1] < last]
+    span = (max(e for what, t, *_, e, _ in inside if what == "round")
+            - min(b for what, t, _, b, _, _ in inside if what == "round"))
+    cpu: dict[str, float] = {}
+    for what, *_, cpu_s in inside:
+        cpu[what] = cpu.get(what, 0.0) + cpu_s
+    in_sums = sum(w[5] for w in inside if w[0] == "wait" and any(
+        s[0] == "sum" and s[1:3] == w[1:3] and s[3] <= w[3] and w[4] <= s[4] for s in inside))
+    draws_wall = sum(e - b for what, _, _, b, e, _ in inside if what == "meanwhile")
+    return {"draws": cpu.get("meanwhile", 0.0) / span, "steps": cpu.get("step", 0.0) / span,
+            "sums": (cpu.get("sum", 0.0) - in_sums) / span, "waits": cpu.get("wait", 0.0) / span,
+            "rounds": cpu.get("round", 0.0) / span,
+            "draws_wall_over_cpu": draws_wall / cpu["meanwhile"] if cpu.get("meanwhile") else None}
+
+
 def links_busy(stamps: list, plan: list, first: int, last: int, per_host: int = 2) -> dict:
     """Per direction of the host link, rounds first..last - 1 of a traced run: how many
     messages crossed it and for how long it carried any (the union of the messages' spans,
@@ -152,6 +176,7 @@ def trace_run(impl: str, mbit: float, dim: int, rounds: int = 40, extra: tuple =
     first, last = (rounds // 2 if first is None else first), rounds
     got = run_steps(stamps, first, last)
     got["links"] = links_busy(stamps, bed.round_pairs(CONFIG, 4, dim, 0, last), first, last)
+    got["cores"] = cores_used(stamps, first, last)
     bound = bed.physical_bound_s(CONFIG, 4, dim, mbit, first, last)
     got.update(implementation=impl, rate_mbit=mbit, dim=dim, flags=list(extra), first_round=first,
                last_round=last, bound_s_per_round=bound,
@@ -162,6 +187,11 @@ def trace_run(impl: str, mbit: float, dim: int, rounds: int = 40, extra: tuple =
           f"({got['slow_steps_s'] * 1e3:.0f} ms, of which {got['slow_steps_cpu_s'] * 1e3:.0f} ms on a core); "
           f"the slowest steps add {got['slow_steps_add_s_per_round'] * 1e3:.1f} ms a round "
           f"(x{(got['s_per_round'] - got['slow_steps_add_s_per_round']) / bound:.2f} the bound without them)")
+    used = got["cores"]
+    print(f"  CPU of the 2 cores: the ranks {used['rounds']:.2f} cores, of which draws ahead "
+          f"{used['draws']:.2f}, steps {used['steps']:.2f}, sums {used['sums']:.2f}, polling waits "
+          f"{used['waits']:.2f}" + (f"; the draws took x{used['draws_wall_over_cpu']:.1f} their CPU time"
+                                    if used["draws_wall_over_cpu"] else ""))
     message_s, span = bed.wire_s(8 * dim, mbit), got["s_per_round"] * (last - first)
     for name, link in got["links"].items():
         print(f"  {name.replace('_', ' ')}: {link['messages']} messages, the link busy {link['busy_s'] / message_s:.1f} "

@@ -7,6 +7,7 @@ import json
 import sys
 
 import numpy as np
+import pytest
 
 from helpers import ROOT
 
@@ -100,8 +101,6 @@ def test_a_repeated_case_is_its_median_and_range(tmp_path, capsys):
 
 
 def test_repeat_takes_one_run_or_more(capsys):
-    import pytest
-
     with pytest.raises(SystemExit) as stop:
         bench.main(["--repeat", "0"])
     assert stop.value.code == 2
@@ -195,6 +194,24 @@ def test_a_traced_runs_steps_against_their_median():
     assert got["rounds_with_a_step_over_3x_median"] == 1
     assert abs(got["slow_steps_s"] - 0.010) < 1e-12 and abs(got["slow_steps_cpu_s"] - 0.002) < 1e-12
     assert abs(got["slow_steps_add_s_per_round"] - 0.0045) < 1e-12  # (0 + 9 ms) / 2 rounds
+
+
+def test_a_traced_runs_cpu_is_told_apart_by_what_the_ranks_did():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_tc_trace as trace
+
+    # (what, round, rank, start, end, CPU seconds): rounds 1-2 span 2 s on two ranks
+    stamps = [("round", 1, 0, 0.0, 1.0, 0.9), ("round", 2, 0, 1.0, 2.0, 1.0),
+              ("round", 1, 1, 0.0, 1.0, 0.5), ("round", 2, 1, 1.0, 2.0, 0.8),
+              ("step", 1, 0, 0.0, 0.1, 0.1), ("step", 2, 1, 1.0, 1.3, 0.2),
+              ("meanwhile", 1, 1, 0.1, 0.9, 0.4),  # a draw that waited half its time
+              ("sum", 2, 0, 1.1, 1.9, 0.7), ("wait", 2, 0, 1.1, 1.6, 0.5),  # 0.2 s summing
+              ("wait", 1, 0, 0.1, 0.9, 0.6),  # a wait outside a sum
+              ("round", 0, 0, -1.0, 0.0, 1.0), ("meanwhile", 3, 1, 2.0, 3.0, 1.0)]  # outside
+    got = trace.cores_used(stamps, 1, 3)
+    assert got == pytest.approx({"draws": 0.4 / 2, "steps": 0.3 / 2, "sums": (0.7 - 0.5) / 2,
+                                 "waits": 1.1 / 2, "rounds": 3.2 / 2, "draws_wall_over_cpu": 0.8 / 0.4})
+    assert trace.cores_used(stamps[:4], 1, 3)["draws_wall_over_cpu"] is None
 
 
 def test_a_traced_runs_links_are_busy_for_the_union_of_their_messages():
