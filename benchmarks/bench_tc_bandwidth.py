@@ -58,7 +58,13 @@ Teleportation with 4 ranks and k = 2 (tokens hop between hosts in some rounds on
 
 ``--plot a.json,b.json:mpich --tag T``: no runs, the rows of earlier results in one figure
 and a markdown table (bench_tc_bandwidth_T.png; ``:IMPL`` keeps one implementation's rows;
-``--replace``: a case in several files is drawn from the last one, a re-run).
+``--replace``: a case in several files is drawn from the last one, a re-run; ``--pool``:
+the files' runs of a case are pooled, its median and range over them all).
+
+``--repeat N``: every case N times, taken in turn (each implementation, configuration and
+variant once, then again), one row each; the figure and table show each case's median and
+its runs' range. On the bed's 2 cores one run of a case is not a figure: Teleportation at
+40 MB and 1000 Mbit/s read x1.13, 1.15 and 1.38 in runs minutes apart.
 
 ``--chains --rates R --dims D --tag T``: no mpi_teleport runs; which chained exchanges reach
 the bound (plain TCP, MPI on 2 and 4 ranks, Teleportation's rounds bare: :func:`chains`),
@@ -805,11 +811,12 @@ def save(rows: list[dict], args, rates, dims, configs) -> tuple[Path, str]:
     return out, stem
 
 
-def plot_results(paths: list[str], out: Path, tag: str, replace: bool = False) -> int:
+def plot_results(paths: list[str], out: Path, tag: str, replace: bool = False, pool: bool = False) -> int:
     """One figure (and a markdown table) of several results files' rows; where two files
     hold the same case under the same implementation, each is told apart by its file's tag
     (its name after bench_tc_bandwidth_), or, with ``replace``, the last file's row is
-    kept."""
+    kept, or, with ``pool``, the files' rows are runs of one case (more ``--repeat`` runs
+    of it, made later: the median and range of them all)."""
     loaded = []
     for spec in paths:  # PATH or PATH:IMPL+IMPL (only those implementations' rows)
         path, _, only = spec.partition(":")
@@ -825,12 +832,14 @@ def plot_results(paths: list[str], out: Path, tag: str, replace: bool = False) -
     for _, rows in loaded:
         for key in {(r["implementation"], r["config"], r["message_bytes"], r["rate_mbit"]) for r in rows}:
             files[key] = files.get(key, 0) + 1
-    twice = {key[0] for key, count in files.items() if count > 1}
+    twice = set() if pool else {key[0] for key, count in files.items() if count > 1}
     merged = []
     for path, rows in loaded:
         label = path.stem.removeprefix("bench_tc_bandwidth").lstrip("_") or "untagged"
         for r in rows:
+            # a run with more flags (--run-flags: another problem) is another case
             merged.append(dict(with_ratios(r), implementation=r["implementation"] + (
+                f" {r['run_flags']}" if r.get("run_flags") else "") + (
                 f" ({label})" if r["implementation"] in twice else "")))
     if replace:  # (each size and rate where it first came, the configurations in turn)
         first = {key: i for i, key in reversed(list(enumerate((r["message_bytes"], r["rate_mbit"])
@@ -903,6 +912,9 @@ def main(argv=None) -> int:
                         help="with --plot: a case (implementation, configuration, size, rate) "
                              "in several files is drawn from the last of them (a re-run of some "
                              "cases), instead of once per file")
+    parser.add_argument("--pool", action="store_true",
+                        help="with --plot: a case in several files is one case run several times "
+                             "(more --repeat runs of it, made later): drawn at the median of them all")
     parser.add_argument("--run-flags", default="",
                         help="more flags for every run, e.g. '--sigma2 0' (the quadratic without its "
                              "gradient noise, whose draws cost CPU the bed's 2 cores lack at 1000 Mbit/s)")
@@ -918,7 +930,7 @@ def main(argv=None) -> int:
     if args.repeat < 1:
         parser.error(f"--repeat takes a number of runs, 1 or more, not {args.repeat}")
     if args.plot:
-        return plot_results(args.plot.split(","), Path(args.out), args.tag, args.replace)
+        return plot_results(args.plot.split(","), Path(args.out), args.tag, args.replace, args.pool)
     use_bed(args.bed, args.rsh, args.hosts)
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         print("bench_tc_bandwidth: needs root (namespaces, tc)", file=sys.stderr)

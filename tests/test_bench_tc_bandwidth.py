@@ -98,6 +98,21 @@ def test_a_repeated_case_is_its_median_and_range(tmp_path, capsys):
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| 0.5 MB")]
     assert "| 1.25 (1.12-1.50) |" in line
     assert (tmp_path / "bench_tc_bandwidth_r.png").stat().st_size > 0
+    # --pool: more runs of the case in a later file are runs of the same case
+    later = [row(config="teleportation-4-k2", measured_s_per_round=m, repeat=i) for i, m in enumerate((0.14, 0.16))]
+    (tmp_path / "bench_tc_bandwidth_s.json").write_text(json.dumps({"rows": [bench.with_ratios(r) for r in later]}))
+    files = [str(tmp_path / f"bench_tc_bandwidth_{n}.json") for n in "rs"]
+    assert bench.plot_results(files, tmp_path, "rs", pool=True) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| 0.5 MB")]
+    assert "| 1.50 (1.12-2.00) |" in line  # 0.12 / 0.08 of 0.09, 0.1, 0.12, 0.14, 0.16
+    # runs with other flags (another problem) are another case, named by their flags
+    other = [dict(r, run_flags="--sigma2 0", measured_s_per_round=0.088) for r in later]
+    (tmp_path / "bench_tc_bandwidth_t.json").write_text(json.dumps({"rows": [bench.with_ratios(r) for r in other]}))
+    assert bench.plot_results([*files, str(tmp_path / "bench_tc_bandwidth_t.json")], tmp_path, "rst", pool=True) == 0
+    table = capsys.readouterr().out
+    assert "| openmpi --sigma2 0: measured / bound |" in table
+    (line,) = [x for x in table.splitlines() if x.startswith("| 0.5 MB")]
+    assert line.endswith("| 1.10 (1.10-1.10) | 1.04 (1.04-1.04) | - | 1.02 (1.02-1.02) |")
 
 
 def test_repeat_takes_one_run_or_more(capsys):
