@@ -79,7 +79,7 @@ def test_plot_replace_draws_a_rerun_case_from_the_last_file(tmp_path, capsys):
     assert (tmp_path / "bench_tc_bandwidth_both.png").stat().st_size > 0
 
 
-def test_a_repeated_case_is_its_median_and_range(tmp_path, capsys):
+def test_a_repeated_case_is_its_median_and_range(tmp_path, capsys, monkeypatch):
     # --repeat 3: the same case three times (in turn with the others), one row each
     runs = [row(config="teleportation-4-k2", measured_s_per_round=m, repeat=i)
             for i, m in enumerate((0.12, 0.09, 0.1))]
@@ -98,6 +98,7 @@ def test_a_repeated_case_is_its_median_and_range(tmp_path, capsys):
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| 0.5 MB")]
     assert "| 1.25 (1.12-1.50) |" in line
     assert (tmp_path / "bench_tc_bandwidth_r.png").stat().st_size > 0
+    monkeypatch.setattr(bench, "plot", lambda rows, path: None)  # (drawn above; the tables below)
     # --pool: more runs of the case in a later file are runs of the same case
     later = [row(config="teleportation-4-k2", measured_s_per_round=m, repeat=i) for i, m in enumerate((0.14, 0.16))]
     (tmp_path / "bench_tc_bandwidth_s.json").write_text(json.dumps({"rows": [bench.with_ratios(r) for r in later]}))

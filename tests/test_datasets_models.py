@@ -436,3 +436,28 @@ def test_torch_set_up_asks_for_deterministic_algorithms_without_loading_the_comp
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_digits_are_read_from_scikit_learns_file_without_importing_it(monkeypatch):
+    """The digits problem's data, read from the file scikit-learn ships, as load_digits()
+    gives them (bit for bit), with scikit-learn left unimported (its import cost each rank
+    of a digits run about a second of CPU); without the file, load_digits() itself."""
+    pytest.importorskip("sklearn")
+    import importlib.util
+
+    from sklearn.datasets import load_digits
+
+    from mpi_teleport.problems import datasets
+
+    want = load_digits()
+    images, target = datasets._digits_arrays()
+    assert images.dtype == want.images.dtype and images.tobytes() == want.images.tobytes()
+    assert target.dtype == want.target.dtype and np.array_equal(target, want.target)
+    code = ("import sys; from mpi_teleport.problems import datasets; datasets.load_digits_dataset(True); "
+            "print('sklearn' in sys.modules)")
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           cwd=ROOT)
+    assert fresh.stdout.strip() == "False", fresh.stderr
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # no file found
+    images, target = datasets._digits_arrays()
+    assert images.tobytes() == want.images.tobytes() and np.array_equal(target, want.target)

@@ -1,14 +1,15 @@
-"""Tokens as torch tensors (backends/device.py): on CPU tensors the momentum step and the
+"""Tokens as torch tensors (backends/device.py): on CPU tensors, and on a CUDA device
+where one is visible (pinned host buffers staged to the GPU), the momentum step and the
 gossip sum give the numbers of the numpy path bit for bit, and a whole MPI run with
-device tokens records what the host path records (tests/in_rank/, under mpirun).
-No GPU was available to this project's tests: the GPU path (pinned staging buffers) is
-not exercised here."""
+device tokens records what the host path records (tests/in_rank/, under mpirun). The
+CUDA cases are skipped on a machine without a GPU (CI's); they ran on an H200
+(benchmarks/README.md, "On a GPU")."""
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from mpi_teleport.core.algorithms import local_step, weighted_sum, work_buffer  # noqa: E402
+from mpi_teleport.core.algorithms import Nesterov, local_step, weighted_sum, work_buffer  # noqa: E402
 from mpi_teleport.runtime.backends import device  # noqa: E402
 
 
@@ -27,12 +28,17 @@ class Linear:
         return out
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
+
+
+@pytest.mark.parametrize("where", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_device_step_and_sum_equal_the_host_arithmetic_bit_for_bit(dtype, momentum):
+@pytest.mark.parametrize("momentum", [0.0, 0.9, Nesterov(0.9)])
+def test_device_step_and_sum_equal_the_host_arithmetic_bit_for_bit(dtype, momentum, where):
     d, gen = 1000, np.random.default_rng(1)
     problem = Linear(d, dtype)
-    s = device.DeviceTokenState(d, momentum > 0, dtype, "cpu")
+    s = device.DeviceTokenState(d, momentum > 0, dtype, where)
+    assert s.staged == (where != "cpu") and s.tensor(s.x).device.type == where
     x = gen.standard_normal(d).astype(dtype)
     v = gen.standard_normal(d).astype(dtype)
     s.x[...] = x
@@ -55,7 +61,10 @@ def test_device_step_and_sum_equal_the_host_arithmetic_bit_for_bit(dtype, moment
                             work_buffer(d, dtype))
         device.weighted_sum(weights, inputs, s)
         assert np.array_equal(s.x, want)
-    assert s.tensor(s.x).data_ptr() == s.x.ctypes.data  # CPU: the tensor is the wire
+    if where == "cpu":
+        assert s.tensor(s.x).data_ptr() == s.x.ctypes.data  # CPU: the tensor is the wire
+    else:  # a GPU: the wire is pinned host memory, the tensor the device's copy
+        assert torch.from_numpy(s.x).is_pinned() and torch.equal(s.tensor(s.x).cpu(), torch.from_numpy(s.x))
 
 
 def test_swapped_buffers_keep_their_tensors():

@@ -80,10 +80,10 @@ def test_exception_on_one_rank_ends_the_job_promptly(mpirun):
 # the stderr of all ranks together); every other bad input under MPI is a row of
 # tests/test_failures.py's table (one job of three ranks, under Open MPI and MPICH).
 @pytest.mark.parametrize("flags,fragment", [
-    (["--nodes", "5"], "does not match the 4 MPI ranks"),
+    (["--nodes", "3"], "does not match the 2 MPI ranks"),
 ])
 def test_bad_flags_under_mpi_one_line_exit_2(mpirun, flags, fragment):
-    proc = mpirun(4, ["-m", "mpi_teleport.run", *flags], timeout=60)
+    proc = mpirun(2, ["-m", "mpi_teleport.run", *flags], timeout=60)
     assert proc.returncode == 2
     ours = [line for line in proc.stderr.splitlines() if "mpi_teleport.run: error:" in line]
     assert len(ours) == 1 and fragment in ours[0]  # printed by rank 0 only

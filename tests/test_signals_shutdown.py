@@ -116,21 +116,20 @@ def test_a_factory_calling_sys_exit_is_one_line_exit_2(tmp_path):
 
 # ----------------------------------------------------------------------------- MPI
 def test_two_sigterms_50ms_apart_exit_75_mpi(tmp_path):
-    impl = this_venv_impl()
-    for trial in range(2):
-        out = tmp_path / f"run{trial}"
-        trial_dir = tmp_path / f"t{trial}"
-        trial_dir.mkdir()
-        head = [str(SCRIPTS / "slow_exit.py")] if trial == 1 else ["-m"]
-        proc = start_mpi(2, [*head, "mpi_teleport.run", *LONG[2:], "--out", str(out)],
-                         trial_dir, impl)
-        try:
-            wait_for(out / "metrics.jsonl", timeout=120)
-            _signal_twice(rank_pids(proc, 2))
-            status, err = finish(proc, trial_dir, timeout=120)
-        finally:
-            kill_job(proc)
-        _assert_checkpointed(status, err, out)
+    """Both ranks, a 16 MB checkpoint and an exit that lingers 2 s (slow_exit.py): the second
+    signal lands while the checkpoint is written or while the interpreter exits, whichever
+    the machine's load makes it. (A second trial without the slow exit only covered the
+    first of these windows; the simulator's test keeps both trials.)"""
+    out = tmp_path / "run"
+    proc = start_mpi(2, [str(SCRIPTS / "slow_exit.py"), "mpi_teleport.run", *LONG[2:], "--out", str(out)],
+                     tmp_path, this_venv_impl())
+    try:
+        wait_for(out / "metrics.jsonl", timeout=120)
+        _signal_twice(rank_pids(proc, 2))
+        status, err = finish(proc, tmp_path, timeout=120)
+    finally:
+        kill_job(proc)
+    _assert_checkpointed(status, err, out)
 
 
 # Issue 31, class 1: two SIGTERMs to *one* rank of a 4-rank job with a small checkpoint.

@@ -210,15 +210,15 @@ def test_digits_network_with_rank_0_replaced_equals_the_simulator(tmp_path):
     args = ["--problem", "digits", "--algorithm", "teleportation", "--k", "2", "--alpha", "0.5",
             "--momentum", "0.9", "--progress", "off", "--batch-size", "8"]
     out = tmp_path / "mpi"
-    res = run_mpi(5, ["-m", "mpi_teleport.run", "--rounds", "12", "--log-every", "4",
+    res = run_mpi(4, ["-m", "mpi_teleport.run", "--rounds", "12", "--log-every", "4",
                       "--lr", "0.05", *args, "--elastic", "--spares", "1", "--out", str(out)],
                   timeout=300, env={**os.environ, "MPI_TELEPORT_TEST_DIE": "0@6"})
     assert res.returncode == 0, res.stderr[-3000:]
     sim = tmp_path / "sim"
-    assert sim_main(["--nodes", "4", "--rounds", "12", "--log-every", "4", "--lr", "0.05", *args,
+    assert sim_main(["--nodes", "3", "--rounds", "12", "--log-every", "4", "--lr", "0.05", *args,
                      "--fail", "0@6", "--spares", "1", "--out", str(sim)]) == 0
     assert records(out / "metrics.jsonl") == records(sim / "metrics.jsonl")
-    assert records(out / "metrics.jsonl")[-1]["replaced"] == [[0, 6, 4]]
+    assert records(out / "metrics.jsonl")[-1]["replaced"] == [[0, 6, 3]]  # (the spare: rank 3)
 
 
 def test_a_problem_factory_is_built_for_the_node_the_spare_becomes(tmp_path):

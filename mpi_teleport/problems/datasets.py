@@ -387,6 +387,30 @@ def open_cifar10(data_dir, train: bool, download: bool = False, verify_md5: bool
 
 
 # ---------------------------------------------------------------------------- digits
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``load_digits()`` gives them, (images float64 (1797, 8, 8),
+    target (1797,)): read from the file scikit-learn ships, ``datasets/data/digits.csv.gz``,
+    as it reads it (``np.loadtxt``, comma-separated, the label last), without importing
+    scikit-learn, whose import costs each rank of a run about a second of CPU (scipy and
+    the rest). Where that file is not found, ``load_digits()`` itself."""
+    import gzip
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("sklearn")  # (finds the package without running it)
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(folder) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, mode="rt", encoding="utf-8") as text:
+                data = np.loadtxt(text, delimiter=",")
+            if data.shape == (1797, 65):
+                return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int, copy=False)
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    return bunch.images, bunch.target
+
+
 def load_digits_dataset(train: bool, val_fraction: float = 0.2, seed: int = 0):
     """scikit-learn's bundled 8x8 digits (1797 real samples, 10 classes; offline).
 
@@ -401,11 +425,9 @@ def load_digits_dataset(train: bool, val_fraction: float = 0.2, seed: int = 0):
     """
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    x = np.asarray(bunch.images, dtype=np.float32) / np.float32(16.0)
-    y = np.asarray(bunch.target, dtype=np.int64)
+    images, target = _digits_arrays()
+    x = np.asarray(images, dtype=np.float32) / np.float32(16.0)
+    y = np.asarray(target, dtype=np.int64)
     gen = np.random.default_rng(np.random.SeedSequence([int(seed), _TAG_DIGITS]))
     held = np.zeros(len(y), dtype=bool)
     for c in np.unique(y):

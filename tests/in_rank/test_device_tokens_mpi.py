@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 
-def digits_problem(nodes, rank, device_tokens):
+def digits_problem(nodes, rank, device_tokens, device="cpu"):
     from mpi_teleport.problems import datasets, models
 
     return mt.TorchProblem(models.build_model("digits-cnn", 0),
@@ -21,12 +21,11 @@ def digits_problem(nodes, rank, device_tokens):
                            alpha=0.5, batch_size=16,
                            test=datasets.load_digits_dataset(False, seed=0), n_classes=10,
                            eval_batch_size=100, local_nodes=None if rank is None else [rank],
-                           device_tokens=device_tokens)
+                           device_tokens=device_tokens, device=device)
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("extra", [dict(k=2, momentum=0.9), dict(k=3, variant="simple"),
-                                   dict(k=2, momentum=0.5, variant="simple")])
+@pytest.mark.parametrize("extra", [dict(k=2, momentum=0.9), dict(k=3, momentum=0.5, variant="simple")])
 def test_device_tokens_equal_the_host_path(extra):
     comm = MPI.COMM_WORLD
     n, rank = comm.Get_size(), comm.Get_rank()
@@ -38,6 +37,27 @@ def test_device_tokens_equal_the_host_path(extra):
     host = mt.teleportation(digits_problem(n, rank, False), comm=comm, **settings)
     # the simulator's answer, computed once (rank 0) and handed to every rank
     want = mt.teleportation(digits_problem(n, None, False), **settings) if rank == 0 else None
+    want_x = comm.bcast(want.x if want is not None else None)
+    ok = rank != 0 or (without_time(got.records) == without_time(host.records) == without_time(want.records))
+    assert comm.allreduce(bool(ok and np.array_equal(got.x, want_x)), op=MPI.LAND)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
+@pytest.mark.parametrize("extra", [dict(k=2, momentum=0.9), dict(k=3, momentum=0.5, variant="simple")])
+def test_on_a_gpu_device_tokens_equal_the_host_path_and_the_simulator(extra):
+    """The ranks share the machine's GPU(s) (rank -> device by local rank): tokens on the
+    GPU, staged through pinned host buffers, against tokens on the host (the gradient on
+    the GPU in both) and the simulator on the GPU."""
+    comm = MPI.COMM_WORLD
+    n, rank = comm.Get_size(), comm.Get_rank()
+    settings = {**dict(nodes=n, rounds=6, lr=0.05, log_every=3), **extra}
+    settings["k"] = min(settings["k"], n)
+    on_device = digits_problem(n, rank, True, "cuda")
+    assert on_device.token_device.startswith("cuda")
+    got = mt.teleportation(on_device, comm=comm, **settings)
+    host = mt.teleportation(digits_problem(n, rank, False, "cuda"), comm=comm, **settings)
+    want = mt.teleportation(digits_problem(n, None, False, "cuda"), **settings) if rank == 0 else None
     want_x = comm.bcast(want.x if want is not None else None)
     ok = rank != 0 or (without_time(got.records) == without_time(host.records) == without_time(want.records))
     assert comm.allreduce(bool(ok and np.array_equal(got.x, want_x)), op=MPI.LAND)
