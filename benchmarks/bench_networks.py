@@ -242,7 +242,11 @@ def _worker(args, comm, rank: int, size: int) -> dict:
                                          "schedule", "topology", "post")}
     # framework parts, wrapped where the back end and the plan look them up (worker only)
     # (the compiled rounds, the default path, and the round executor's arithmetic)
-    for module in (compiled_rounds, mpi_backend):
+    from mpi_teleport.runtime.backends import device as device_tokens
+
+    # (device_tokens: tokens on a GPU, looked up there at each call; their step and sum end
+    # in a copy to the host, so the wall times hold the GPU's work)
+    for module in (compiled_rounds, mpi_backend, device_tokens):
         module.local_step = clocks["local_step"].timed(module.local_step)
         module.weighted_sum = clocks["weighted_sum"].timed(module.weighted_sum)
     plan_module.topo = Timed(plan_module.topo, mixing=clocks["topology"])

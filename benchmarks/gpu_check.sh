@@ -41,9 +41,15 @@ tail -3 "$OUT/gpu_unit.txt"
 
 echo "== 2. mpirun -n 4 sharing the GPU: device tokens = host tokens = simulator"
 timeout 400 "$MPIRUN" --oversubscribe --bind-to none -n 4 $PY -m mpi4py -m pytest -p no:cacheprovider \
-    --with-mpi -q -rs -o addopts= --timeout=300 tests/in_rank/test_device_tokens_mpi.py > "$OUT/gpu_in_rank.txt" 2>&1
+    --with-mpi -q -s -rs -o addopts= --timeout=300 tests/in_rank/test_device_tokens_mpi.py > "$OUT/gpu_in_rank.txt" 2>&1
 echo "mpirun status $?" >> "$OUT/gpu_in_rank.txt"
-grep -E "passed|failed|error|status" "$OUT/gpu_in_rank.txt" | tail -6
+grep -aE "passed|failed|error|status|GPU \{" "$OUT/gpu_in_rank.txt" | tail -8
+echo "== 2b. the same with cuBLAS made deterministic (CUBLAS_WORKSPACE_CONFIG=:4096:8)"
+CUBLAS_WORKSPACE_CONFIG=:4096:8 timeout 400 "$MPIRUN" --oversubscribe --bind-to none -x CUBLAS_WORKSPACE_CONFIG -n 4 \
+    $PY -m mpi4py -m pytest -p no:cacheprovider --with-mpi -q -s -rs -o addopts= --timeout=300 \
+    tests/in_rank/test_device_tokens_mpi.py -k gpu >> "$OUT/gpu_in_rank.txt" 2>&1
+echo "mpirun status $? (CUBLAS_WORKSPACE_CONFIG=:4096:8)" >> "$OUT/gpu_in_rank.txt"
+grep -aE "passed|failed|status|GPU \{" "$OUT/gpu_in_rank.txt" | tail -8
 
 echo "== 3. the same run on the CPU and on the GPU"
 for d in cpu cuda; do
@@ -70,7 +76,7 @@ print(json.dumps(rows[-1]))
 EOF
 
 echo "== 4. bench_networks on the GPU and its CPU"
-timeout 480 $PY benchmarks/bench_networks.py --device both --quick --ranks 2 4 --models lenet vgg \
+timeout 480 $PY benchmarks/bench_networks.py --device "${BENCH_DEVICE:-both}" --quick --ranks 2 4 --models lenet vgg \
     --out "$OUT" > "$OUT/gpu_bench_networks.txt" 2>&1
 echo "bench_networks status $?" >> "$OUT/gpu_bench_networks.txt"
 tail -25 "$OUT/gpu_bench_networks.txt"
