@@ -10,9 +10,10 @@ receives ("wire"), paired with a tensor on the device:
 * on a GPU the wire is a pinned host buffer and the tensor lives on the GPU. Between
   rounds the wire is authoritative: :func:`local_step` uploads x (and v), computes y
   (and v) on the GPU and downloads them for the sends; :func:`weighted_sum` uploads the
-  received inputs, sums on the GPU and downloads x. (Not yet measured on a GPU; the
-  copies are plain, not overlapped with communication, and the gradient still comes
-  back through the host: see the README.)
+  received inputs, sums on the GPU and downloads x. (The copies are plain, not
+  overlapped with communication, and the gradient still comes back through the host.
+  Checked on an H200: bit for bit the host path's numbers; benchmarks/README.md, "On a
+  GPU".)
 
 The arithmetic is that of :mod:`mpi_teleport.core.algorithms` operation for operation (each
 product and sum rounded to the token's dtype, the weights rounded to it once, inputs in
