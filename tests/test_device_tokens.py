@@ -77,3 +77,21 @@ def test_swapped_buffers_keep_their_tensors():
 
 
 # (under mpirun: tests/in_rank/test_device_tokens_mpi.py, run by tests/test_in_rank.py)
+
+
+def test_a_batch_reaches_another_device_in_the_standard_layout():
+    """A one-channel batch taken from the whole data set has strides (64, 1, 8, 1), which
+    read as channels-last; a rank's share gives (64, 8, 8, 1). Copied to another device
+    both get the standard layout (on a GPU the first ran other convolution kernels, so the
+    simulator and MPI differed in the last bits); on its own device a batch is left as it
+    is (the CPU's numbers are unchanged). The "meta" device stands in for a GPU."""
+    from mpi_teleport.problems.torch_data import to_device
+
+    whole = torch.as_strided(torch.arange(16 * 64, dtype=torch.float32), (16, 1, 8, 8), (64, 1, 8, 1))
+    share = torch.as_strided(torch.arange(16 * 64, dtype=torch.float32), (16, 1, 8, 8), (64, 8, 8, 1))
+    assert whole.is_contiguous(memory_format=torch.channels_last)
+    for batch in (whole, share):
+        assert to_device(batch, "meta").stride() == (64, 64, 8, 1)
+        assert to_device(batch, "cpu") is batch
+        assert to_device((batch, batch), "meta")[1].stride() == (64, 64, 8, 1)
+        assert to_device({"x": batch}, "cpu")["x"] is batch

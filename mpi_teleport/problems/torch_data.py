@@ -49,12 +49,27 @@ def _structure(value, name: str):
 
 
 def to_device(value, device):
-    """``value`` (a tensor, tuple or dict of tensors) on ``device``."""
+    """``value`` (a tensor, tuple or dict of tensors) on ``device``; a copy to another
+    device in the standard (row-major) layout. A batch taken from the whole data set (the
+    simulator) and one from a rank's share hold the same numbers with different strides
+    where a dimension has size 1 (one channel: (64, 1, 8, 1) against (64, 8, 8, 1)); the
+    first reads as channels-last, and on a GPU the two then ran different convolution
+    kernels, so the simulator and MPI differed in their last bits. (On the device it is
+    already on, a tensor is returned as it is: the CPU's numbers do not change.)"""
+    import torch
+
+    target = torch.device(device)
+
+    def moved(tensor):
+        if tensor.device == target or (target.index is None and tensor.device.type == target.type):
+            return tensor
+        return tensor.to(target, memory_format=torch.contiguous_format)
+
     if isinstance(value, dict):
-        return {k: v.to(device) for k, v in value.items()}
+        return {k: moved(v) for k, v in value.items()}
     if isinstance(value, tuple):
-        return tuple(v.to(device) for v in value)
-    return value.to(device)
+        return tuple(moved(v) for v in value)
+    return moved(value)
 
 
 def call_model(model, inputs):
