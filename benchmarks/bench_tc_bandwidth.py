@@ -91,6 +91,7 @@ import itertools
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -732,11 +733,10 @@ def repeats_merged(rows: list[dict]) -> list[dict]:
             continue
         row = dict(runs[0], runs=len(runs))
         for key in RATIOS:
-            values = sorted(r[key] for r in runs if isinstance(r.get(key), float))
+            values = [r[key] for r in runs if isinstance(r.get(key), float)]
             if values:
-                middle = len(values) // 2
-                row[key] = values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
-                row[f"{key}_range"] = (values[0], values[-1])
+                row[key] = statistics.median(values)
+                row[f"{key}_range"] = (min(values), max(values))
         merged.append(row)
     return merged
 

@@ -119,8 +119,12 @@ def cores_used(stamps: list, first: int, last: int) -> dict:
     cpu: dict[str, float] = {}
     for what, *_, cpu_s in inside:
         cpu[what] = cpu.get(what, 0.0) + cpu_s
-    in_sums = sum(w[5] for w in inside if w[0] == "wait" and any(
-        s[0] == "sum" and s[1:3] == w[1:3] and s[3] <= w[3] and w[4] <= s[4] for s in inside))
+    sums: dict[tuple, list] = {}  # (round, rank) -> the sums' spans
+    for what, t, rank, b, e, _ in inside:
+        if what == "sum":
+            sums.setdefault((t, rank), []).append((b, e))
+    in_sums = sum(cpu_s for what, t, rank, b, e, cpu_s in inside if what == "wait" and any(
+        sb <= b and e <= se for sb, se in sums.get((t, rank), ())))
     draws_wall = sum(e - b for what, _, _, b, e, _ in inside if what == "meanwhile")
     return {"draws": cpu.get("meanwhile", 0.0) / span, "steps": cpu.get("step", 0.0) / span,
             "sums": (cpu.get("sum", 0.0) - in_sums) / span, "waits": cpu.get("wait", 0.0) / span,

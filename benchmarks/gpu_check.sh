@@ -47,7 +47,7 @@ grep -aE "passed|failed|error|status|GPU \{" "$OUT/gpu_in_rank.txt" | tail -8
 echo "== 2b. the same with cuBLAS made deterministic (CUBLAS_WORKSPACE_CONFIG=:4096:8)"
 CUBLAS_WORKSPACE_CONFIG=:4096:8 timeout 400 "$MPIRUN" --oversubscribe --bind-to none -x CUBLAS_WORKSPACE_CONFIG -n 4 \
     $PY -m mpi4py -m pytest -p no:cacheprovider --with-mpi -q -s -rs -o addopts= --timeout=300 \
-    tests/in_rank/test_device_tokens_mpi.py -k gpu >> "$OUT/gpu_in_rank.txt" 2>&1
+    tests/in_rank/test_device_tokens_mpi.py -k cuda >> "$OUT/gpu_in_rank.txt" 2>&1
 echo "mpirun status $? (CUBLAS_WORKSPACE_CONFIG=:4096:8)" >> "$OUT/gpu_in_rank.txt"
 grep -aE "passed|failed|status|GPU \{" "$OUT/gpu_in_rank.txt" | tail -8
 

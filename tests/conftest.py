@@ -46,9 +46,9 @@ def _compile_once() -> None:
     """Bytecode for the package, the tests' scripts and the benchmarks, written before any
     test starts. Where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) no
     process writes it, so on a fresh clone each of the suite's hundreds of Python processes
-    (every MPI rank, every command-line run) compiled every module it imported, about a
-    third of a second each. The tests' own files: pytest's rewritten copies are written
-    too (below)."""
+    (every MPI rank, every command-line run) compiled every module of the package it
+    imported: about 0.1 s each (a one-round `mpi_teleport.sim` run, 0.24-0.32 s against
+    0.16-0.21 s). The tests' own files: pytest's rewritten copies are written too (below)."""
     import compileall
 
     for folder, depth in ((ROOT / "mpi_teleport", 10), (ROOT / "tests", 2), (ROOT / "benchmarks", 0)):

@@ -398,7 +398,8 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     from pathlib import Path
 
     spec = importlib.util.find_spec("sklearn")  # (finds the package without running it)
-    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+    folders = spec.submodule_search_locations if spec is not None else None
+    for folder in folders or []:
         path = Path(folder) / "datasets" / "data" / "digits.csv.gz"
         if path.is_file():
             with gzip.open(path, mode="rt", encoding="utf-8") as text:
