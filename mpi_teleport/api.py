@@ -196,6 +196,8 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         time per step in microseconds. Records then carry ``virtual_time_s``. Grouped:
         ``latency=Latency(model="none", clock="real", compute_time=None)``.
 
+    Notes
+    -----
     The option objects (:mod:`mpi_teleport.front.settings`) are checked by the same rules as the
     flat keywords, with the same messages, which name the flat keyword
     (``Records(every=0)``: ``log_every must be at least 1, got 0``).
@@ -229,6 +231,8 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         The metric became NaN or infinite (every rank together; at round 0 it names the
         data or the initial model, not the step size).
 
+    Notes
+    -----
     The problem's contract (``initial()``, ``gradient()``, ``evaluate()``, a step-size
     function) is checked at start and raises ``UsageError`` naming the method (every
     rank together under MPI, as do ranks with another ``initial()``). Under MPI an
@@ -359,12 +363,14 @@ def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
         ``--k-select``): ``'averaged'`` (default) the averaged model's validation metric at
         the candidate's last round; ``'tokens'`` the mean over the candidate's tokens of
         each token's own validation metric (``validate`` of a one-row matrix; for the
-        synthetic problem the mean of ||x_m - x*||^2, what ``target`` measures);
+        synthetic problem the mean of ``||x_m - x*||^2``, what ``target`` measures);
         ``'time-average'`` the averaged model's validation metric averaged over the
         logged rounds of the candidate's phase after its first step (every round with
         ``log_every=1``; the nearest to the paper's theory criterion, a time-averaged
         gradient norm).
 
+    Notes
+    -----
     Parameters are otherwise those of :func:`teleportation` (Algorithm 2 takes no
     checkpoints); bad input is a :class:`UsageError` as there.
 
