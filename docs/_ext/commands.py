@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 from typing import Callable
 
 
@@ -96,5 +97,34 @@ def checkpoint_parser(): return as_rst(checkpoint())
 def latency_probe_parser(): return as_rst(latency_probe())
 
 
+# ---------------------------------------------------------------------------- reports
+# The dated measurement reports live beside their data in benchmarks/results/
+# (<study>-<YYYY-MM-DD>.md); each gets a page under docs/results/reports/ that includes it,
+# written here before the build reads the sources (git-ignored).
+REPORT = re.compile(r"^[a-z0-9][a-z0-9_.-]*-\d{4}-\d{2}-\d{2}\.md$")
+
+
+def report_pages(docs: Path) -> list[Path]:
+    results = docs.parent / "benchmarks" / "results"
+    pages = docs / "results" / "reports"
+    wanted = {}
+    for report in sorted(results.glob("*.md")):
+        if REPORT.match(report.name):
+            wanted[pages / report.name] = ("```{include} ../../../benchmarks/results/"
+                                           f"{report.name}\n:relative-images:\n```\n")
+    for old in pages.glob("*-????-??-??.md"):
+        if old not in wanted:
+            old.unlink()
+    for page, text in wanted.items():
+        if not page.exists() or page.read_text() != text:
+            page.write_text(text)
+    return sorted(wanted)
+
+
+def _write_reports(app):
+    report_pages(Path(app.srcdir))
+
+
 def setup(app):
+    app.connect("builder-inited", _write_reports)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
