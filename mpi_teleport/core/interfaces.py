@@ -267,6 +267,10 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release what the run held (persistent channels, the latency layer)."""
 
+    def trace(self, tracer: Any) -> None:
+        """Record this process's rounds (their parts as spans) in ``tracer`` (a
+        :class:`mpi_teleport.trace.Tracer`), from the next :meth:`begin` on."""
+
     # -- the round boundary (elastic mode, mpi_teleport/DESIGN.md §11; the engine calls
     # them on every back end: a plain one keeps nothing, agrees on nothing, loses nothing)
     def keep(self, r: int) -> None:

@@ -75,6 +75,9 @@ class Oracle:
         self.phases = phases
         self.clock = np.zeros(n)
         self.done = 0  # rounds charged so far (global round numbers)
+        # a trace (mpi_teleport.trace.spans.Spans): each node's logical time in the rounds
+        # it samples, recorded as the rounds are charged; None: off
+        self.spans = None
 
     def time_s(self) -> float:
         return float(self.clock.max()) / 1e6
@@ -89,11 +92,43 @@ class Oracle:
     def _round(self, phase: Phase, t: int) -> None:
         msgs = round_plan(phase, t, self.topology, self.variant, self.momentum)
         links = round_links(self.model, msgs, self.variant, self.momentum, self.nbytes, self.n)
+        traced = self.spans is not None and self.spans.wants(t)
+        start = self.clock.copy() if traced else None
         if msgs.fetch is not None:  # Alg. 1 line 8 (model and momentum travel together)
             senders, receivers = msgs.fetch
             self._receive(receivers, senders, self.clock[senders], links.get(KIND_MODEL))
+        fetched = self.clock.copy() if traced else None
         self.clock[msgs.compute] += self.compute
         stamps = self.clock.copy()  # every message of the phase leaves with these stamps
+        self._gossip(msgs, stamps, links)
+        if traced:
+            self._trace(phase, t, msgs, start, fetched, stamps)
+
+    def _trace(self, phase: Phase, t: int, msgs, start, fetched, computed) -> None:
+        """Round t's spans on every node it involves, in logical seconds: the model's
+        hand-over (Alg. 1), the step (the modelled compute time), the wait for the
+        gossip inputs, and the round."""
+        from ..trace.spans import HANDOVER, ROUND, STEP, WAIT
+
+        s, end = self.spans, self.clock
+        token = {}
+        for holders in phase.roster(t):
+            token.update((int(node), m) for m, node in enumerate(holders.tolist()))
+        compute = {int(i) for i in np.asarray(msgs.compute).ravel().tolist()}
+        moved = np.flatnonzero(end != start).tolist()
+        for i in sorted(compute.union(moved)):
+            m = token.get(i, -1)
+            a, b, c, e = start[i] / 1e6, fetched[i] / 1e6, computed[i] / 1e6, end[i] / 1e6
+            s.add(ROUND, a, e, round=t, node=i, token=m)
+            if b > a:
+                s.add(HANDOVER, a, b, round=t, node=i, token=m)
+            if i in compute:
+                s.add(STEP, c - self.compute / 1e6, c, round=t, node=i, token=m)
+            if e > c:
+                s.add(WAIT, c, e, round=t, node=i, token=m)
+
+    def _gossip(self, msgs, stamps, links) -> None:
+        """The gossip phase's receives (and Alg. 3's momentum hop)."""
         gossip = links.get(KIND_Y)
         for senders, receivers in msgs.groups:
             self._receive(receivers, senders, stamps[senders], gossip)
@@ -128,5 +163,5 @@ def for_run(spec, latency, dim: int, itemsize: int) -> Oracle:
                          f"MPI's placement, which the simulator has not; give hosts:R (ranks "
                          f"per host) or hosts:A+B+... (the hosts' sizes in rank order)")
     return Oracle(model, spec.nodes, dim * itemsize,
-                  latency.compute_us, spec.topology, spec.moves, spec.momentum > 0,
+                  latency.compute_us, spec.topology, spec.moves, spec.state_slots > 0,
                   spec.phases())

@@ -33,7 +33,8 @@ from ..checkpoint import Keeper, CheckpointPlan
 from ..core.evaluation import Evaluations
 from ..core.interfaces import Backend, RunRecorder
 from ..core.training import latest_mean
-from ..errors import RankLost
+from ..errors import RankLost, Terminated
+from ..trace import spans as sp
 from .elastic import TooFewSurvivors
 
 
@@ -72,14 +73,17 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
             plan: CheckpointPlan | None = None,
             settings: dict | None = None, terminator=None, resume_from=None,
             summary_extra: dict | None = None, callback=None,
-            joining: int | None = None) -> Result:
+            joining: int | None = None, trace=None) -> Result:
     """Run ``spec`` on ``backend``; the root writes through ``recorder``. Returns the
     whole Result on every process. ``callback(record)``: called on the root with a copy
     of each record written (after each logged round); a true return value stops the run
     there, as a reached target does with ``stop_at_target``. ``joining``: a hot spare
     that took a node over at round ``joining`` (mpi_teleport/DESIGN.md §11.1): the same
     loop, entered at that round inside the survivors' recovery, where the back end
-    receives the node's tokens and the root hands over the records (``Backend.join``)."""
+    receives the node's tokens and the root hands over the records (``Backend.join``).
+    ``trace``: a path for the run's timeline (:mod:`mpi_teleport.trace`; None: the one
+    ``$MPI_TELEPORT_TRACE`` names, if set): every process records the parts of its rounds
+    and the boundaries, written at every checkpoint and at the end."""
     plan = plan or CheckpointPlan(None, 0, 2)
     keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
                     logging=logging, resume_from=resume_from)
@@ -89,22 +93,43 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
         restore = keeper.restore()
         start_clock = time.perf_counter() - keeper.wall_offset
         keeper.gate()  # (collective) a signal during the set-up stops the run here
-    for index, phase in enumerate(spec.phases()):
-        if joining is None:
-            resuming = restore is not None and phase.start <= keeper.start <= phase.stop
-            first = keeper.start if resuming else phase.start
-            backend.begin(phase, first, x0, restore if resuming else None)
-        else:  # (an elastic run has one phase)
-            first, resuming = joining, True
-            backend.begin(phase, first, x0, None)  # (buffers; the tokens come in the recovery)
-            backend.join(first)
-            start_clock = time.perf_counter()
-        _rounds(index, phase, first, resuming, backend, recorder, spec, logging, keeper,
-                callback, joining=joining is not None)
-    return _finish(backend, recorder, keeper, start_clock, summary_extra)
+    tracer = _tracer(trace, backend, spec, keeper.start if joining is None else joining,
+                     joining is not None)
+    try:
+        for index, phase in enumerate(spec.phases()):
+            if joining is None:
+                resuming = restore is not None and phase.start <= keeper.start <= phase.stop
+                first = keeper.start if resuming else phase.start
+                backend.begin(phase, first, x0, restore if resuming else None)
+            else:  # (an elastic run has one phase)
+                first, resuming = joining, True
+                backend.begin(phase, first, x0, None)  # (buffers; the tokens come in the recovery)
+                began = time.perf_counter()
+                backend.join(first)
+                if tracer is not None:
+                    tracer.spans.boundary(first).add(sp.JOIN, began, time.perf_counter())
+                start_clock = time.perf_counter()
+            _rounds(index, phase, first, resuming, backend, recorder, spec, logging, keeper,
+                    callback, joining=joining is not None, tracer=tracer)
+    except Terminated:  # (agreed: every process stops here, after the signal's checkpoint)
+        if tracer is not None:
+            tracer.flush(backend, final=True)
+        raise
+    return _finish(backend, recorder, keeper, start_clock, summary_extra, tracer)
 
 
-def _finish(backend, recorder, keeper, start_clock, summary_extra) -> Result:
+def _tracer(path, backend, spec, first: int, joining: bool):
+    """The run's tracer (collective: the clocks are aligned), or None without a trace."""
+    from ..trace.tracer import path_from_env, start
+
+    path = path or path_from_env()
+    if path is None:
+        return None
+    return start(path, backend, spec.total_rounds, first, joining=joining,
+                 algorithm=spec.algorithm)
+
+
+def _finish(backend, recorder, keeper, start_clock, summary_extra, tracer=None) -> Result:
     """The summary (root), the final checkpoint, and the whole result on every process."""
     wall = time.perf_counter() - start_clock
     summary = None
@@ -114,6 +139,8 @@ def _finish(backend, recorder, keeper, start_clock, summary_extra) -> Result:
             lost.update(replaced=list(backend.replacements), spares=backend.spares)
         summary = recorder.summary(wall, {"backend": backend.name, **(summary_extra or {}), **lost})
     keeper.finish(summary)
+    if tracer is not None:
+        tracer.flush(backend, final=True)
     final = recorder.final_tokens() if backend.root else None
     # every process gets the whole result (one broadcast, once)
     summary, records, x = backend.share(lambda: (
@@ -123,7 +150,7 @@ def _finish(backend, recorder, keeper, start_clock, summary_extra) -> Result:
 
 
 def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, logging,
-            keeper, callback=None, joining: bool = False) -> bool:
+            keeper, callback=None, joining: bool = False, tracer=None) -> bool:
     """The rounds of one phase, boundary by boundary: round r's record and checkpoint,
     then round r, then (elastic) the agreement that nothing failed. When something did,
     the survivors go back to the last agreed boundary without the lost nodes
@@ -136,18 +163,21 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
 
     ``joining``: a spare that took a node over at round ``first``, which starts in that
     recovery (the root hands it ``first``, ``resuming`` and the records). Returns whether
-    it stopped."""
+    it stopped. ``tracer``: the boundaries recorded as spans (a trace; None: off)."""
     where = {"first": first, "resuming": resuming}
     elastic = backend.elastic  # (every process keeps the records; no training values)
 
     def export():  # (the root's, for a spare taking a node over; elastic: a Recorder)
         return {**where, "recorder": recorder.state(), "run_id": keeper.run_id,
-                "last_round": keeper._last_round}
+                "last_round": keeper._last_round,
+                "trace_zero": tracer.zero if tracer is not None else None}
 
     def take(state):
         where.update(first=state["first"], resuming=state["resuming"])
         recorder.restore(state["recorder"])
         keeper.run_id, keeper._last_round = state["run_id"], state["last_round"]
+        if tracer is not None:
+            tracer.take_zero(state.get("trace_zero"))
 
     backend.set_handover(export, take)
     rounds = keeper.rounds(phase.start, phase.stop)
@@ -165,24 +195,41 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
     r, stopped = first, False
     kept = r
     lost = joining
+    clock = time.perf_counter
     while True:
         if not lost:
             first, resuming = where["first"], where["resuming"]
             last = rounds.stop if len(rounds) else first
+            # the boundary's spans: logging and checkpoints always, elastic mode's keeping
+            # and agreement on the rounds the trace samples
+            bound = tracer.boundary(r) if tracer is not None else None
+            each_round = bound if bound is not None and elastic and tracer.spans.wants(r) else None
+            began = clock() if each_round is not None else 0.0
             if each or agreed_boundary(r):
                 backend.keep(r)
                 kept = r
             else:
                 backend.enter(r)
+            if each_round is not None:
+                each_round.add(sp.KEEP, began, clock())
             ok = True
             try:
                 if (r == first and not resuming) or (
                         r > first and logging.is_log_round(r, phase.start, phase.stop)):
+                    began = clock() if bound is not None else 0.0
                     stopped = _log(index, r, backend, recorder, spec, callback, follow=elastic,
                                    trained=r > first and not elastic,
-                                   evaluate=logging.is_eval_round(r, phase.start, phase.stop))
+                                   evaluate=logging.is_eval_round(r, phase.start, phase.stop),
+                                   spans=bound)
+                    if bound is not None:
+                        bound.boundary(r).add(sp.LOG, began, clock())
                 if r > first:
+                    due = bound is not None and keeper.plan.due(r, spec.total_rounds)
+                    began = clock() if due else 0.0
                     keeper.after_round(r, stopped, spec.total_rounds)
+                    if due:  # a checkpoint was written: the trace so far goes beside it
+                        bound.boundary(r).add(sp.CHECKPOINT, began, clock())
+                        tracer.flush(backend)
                 if r < last and not stopped:
                     backend.step(r)
                     if not elastic:
@@ -190,10 +237,14 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
             except RankLost:
                 ok = False
             if each or not ok or stopped or agreed_boundary(r + 1):  # (between: no agreement)
+                began = clock() if each_round is not None else 0.0
                 lost = not backend.settle(r, ok)
+                if each_round is not None:
+                    each_round.boundary(r).add(sp.AGREE, began, clock())
         if lost:
             lost = False
             r = kept  # (the survivors go back to the last boundary agreed on)
+            began = clock()
             try:
                 backend.recover(r)
             except RankLost:  # another loss during the recovery: the next agreement sees it
@@ -203,6 +254,8 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
                 path = None if exc.all_lost else keeper.emergency(r)
                 raise TooFewSurvivors(r, exc.living, exc.k, path, keeper.resume_from,
                                       all_lost=exc.all_lost, root=backend.root) from None
+            if tracer is not None and tracer.boundary(r) is not None:
+                tracer.spans.add(sp.RECOVER, began, clock())
             recorder.files.take_over(backend.root)  # the lowest survivor writes from now on
             continue
         if r >= last or stopped:
@@ -222,23 +275,32 @@ def _show_round(recorder, r: int) -> None:
 
 
 def _log(phase: int, r: int, backend, recorder, spec, callback=None,
-         follow: bool = False, trained: bool = False, evaluate: bool = True) -> bool:
+         follow: bool = False, trained: bool = False, evaluate: bool = True,
+         spans=None) -> bool:
     """Round r's record (collective): returns whether the run stops here. The time spent
     logging (the callback's too) is excluded from ``time_s``. ``trained``: round r - 1
     was a step of this phase, whose batches' training values the record carries
     (:mod:`mpi_teleport.core.training`); ``evaluate``: the model is evaluated (else the
-    record holds the training values only, ``eval_every``)."""
+    record holds the training values only, ``eval_every``). ``spans``: a trace's buffer
+    (set to round r) recording the barrier, the gather and the evaluation."""
+    clock = time.perf_counter
     if not follow:
         # time_s is when every rank has finished round r, as virtual_time_s is the largest
         # clock: under Alg. 3 the root can be done with round r - 1 (its sends handed to
         # the network) while the next holders still receive; without this wait that time
         # fell into the excluded logging pause (measured rounds up to 30 % short on tc
         # links, jobs/README.md). Elastic runs have just agreed at this boundary.
+        began = clock() if spans is not None else 0.0
         backend.barrier()
+        if spans is not None:
+            spans.add(sp.BARRIER, began, clock())
     paused = recorder.pause()
     elapsed = recorder.elapsed()
     try:
+        began = clock() if spans is not None else 0.0
         mats = [backend.tokens(q) for q in range(len(spec.run_ks(phase)))]
+        if spans is not None:
+            spans.add(sp.GATHER, began, clock())
         vt = backend.virtual_time_s(r)  # collective; on the root when the layer is on
         extra = {}
         if trained and spec.algorithm != "search":  # (collective)
@@ -249,7 +311,10 @@ def _log(phase: int, r: int, backend, recorder, spec, callback=None,
             extra["lost"] = [[x["node"], x["round"]] for x in backend.losses]
         if backend.replacements:  # [[node, round, spare], ...]: a spare took the node over
             extra["replaced"] = [[x["node"], x["round"], x["spare"]] for x in backend.replacements]
+        began = clock() if spans is not None else 0.0
         evaluated = _evaluate(backend, recorder, phase, r, mats) if evaluate else None
+        if spans is not None and evaluate:
+            spans.add(sp.EVALUATE, began, clock())
 
         def on_root() -> bool:
             written = len(recorder.files.records)

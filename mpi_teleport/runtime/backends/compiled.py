@@ -32,6 +32,7 @@ import numpy as np
 
 from ...core.algorithms import local_step, local_step_columns, steps_by_columns, weighted_sum
 from ...core.interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_Y, ChannelTransport
+from ...trace.spans import HANDOVER, POST, PREPARE, SEND, STEP, SUM, WAIT
 from ..transport import PIPELINE_BYTES
 
 # Compiled round records kept (by pattern); a run with more distinct patterns rebuilds
@@ -122,6 +123,9 @@ class CompiledRounds:
     """
 
     column_block_bytes: int | None = None  # (tests pipeline small tokens with less)
+    # A trace's span buffer while the current round is recorded (the back end sets it every
+    # round), else None: then each part of the round pays one ``is not None`` test
+    spans = None
 
     def __init__(self, problem, spec, transport: ChannelTransport, rank: int, state,
                  overlap: bool):
@@ -323,53 +327,82 @@ class CompiledRounds:
         """The local step into y, then its sends started: whole, or a block of columns at
         a time, each block's pieces started as soon as it is computed."""
         x, v, y = step_args
-        lr, rule, tr = self.spec.lr_at(t), self.spec.step_rule, self.transport
+        lr, rule, tr, sp = self.spec.lr_at(t), self.spec.step_rule, self.transport, self.spans
         if blocks is None:
+            a = sp.begin(STEP) if sp is not None else 0.0
             local_step(self.problem, self._nodes, x, v, t, lr, rule, out=y)
+            if sp is not None:
+                sp.end(STEP, a)
             if sends:
+                a = sp.begin(SEND) if sp is not None else 0.0
                 tr.start(sends)
+                if sp is not None:
+                    sp.end(SEND, a)
             return
         poke = self._poke
+        a = sp.begin(STEP) if sp is not None else 0.0  # (the pipelined step starts its sends)
         for columns, started in zip(*blocks):
             local_step_columns(self.problem, self._nodes, x, v, t, lr, rule, y, columns)
             if started:
                 tr.start(started)
                 if poke is not None:  # hand them to the network now, not at the next wait
                     poke(started)
+        if sp is not None:
+            sp.end(STEP, a)
 
     def _sum(self, weights, inputs, blocks: Blocks | None) -> None:
         """The gossip sum into x: whole, or a block of columns at a time, each as soon as
         the pieces it reads are in (the same numbers: every operation is element-wise)."""
-        s = self.state
+        s, sp = self.state, self.spans
+        began = sp.begin(SUM) if sp is not None else 0.0
         if blocks is None:
             weighted_sum(weights, inputs, s.x, s.work)
+            if sp is not None:
+                sp.end(SUM, began)
             return
         for columns, needed in zip(*blocks):
             if needed:
+                b = sp.begin(WAIT) if sp is not None else 0.0  # (inside the pipelined sum)
                 self.transport.wait_all(needed)
+                if sp is not None:
+                    sp.end(WAIT, b)
             weighted_sum(weights, [a[columns] for a in inputs], s.x[columns], s.work)
+        if sp is not None:
+            sp.end(SUM, began)
 
     def overlap(self, t: int, record: OverlapRecord) -> None:
         """Round t of Algorithm 3 from its record."""
         (recvs, sends, both, step_args, inputs, weights, swap, step_blocks, sum_blocks,
          rest) = record
-        tr = self.transport
+        tr, sp = self.transport, self.spans
         if recvs:  # line 12, started before computing so data can arrive meanwhile
+            a = sp.begin(POST) if sp is not None else 0.0
             tr.start(recvs)
+            if sp is not None:
+                sp.end(POST, a)
         if step_args is not None:  # lines 8-9
             self._step(t, step_args, step_blocks, sends)
         if both:
             if inputs and self._prepare is not None:  # round t+1's step here, its x-free part
+                a = sp.begin(PREPARE) if sp is not None else 0.0
                 work = self._prepare(self._nodes, t + 1)
                 if work is not None:
                     tr.meanwhile(both, work)
+                if sp is not None:
+                    sp.end(PREPARE, a)
             if sum_blocks is None:
+                a = sp.begin(WAIT) if sp is not None else 0.0
                 tr.wait_all(both)
+                if sp is not None:
+                    sp.end(WAIT, a)
         if inputs:  # line 13, summed in ascending token order
             s = self.state
             self._sum(weights, inputs, sum_blocks)
             if sum_blocks is not None:
+                a = sp.begin(WAIT) if sp is not None else 0.0
                 tr.wait_all(rest)
+                if sp is not None:
+                    sp.end(WAIT, a)
             if swap:
                 s.v, s.v_in = s.v_in, s.v
 
@@ -377,14 +410,20 @@ class CompiledRounds:
         """Round t of Algorithm 1 from its record."""
         (fetch, moved, step_args, gossip, inputs, weights, recvs, step_blocks, sum_blocks,
          rest) = record
-        tr, s = self.transport, self.state
+        tr, s, sp = self.transport, self.state, self.spans
         if fetch:  # line 8
+            a = sp.begin(HANDOVER) if sp is not None else 0.0
             tr.start(fetch)
             if moved and step_args is not None and self._prepare is not None:
+                b = sp.begin(PREPARE) if sp is not None else 0.0
                 work = self._prepare(self._nodes, t)  # line 10's x-free part, meanwhile
                 if work is not None:
                     tr.meanwhile(fetch, work)
+                if sp is not None:
+                    sp.end(PREPARE, b)
             tr.wait_all(fetch)
+            if sp is not None:
+                sp.end(HANDOVER, a)
         if moved:
             s.x, s.y = s.y, s.x
             if s.v is not None:
@@ -394,10 +433,19 @@ class CompiledRounds:
         # line 11's receives first, then line 10 (pipelined: each block's sends started as
         # it is computed), then line 12 (pipelined: each block summed once its pieces are in)
         if recvs:
+            a = sp.begin(POST) if sp is not None else 0.0
             tr.start(recvs)
+            if sp is not None:
+                sp.end(POST, a)
         self._step(t, step_args, step_blocks, gossip[len(recvs):])  # (gossip: recvs + sends)
         if sum_blocks is None:
+            a = sp.begin(WAIT) if sp is not None else 0.0
             tr.wait_all(gossip)
+            if sp is not None:
+                sp.end(WAIT, a)
         self._sum(weights, inputs, sum_blocks)  # line 12
         if sum_blocks is not None and rest:
+            a = sp.begin(WAIT) if sp is not None else 0.0
             tr.wait_all(rest)
+            if sp is not None:
+                sp.end(WAIT, a)

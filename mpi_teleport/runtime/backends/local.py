@@ -46,6 +46,7 @@ class LocalBackend:
         self.vs: list[np.ndarray | None] = []
         self._spare: list[np.ndarray] = []
         self._ybuf: list[np.ndarray] = []
+        self._spans = None  # a trace's span buffer (mpi_teleport.trace); None: off
 
     # -- placing tokens ----------------------------------------------------------------
     def begin(self, phase, start: int, x0: np.ndarray, restore=None) -> None:
@@ -75,11 +76,44 @@ class LocalBackend:
     def step(self, t: int) -> None:
         spec = self.spec
         lr = spec.lr_at(t)
+        if self._spans is not None and self._spans.at(t) is not None:
+            return self._traced_step(t, lr)
         for q, holders in enumerate(self.phase.roster(t)):
             y = local_step(self.problem, holders, self.xs[q], self.vs[q], t, lr, spec.step_rule,
                            out=self._ybuf[q])
             w = topo.mixing(spec.topology, len(holders), t)
             self.xs[q], self._spare[q] = mix(w, y, out=self._spare[q]), self.xs[q]
+
+    def _traced_step(self, t: int, lr: float) -> None:
+        """:meth:`step` with each run's vectorised step and mix timed, recorded on every
+        node of the round (the simulator computes them together: a node's span is its
+        run's; under the virtual clock the oracle records the nodes' logical time instead)."""
+        from ...trace.spans import ROUND, STEP, SUM
+
+        spec, s, clock = self.spec, self._spans, self._spans.clock
+        for q, holders in enumerate(self.phase.roster(t)):
+            a = clock()
+            y = local_step(self.problem, holders, self.xs[q], self.vs[q], t, lr, spec.step_rule,
+                           out=self._ybuf[q])
+            b = clock()
+            w = topo.mixing(spec.topology, len(holders), t)
+            self.xs[q], self._spare[q] = mix(w, y, out=self._spare[q]), self.xs[q]
+            c = clock()
+            if self.oracle is None:
+                for m, node in enumerate(holders.tolist()):
+                    s.add(ROUND, a, c, node=node, token=m)
+                    s.add(STEP, a, b, node=node, token=m)
+                    s.add(SUM, b, c, node=node, token=m)
+
+    def trace(self, tracer) -> None:
+        """Record the simulated nodes' rounds in ``tracer`` (one process per node in the
+        file): under the virtual clock their logical time (the oracle's), else the real
+        time of the vectorised step and mix of their run."""
+        tracer.rank, tracer.pid_from = 0, "node"
+        self._spans = tracer.spans
+        if self.oracle is not None:
+            tracer.clock = "virtual"
+            self.oracle.spans = tracer.spans
 
     # -- elastic mode: the failure plan's losses (mpi_teleport/runtime/elastic.py) -----------------
     # (the engine calls these at every round boundary; without elastic mode they do nothing)

@@ -104,6 +104,10 @@ class MpiBackend:
         # phases, as the simulator's oracle computes them, handed to the layer per round
         self._hosts = bool(transport.has_clock
                            and cast(ClockedTransport, transport).shares_host_links)
+        # a trace (mpi_teleport.trace): the span buffer, None when off (the round pays one
+        # test); the wrappers that record the executors' parts
+        self._spans = None
+        self._traced: list = []
 
     # -- where the tokens are --------------------------------------------------------------
     @property
@@ -161,10 +165,20 @@ class MpiBackend:
             self._compiler = CompiledRounds(self.problem, self.spec,
                                             cast(ChannelTransport, self.transport), self.rank,
                                             s, self._overlap)
+            if self._spans is not None:
+                self._traced.append(self._compiler)
             self._round = self._compiler.overlap if self._overlap else self._compiler.simple
         else:
             node = teleport.Node(self.rank, self.transport, s, self._local_step, self._sum,
                                  self._prepare)
+            if self._spans is not None:  # (a trace: the round executor's calls as spans)
+                from ...trace.hooks import TracedTransport, traced_call
+                from ...trace.spans import STEP, SUM
+
+                tr = TracedTransport(self.transport)
+                self._traced.append(tr)
+                node = teleport.Node(self.rank, tr, s, traced_call(self._local_step, STEP, tr),
+                                     traced_call(self._sum, SUM, tr), self._prepare)
             run = teleport.overlap_round if self._overlap else teleport.simple_round
             self._round = lambda t, step: run(node, step, t)
 
@@ -177,6 +191,8 @@ class MpiBackend:
 
     # -- one round -----------------------------------------------------------------------
     def step(self, t: int) -> None:
+        if self._spans is not None:
+            return self._traced_step(t)
         block = self._block
         if block is None or not block.t0 <= t < block.t1:
             block = self._plan_block(t)
@@ -186,12 +202,46 @@ class MpiBackend:
         self._round(t, block.records[i])
         self._last = i
 
+    def _traced_step(self, t: int) -> None:
+        """:meth:`step` with its parts recorded as spans (when round t is sampled)."""
+        from ...trace.spans import PLAN, ROUND
+
+        s = self._spans.at(t, self.held[1])
+        for wrapper in self._traced:  # (None: this round is not recorded)
+            wrapper.spans = s
+        a = s.begin(ROUND) if s is not None else 0.0
+        block = self._block
+        if block is None or not block.t0 <= t < block.t1:
+            b = s.begin(PLAN) if s is not None else 0.0
+            block = self._plan_block(t)
+            if s is not None:
+                s.end(PLAN, b)
+        i = t - block.t0
+        if self._hosts:
+            self._set_links(t)
+        self._round(t, block.records[i])
+        self._last = i
+        if s is not None:
+            s.end(ROUND, a)
+
+    def trace(self, tracer) -> None:
+        """Record this rank's rounds in ``tracer`` (before the first :meth:`begin`): the
+        executors' parts, the problem's gradients inside the steps."""
+        from ...trace.hooks import TracedProblem
+
+        tracer.rank = self.rank
+        tracer.spans.node = self.rank
+        self._spans = tracer.spans
+        if not isinstance(self.problem, TracedProblem):
+            self.problem = TracedProblem(self.problem)
+            self._traced.append(self.problem)
+
     def _set_links(self, t: int) -> None:
         """The host links' loads of round t's phases, for the latency layer."""
         spec = self.spec
         nbytes = self.problem.dim * np.dtype(self.problem.dtype).itemsize
         cast(ClockedTransport, self.transport).plan_round(self.phase, t, spec.topology,
-                                                          spec.moves, spec.momentum > 0, nbytes)
+                                                          spec.moves, spec.state_slots > 0, nbytes)
 
     def _plan_block(self, t0: int) -> _Block:
         """Plan rounds t0 .. t1 - 1 (to the end of the phase at most) in one pass, each

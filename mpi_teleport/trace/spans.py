@@ -1,0 +1,185 @@
+"""Spans: what a rank did, when, in which round, recorded into a buffer allocated once.
+
+A span is one part of a round (its local step, the gradient inside it, the wait for its
+messages, the gossip sum, ...) or of a round boundary (logging, evaluation, a checkpoint,
+elastic agreement), with its start and end on this process's ``time.perf_counter`` (or, in
+the simulator under the virtual clock, on the node's logical clock) and the round, node,
+token and peer it belongs to. The hot path pays two clock reads and one row written into a
+preallocated numpy structured array per span (about 0.4 us); when tracing is off the
+caller holds ``None`` instead of a :class:`Spans` and pays one ``is not None`` test.
+
+Bounded: only rounds ``first <= t < first + rounds * every`` with ``(t - first) % every ==
+0`` are recorded (:meth:`Spans.at`), and a full buffer drops further spans (counted, never
+grown), so a trace never costs more memory than it was given.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+# The parts of a round and of its boundary. The code is the span's ``kind`` column; the
+# name is the Chrome trace event's name.
+KINDS = (
+    "round",      # one round at this rank (the envelope of the parts below)
+    "step",       # the local step: y = x - lr g (Alg. 1 line 10 / Alg. 3 line 8), optimizer included
+    "gradient",   # the problem's gradient, inside the step
+    "post",       # receives started (Alg. 3 line 12 posted before the step)
+    "send",       # sends started (Alg. 3 line 9 / Alg. 1 line 11)
+    "wait",       # waiting for this round's messages
+    "prepare",    # the next step's x-free work done while waiting (a problem's prepare)
+    "sum",        # the gossip sum x = sum_m W[j, m] y_m (Alg. 3 line 13 / Alg. 1 line 12)
+    "handover",   # Alg. 1 line 8: the token's model (and momentum) moving to its holder
+    "plan",       # planning (and compiling) a block of rounds
+    "log",        # a logging boundary: everything below, gathered and recorded
+    "barrier",    # the barrier before a record's time (every rank finished the round)
+    "gather",     # the token rows gathered to the root
+    "evaluate",   # evaluating the model (the root, or every rank's slice)
+    "checkpoint", # a checkpoint written (or the signal agreement at a checkpoint round)
+    "agree",      # elastic: the survivors agree that nothing failed
+    "recover",    # elastic: going on without the lost nodes
+    "join",       # a hot spare taking a node over
+    "keep",       # elastic: a round's start kept for a recovery
+    "flush",      # the trace itself written out
+)
+KIND = {name: code for code, name in enumerate(KINDS)}
+ROUND, STEP, GRADIENT, POST, SEND, WAIT, PREPARE, SUM, HANDOVER, PLAN = range(10)
+LOG, BARRIER, GATHER, EVALUATE, CHECKPOINT, AGREE, RECOVER, JOIN, KEEP, FLUSH = range(10, 20)
+
+# Communication (time spent moving or waiting for data, or in a collective) against
+# computation: the summary and the trace's categories tell them apart.
+COMMUNICATION = frozenset({"post", "send", "wait", "handover", "barrier", "gather", "agree"})
+
+
+def category(name: str) -> str:
+    """'communication', 'computation' or 'round' (the envelope)."""
+    if name == "round":
+        return "round"
+    return "communication" if name in COMMUNICATION else "computation"
+
+
+SPAN = np.dtype([("kind", "u1"), ("start", "f8"), ("end", "f8"), ("round", "i8"),
+                 ("node", "i4"), ("token", "i4"), ("peer", "i4")])
+
+# What a round records at most, for the buffer's size: round, plan, post, step, gradient,
+# send, prepare, wait, sum, handover, and a few waits of a pipelined sum.
+SPANS_PER_ROUND = 16
+BOUNDARY_SPANS = 4096  # logging, checkpoints, elastic agreements beyond the rounds
+
+
+class Spans:
+    """This process's span buffer.
+
+    ``capacity`` rows are allocated once; ``rounds`` and ``every`` bound what is recorded
+    (the first ``rounds`` sampled rounds from ``first``, one in ``every``). The round and
+    the token of the current round are set by :meth:`at` and stamped on every span until
+    the next call, so the hot path passes only the kind and the times.
+    """
+
+    clock = staticmethod(time.perf_counter)
+
+    def __init__(self, capacity: int, node: int = 0, rounds: int = 1000, every: int = 1,
+                 first: int = 0):
+        self.buf = np.zeros(max(1, int(capacity)), SPAN)
+        self.n = 0  # rows used
+        self.flushed = 0  # rows already written out (parts)
+        self.dropped = 0  # spans that did not fit
+        self.node, self.round, self.token = int(node), -1, -1
+        self.rounds, self.every, self.first = int(rounds), max(1, int(every)), int(first)
+
+    # -- sampling --------------------------------------------------------------------------
+    def wants(self, t: int) -> bool:
+        """Whether round t is recorded."""
+        rel = t - self.first
+        return 0 <= rel < self.rounds * self.every and rel % self.every == 0
+
+    def at(self, t: int, token: int = -1) -> "Spans | None":
+        """This buffer, set to round t and ``token``, when round t is recorded; else None
+        (the caller then records nothing in it)."""
+        rel = t - self.first
+        if rel < 0 or rel >= self.rounds * self.every or rel % self.every:
+            return None
+        self.round, self.token = t, token
+        return self
+
+    def boundary(self, r: int) -> "Spans":
+        """This buffer, set to round boundary r (logging, checkpoints: always recorded
+        while the buffer has room; they are few)."""
+        self.round, self.token = r, -1
+        return self
+
+    # -- recording -------------------------------------------------------------------------
+    def begin(self, kind: int) -> float:
+        """The start of a span of ``kind`` (its clock reading)."""
+        return self.clock()
+
+    def end(self, kind: int, start: float, peer: int = -1) -> None:
+        """The span of ``kind`` from ``start`` to now, in the current round."""
+        self.add(kind, start, self.clock(), peer)
+
+    def add(self, kind: int, start: float, end: float, peer: int = -1,
+            round: int | None = None, node: int | None = None, token: int | None = None) -> None:
+        """A span with its times given (and, where given, its round, node and token)."""
+        i = self.n
+        if i >= len(self.buf):
+            self.dropped += 1
+            return
+        self.buf[i] = (kind, start, end, self.round if round is None else round,
+                       self.node if node is None else node,
+                       self.token if token is None else token, peer)
+        self.n = i + 1
+
+    def recorded(self) -> np.ndarray:
+        """The spans recorded so far (a view)."""
+        return self.buf[:self.n]
+
+
+class NvtxSpans(Spans):
+    """Spans that are also NVTX ranges (Nsight Systems shows them on a GPU)."""
+
+    def __init__(self, nvtx, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._push, self._pop = nvtx.range_push, nvtx.range_pop
+
+    def begin(self, kind: int) -> float:
+        self._push(KINDS[kind])
+        return self.clock()
+
+    def end(self, kind: int, start: float, peer: int = -1) -> None:
+        self.add(kind, start, self.clock(), peer)
+        self._pop()
+
+
+def nvtx_module(modules=None):
+    """``torch.cuda.nvtx`` when this process uses CUDA through torch (torch imported and
+    CUDA initialised: a GPU problem has put something on the device), else None. Never
+    imports torch: a process that has not imported it does not use CUDA through it."""
+    torch = (sys.modules if modules is None else modules).get("torch")
+    if torch is None:
+        return None
+    try:
+        cuda = torch.cuda
+        if not (cuda.is_available() and cuda.is_initialized()):
+            return None
+        return cuda.nvtx
+    except Exception:  # (a torch without CUDA support, or a broken one: no ranges)
+        return None
+
+
+def capacity_for(rounds: int, every: int, total_rounds: int) -> int:
+    """Rows enough for ``rounds`` sampled rounds (no more than the run has) and its
+    boundaries."""
+    sampled = min(int(rounds), -(-max(0, int(total_rounds)) // max(1, int(every))) + 1)
+    return sampled * SPANS_PER_ROUND + BOUNDARY_SPANS
+
+
+def make_spans(rounds: int, every: int, total_rounds: int, node: int = 0, first: int = 0,
+               nvtx="auto") -> Spans:
+    """A span buffer for a run of ``total_rounds``: NVTX ranges too where torch uses CUDA
+    (``nvtx``: "auto", or a module, or None)."""
+    module = nvtx_module() if nvtx == "auto" else nvtx
+    cap = capacity_for(rounds, every, total_rounds)
+    if module is not None:
+        return NvtxSpans(module, cap, node, rounds, every, first)
+    return Spans(cap, node, rounds, every, first)
