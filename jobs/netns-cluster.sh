@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # A cluster of N "hosts" on this machine, made of Linux namespaces, for multi-host tests.
 #
-#   bash jobs/netns-cluster.sh start [N]        # hosts mtp-h0 .. mtp-h(N-1) (default N=2)
+#   bash jobs/netns-cluster.sh start [N]        # hosts mtp-h0 .. mtp-h(N-1) (default N=2);
+#                                               # already up: nothing to do
 #   bash jobs/netns-cluster.sh status           # exit 0 if they are up
-#   bash jobs/netns-cluster.sh stop             # remove every namespace and link it made
+#   bash jobs/netns-cluster.sh stop             # remove every namespace and link it made;
+#                                               # exit 3, stopping nothing, while in use
+#   bash jobs/netns-cluster.sh users            # the lease file (below)
 #   bash jobs/netns-cluster.sh rate RATE        # tc rate limit on every host's link, both
 #                                               # ways (e.g. 200mbit); "off" removes it;
 #                                               # htb, burst $NETNS_BURST (64kb), queue
@@ -20,24 +23,59 @@
 # reach any other address. Processes stay in this machine's PID and mount namespaces (one
 # /proc, one file system: like a cluster's shared home). jobs/netns-rsh is the remote shell
 # MPI launchers use to start processes on a host (jobs/README.md, "Test bed").
-# Needs root, iproute2 (ip, tc) and util-linux (unshare, nsenter).
+#
+# One bed, one owner at a time. Its names (mtp-sw, mtp-hI, links mtpI-in/-sw) are global to
+# the machine, so start, stop and rate run one at a time, under an exclusive flock on
+# $NETNS_LOCK (default /run/lock/mpi-teleport-netns.lock), whoever calls them. A user of
+# the bed (a test session) holds a shared flock on the lease file `users` prints
+# ($NETNS_LOCK.users) while it uses the bed; stop refuses (exit 3) while one is held, so
+# nobody tears the bed down under another's runs, and a start finds a bed that is up and
+# leaves it alone. A start interrupted half-way (a namespace mtp-h0 without its UTS file)
+# leaves names only this script makes: the next start or stop removes them, saying so.
+# Needs root, iproute2 (ip, tc) and util-linux (unshare, nsenter, flock).
 set -euo pipefail
 
 DIR="${NETNS_DIR:-/tmp/mpi-teleport-netns}"
+LOCK="${NETNS_LOCK:-/run/lock/mpi-teleport-netns.lock}"
+USERS="$LOCK.users"
 NET=10.231.77
 SW=mtp-sw
 
 die() { echo "netns-cluster: $*" >&2; exit 1; }
-hosts() { local f; for f in "$DIR"/uts/mtp-h*; do [[ -e "$f" ]] && basename "$f"; done | sort -V; }
+hosts() { local f; for f in "$DIR"/uts/mtp-h*; do if [[ -e "$f" ]]; then basename "$f"; fi; done | sort -V; }
+
+# start, stop and rate one at a time (fd 9: the lock, held until this script exits)
+exclusive() {
+    exec 9>>"$LOCK" || die "cannot open the lock $LOCK"
+    flock -w "${NETNS_LOCK_WAIT:-300}" 9 || die "another start/stop/rate holds $LOCK for over ${NETNS_LOCK_WAIT:-300}s"
+}
+
+# This script's own names left by anything: network namespaces mtp-sw and mtp-hI, veth ends
+# mtpI-in/mtpI-sw in the machine's namespace, UTS files (bind mounts) in $DIR/uts.
+own_netns() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^mtp-(sw|h[0-9]+)$' || true; }
+own_links() { ip -o link show 2>/dev/null | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | grep -E '^mtp[0-9]+-(in|sw)$' || true; }
 index_of() { local h="$1"; case "$h" in mtp-h*) echo "${h#mtp-h}" ;; "$NET".*) echo $(( ${h##*.} - 1 )) ;; *) return 1 ;; esac; }
 
 start() {
     local n="${1:-2}" i h
     [[ "$(id -u)" == 0 ]] || die "needs root (network and UTS namespaces)"
-    for tool in ip tc unshare nsenter; do command -v "$tool" >/dev/null || die "$tool not found"; done
-    stop quiet
+    for tool in ip tc unshare nsenter flock; do command -v "$tool" >/dev/null || die "$tool not found"; done
+    exclusive
+    if status >/dev/null; then
+        if [[ "$(hosts | wc -l)" == "$n" ]]; then
+            strays "$(hosts; echo "$SW")"
+            echo "netns-cluster: already up: $(hosts | tr '\n' ' ')"
+            return 0
+        fi
+        if ! flock -n -x "$USERS" true; then
+            echo "netns-cluster: up with $(hosts | wc -l) hosts and in use (a user holds $USERS): not restarting it with $n" >&2
+            exit 3
+        fi
+    fi
+    remove quiet
     mkdir -p "$DIR/uts"
-    ip netns add "$SW" || die "cannot create a network namespace (ip netns add): not allowed here"
+    local said
+    said="$(ip netns add "$SW" 2>&1)" || die "cannot create a network namespace (ip netns add $SW): ${said:-failed}"
     ip -n "$SW" link add br0 type bridge
     ip -n "$SW" link set br0 up
     ip -n "$SW" link set lo up
@@ -58,18 +96,55 @@ start() {
 }
 
 stop() {
-    local h
-    for h in $(hosts); do
-        umount "$DIR/uts/$h" 2>/dev/null || true
-        rm -f "$DIR/uts/$h"
-        ip netns del "$h" 2>/dev/null || true
+    exclusive
+    # the lease: taken exclusively (no user holds it) for as long as the stop runs
+    exec 8>>"$USERS" || die "cannot open the lease file $USERS"
+    flock -n -x 8 || { echo "netns-cluster: in use (a user holds $USERS): not stopped" >&2; exit 3; }
+    remove
+}
+
+# Remove every name of this bed: its hosts (in $DIR/uts) and switch, then its strays
+remove() {
+    local h f made
+    made="$(hosts)"
+    for f in "$DIR"/uts/*; do
+        [[ -e "$f" ]] || continue
+        [[ -e "/run/netns/$(basename "$f")" ]] || LEFT+=("$(basename "$f") (a UTS file without its network namespace)")
+        umount "$f" 2>/dev/null || true
+        rm -f "$f"
     done
-    ip netns del "$SW" 2>/dev/null || true
+    for h in $made; do ip netns del "$h" 2>/dev/null || true; done
+    [[ -z "$made" ]] || ip netns del "$SW" 2>/dev/null || true
+    strays ""
     [[ "${1:-}" == quiet ]] || echo "netns-cluster: stopped"
+}
+
+# Remove the names of this bed that are not in KEEP (names, one a line): what an interrupted
+# start leaves (a namespace without its UTS file, a switch without hosts, a veth end in this
+# machine's namespace), saying what was removed
+LEFT=()
+strays() {
+    local keep="$1" ns h said
+    for ns in $(own_netns); do
+        grep -qx "$ns" <<<"$keep" && continue
+        if [[ "$ns" == "$SW" ]]; then LEFT+=("$ns (the switch without hosts)")
+        else LEFT+=("$ns (a network namespace without its UTS file)"); fi
+        ip netns del "$ns" || die "cannot remove the network namespace $ns (ip netns del)"
+    done
+    for h in $(own_links); do
+        LEFT+=("$h (a link in this machine's namespace)")
+        ip link del "$h" 2>/dev/null || true  # (a veth's peer goes with it)
+    done
+    if (( ${#LEFT[@]} )); then
+        printf -v said '%s; ' "${LEFT[@]}"
+        echo "netns-cluster: removed leftovers of an earlier, interrupted start: ${said%; }" >&2
+        LEFT=()
+    fi
 }
 
 status() {
     local h n=0
+    [[ -e "/run/netns/$SW" ]] || { echo "netns-cluster: not running"; return 1; }
     for h in $(hosts); do
         [[ -e "/run/netns/$h" ]] || { echo "netns-cluster: $h has no network namespace"; return 1; }
         n=$((n + 1))
@@ -120,6 +195,7 @@ shape() {
 
 rate() {  # both ends of every host's link: the host's sending and receiving
     local r="$1" h i
+    exclusive
     for h in $(hosts); do
         i="$(index_of "$h")"
         tc -n "$h" qdisc del dev eth0 root 2>/dev/null || true
@@ -146,6 +222,7 @@ case "${1:-}" in
     status) status ;;
     rate) [[ $# == 2 ]] || die "usage: rate RATE|off"; rate "$2" ;;
     exec) [[ $# -ge 3 ]] || die "usage: exec HOST CMD..."; shift; run_on "$@" ;;
+    users) echo "$USERS" ;;
     hosts) for h in $(hosts); do echo "$NET.$(( $(index_of "$h") + 1 ))"; done ;;
-    *) echo "usage: $0 start [N]|stop|status|rate RATE|exec HOST CMD...|hosts" >&2; exit 2 ;;
+    *) echo "usage: $0 start [N]|stop|status|rate RATE|exec HOST CMD...|hosts|users" >&2; exit 2 ;;
 esac

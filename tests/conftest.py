@@ -88,10 +88,14 @@ def pytest_unconfigure(config):
 
 # Tests that share one thing of the machine run on one pytest-xdist worker, one at a time
 # (--dist loadgroup, pyproject.toml): the namespace hosts of jobs/netns-cluster.sh, the local
-# SLURM's few slots.
+# SLURM's few slots. (A scheduling hint only: the bed's own lock, the `bed` fixture below,
+# keeps it safe whichever way tests are selected and scheduled.)
 SHARED_BEDS = {"test_multihost.py": "netns", "test_elastic_multihost.py": "netns"}
 
 
+# tryfirst: pytest-xdist reads the xdist_group marks in its own hook of this name, which
+# otherwise ran first and found none (the groups were silently not applied)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "mpi_impl" in getattr(item, "fixturenames", ()):
@@ -211,3 +215,64 @@ def rank_stacks(tag: str) -> str:
 def mpirun(mpi_impl):
     """run_mpi under one implementation (tests using it run once per implementation)."""
     return functools.partial(run_mpi, impl=mpi_impl)
+
+
+# ------------------------------------------------------------------ the namespace test bed
+NETNS_BED = ["bash", str(ROOT / "jobs" / "netns-cluster.sh")]
+
+
+@pytest.fixture(scope="session")
+def bed():
+    """The two-host namespace test bed (jobs/netns-cluster.sh), shared by whoever uses it.
+
+    This session holds the bed's lease (a shared flock on the file `netns-cluster.sh users`
+    prints) from its first multi-host test to its end, so no other session or pytest-xdist
+    worker stops the bed under its runs (the script's stop refuses while a lease is held);
+    it starts the bed unless it is up (start is idempotent, one at a time under the script's
+    own lock, and removes an interrupted start's leftovers). At the end the last user stops
+    a bed that a test session started. Skips only where namespaces cannot be made (no root,
+    no tools, not permitted); any other failure of the bed fails, with the script's words."""
+    import fcntl
+    import time
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("the namespace test bed needs root (ip netns, unshare --uts)")
+    missing = [t for t in ("ip", "tc", "nsenter", "unshare", "flock") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"the namespace test bed needs {', '.join(missing)} (iproute2, util-linux)")
+    users = subprocess.run([*NETNS_BED, "users"], capture_output=True, text=True, timeout=60).stdout.strip()
+    started_mark = Path(users + ".started-by-tests")  # a test session made the bed
+    lease = open(users, "a")
+    deadline = time.monotonic() + 600
+    while True:  # (a stop holds the lease exclusively for the seconds it takes)
+        try:
+            fcntl.flock(lease, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lease.close()
+                pytest.fail(f"the namespace test bed's lease {users} was held exclusively (a stop) for 600 s")
+            time.sleep(0.5)
+    try:
+        proc = subprocess.run([*NETNS_BED, "start", "2"], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        lease.close()
+        pytest.fail("jobs/netns-cluster.sh start 2 took over 300 s")
+    said = [line for line in proc.stderr.splitlines() if line.strip()]
+    if proc.returncode != 0:
+        lease.close()
+        why = said[-1] if said else f"exit status {proc.returncode}"
+        if "Operation not permitted" in proc.stderr or "Permission denied" in proc.stderr:
+            pytest.skip(f"namespaces are not allowed here: {why}")
+        pytest.fail(f"the namespace test bed did not start (jobs/netns-cluster.sh start 2): {why}")
+    if "already up" not in proc.stdout:
+        started_mark.touch()
+    try:
+        yield
+    finally:
+        fcntl.flock(lease, fcntl.LOCK_UN)
+        lease.close()
+        if started_mark.exists():  # the last user stops it; while others hold leases: exit 3
+            stop = subprocess.run([*NETNS_BED, "stop"], capture_output=True, text=True, timeout=300)
+            if stop.returncode == 0:
+                started_mark.unlink(missing_ok=True)

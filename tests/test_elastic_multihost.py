@@ -12,7 +12,7 @@ import time
 import pytest
 
 from launch_helpers import implementation, kill_tagged, tagged_pids
-from test_multihost import bed, finish, hostname_of, start, start_running  # noqa: F401  (bed: fixture)
+from test_multihost import finish, hostname_of, start, start_running
 
 from mpi_teleport.sim import main as sim_main
 
@@ -51,7 +51,7 @@ def comm(pid: int) -> str:
     return open(f"/proc/{pid}/comm").read().strip()
 
 
-def test_rank_dying_on_the_remote_host(bed, openmpi, tmp_path, monkeypatch):  # noqa: F811
+def test_rank_dying_on_the_remote_host(bed, openmpi, tmp_path, monkeypatch):
     monkeypatch.setenv("MPI_TELEPORT_TEST_DIE", "3@30")  # rank 3: the second on mtp-h1
     out = tmp_path / "run"
     proc = start(openmpi, 4, ["-m", "mpi_teleport.run", "--rounds", "80", *ARGS, "--out", str(out)],
@@ -64,7 +64,7 @@ def test_rank_dying_on_the_remote_host(bed, openmpi, tmp_path, monkeypatch):  # 
 
 
 @pytest.mark.parametrize("daemon", [False, True], ids=["ranks", "ranks-and-daemon"])
-def test_a_whole_host_lost(bed, openmpi, tmp_path, daemon):  # noqa: F811
+def test_a_whole_host_lost(bed, openmpi, tmp_path, daemon):
     """Both ranks of mtp-h1 SIGKILLed during the run: the survivors finish, exit 0, equal
     to the simulator told of the same losses (or, when both tokens sat on mtp-h1 at that
     moment, exit 75 saying so: no token is left to restore from). With the host's Open MPI daemon (prted)
@@ -101,7 +101,7 @@ def test_a_whole_host_lost(bed, openmpi, tmp_path, daemon):  # noqa: F811
     assert records(out / "metrics.jsonl") == records(simulated(tmp_path, rounds, lost) / "metrics.jsonl")
 
 
-def test_a_spare_on_one_host_replaces_a_node_lost_on_the_other(bed, openmpi, tmp_path,  # noqa: F811
+def test_a_spare_on_one_host_replaces_a_node_lost_on_the_other(bed, openmpi, tmp_path,
                                                                 monkeypatch):
     """Hot spares (issue 32): 4 nodes and 2 spares, three ranks a host (nodes 0-2 on
     mtp-h0; node 3 and spares 4, 5 on mtp-h1). Node 1 dies on mtp-h0 at round 30 and spare

@@ -2,7 +2,8 @@
 hostname, linked through a bridge by TCP; the launcher runs on host mtp-h0 and starts the
 ranks of mtp-h1 through jobs/netns-rsh (what ssh is on a cluster). The transport, launcher,
 abort and signal tests run under Open MPI and MPICH (marked mpi_tier), Algorithm 1's
-bit-identity run under Open MPI; the module skips, saying why, where namespaces cannot be created.
+bit-identity run under Open MPI. The bed is the `bed` fixture of tests/conftest.py (shared, with a
+lease; it skips, saying why, only where namespaces cannot be created).
 
 Covered: ranks spread over hosts (hostnames, per-host local ranks, bytes through the
 links), the demo (Algorithm 3 and DSGD) through `python -m mpi_teleport.launch --hosts`,
@@ -31,25 +32,6 @@ from helpers import ROOT
 BED = ["bash", str(ROOT / "jobs" / "netns-cluster.sh")]
 AGENT = str(ROOT / "jobs" / "netns-rsh")
 HOSTS = ["10.231.77.1", "10.231.77.2"]  # mtp-h0, mtp-h1
-
-
-@pytest.fixture(scope="module")
-def bed():
-    """The two-host test bed, started here (and stopped) unless it is already up."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        pytest.skip("the namespace test bed needs root (ip netns, unshare --uts)")
-    missing = [t for t in ("ip", "tc", "nsenter", "unshare") if not shutil.which(t)]
-    if missing:
-        pytest.skip(f"the namespace test bed needs {', '.join(missing)} (iproute2, util-linux)")
-    up = subprocess.run([*BED, "status"], capture_output=True, text=True).returncode == 0
-    if not up:
-        proc = subprocess.run([*BED, "start", "2"], capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            lines = [line for line in proc.stderr.splitlines() if line.strip()]
-            pytest.skip(f"namespaces cannot be created here: {lines[-1] if lines else proc.returncode}")
-    yield
-    if not up:
-        subprocess.run([*BED, "stop"], capture_output=True, timeout=120)
 
 
 def bed_env(impl: MPIImpl, tag: str | None = None) -> dict:
@@ -274,3 +256,24 @@ def test_rate_shapes_both_ends_of_every_link_small_packets_first(bed):
     finally:
         subprocess.run([*BED, "rate", "off"], capture_output=True, timeout=60)
     assert "htb" not in show("mtp-h0", "eth0", "qdisc")
+
+
+def test_the_bed_is_leased_and_removes_an_interrupted_starts_leftovers(bed):
+    """Issue 50, class 10: a stop while a session uses the bed (this one holds its lease)
+    stops nothing, exit 3, in one line; a start finds it up and leaves it; names of the bed
+    that no host accounts for (an interrupted start's: a namespace without its UTS file, a
+    veth end in the machine's namespace) are removed by the next start, which says so."""
+    stop = subprocess.run([*BED, "stop"], capture_output=True, text=True, timeout=120)
+    assert stop.returncode == 3 and stop.stderr.strip().splitlines() == [
+        f"netns-cluster: in use (a user holds {subprocess.run([*BED, 'users'], capture_output=True, text=True).stdout.strip()}): not stopped"]
+    subprocess.run(["ip", "netns", "add", "mtp-h7"], check=True, timeout=60)
+    subprocess.run(["ip", "link", "add", "mtp7-in", "type", "veth", "peer", "name", "mtp7-sw"], check=True,
+                   timeout=60)
+    start = subprocess.run([*BED, "start", "2"], capture_output=True, text=True, timeout=120)
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=60).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, timeout=60).stdout
+    assert start.returncode == 0 and start.stdout.startswith("netns-cluster: already up: mtp-h0 mtp-h1")
+    assert start.stderr.startswith("netns-cluster: removed leftovers of an earlier, interrupted start: "
+                                   "mtp-h7 (a network namespace without its UTS file); mtp7-")
+    assert "mtp-h7" not in left and "mtp7-" not in links
+    assert subprocess.run([*BED, "status"], capture_output=True, timeout=60).returncode == 0
