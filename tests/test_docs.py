@@ -1,7 +1,15 @@
-"""Every command and code example in the docs runs.
+"""The manual builds without a warning, says everything, and every command and code example
+in it runs.
 
-The fenced blocks of README.md, PORTING.md, mpi_teleport/DESIGN.md, benchmarks/README.md
-and jobs/README.md are extracted and, block by block (each in a fresh directory, its lines in
+The manual (docs/, Sphinx + MyST) is built once per suite with warnings as errors
+(``sphinx -W --keep-going``: a broken link or anchor between its pages, a page outside every
+toctree, a docstring napoleon cannot read are warnings); its reference must hold every
+name of ``mpi_teleport.__all__``, every flag of every command (from the commands' own
+parsers, docs/_ext/commands.py) and every ``MPI_TELEPORT_*`` variable the package reads.
+
+The fenced blocks of README.md, jobs/README.md, benchmarks/README.md, PORTING.md,
+mpi_teleport/DESIGN.md and every page of docs/ (the dated reports of benchmarks/results/
+are records of what was run then, not checked) are extracted and, block by block (each in a fresh directory, its lines in
 order, so a later line may use what an earlier one wrote):
 
 * ```python blocks run in a subprocess and must exit 0;
@@ -40,8 +48,13 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-DOCS = ("README.md", "PORTING.md", "mpi_teleport/DESIGN.md", "benchmarks/README.md",
-        "jobs/README.md")
+REPO_DOCS = ("README.md", "PORTING.md", "mpi_teleport/DESIGN.md", "benchmarks/README.md",
+             "jobs/README.md")
+MANUAL = ROOT / "docs"
+# docs/results/reports/ holds generated pages that include benchmarks/results/*-DATE.md
+DOCS = tuple(d for d in REPO_DOCS if (ROOT / d).exists()) + tuple(
+    str(p.relative_to(ROOT)) for p in sorted(MANUAL.rglob("*.md"))
+    if "_build" not in p.parts and "reports" not in p.parts)
 SHELL = {"bash", "sh", "shell", "console"}
 NOT_RUN = {"text"}  # output, file layouts, pseudo-code
 MARKER = re.compile(r"^<!--\s*(not run|flags only):\s*(\S.*?)\s*-->$")
@@ -64,19 +77,24 @@ class Block:
 
 
 def blocks(doc: str) -> list[Block]:
+    """The fenced blocks of ``doc`` (a fence may be indented, inside a list item; MyST
+    directives, ```{name}, are not code and are left out)."""
     lines = (ROOT / doc).read_text(encoding="utf-8").splitlines()
     out, i = [], 0
     while i < len(lines):
-        fence = re.match(r"^```\s*(\S*)\s*$", lines[i])
+        fence = re.match(r"^(\s*)```\s*(\{[^}]*\}.*|\S*)\s*$", lines[i])
         if not fence:
             i += 1
             continue
-        start, lang = i, fence.group(1)
+        start, indent, lang = i, fence.group(1), fence.group(2)
         body = []
         i += 1
-        while i < len(lines) and lines[i].rstrip() != "```":
-            body.append(lines[i])
+        while i < len(lines) and lines[i].strip() != "```":
+            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i])
             i += 1
+        if lang.startswith("{"):  # a MyST directive (toctree, include, argparse, eval-rst)
+            i += 1
+            continue
         before = next((lines[j].strip() for j in range(start - 1, -1, -1) if lines[j].strip()), "")
         found = MARKER.match(before)
         out.append(Block(doc, start + 1, lang, "\n".join(body) + "\n",
@@ -331,3 +349,121 @@ def test_the_suite_stops_the_slurm_it_started(monkeypatch, found_running):
         slurm, test_jobs_figure4, slurm)])
     conftest.pytest_sessionfinish(session)  # (two modules use it: stopped once)
     assert calls == ["status", "start"] + ([] if found_running else ["stop"])
+
+
+# ---------------------------------------------------------------------------- the manual
+BUILD = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html"]
+BUILD_TIMEOUT = 300
+
+
+@pytest.fixture(scope="module")
+def manual(tmp_path_factory):
+    """The manual built once for this module (under pytest-xdist: once on the worker that
+    runs the group below), warnings as errors: (exit status, warnings, the HTML folder)."""
+    pytest.importorskip("sphinx", reason="the manual needs the docs extra: pip install -c "
+                                         "constraints.txt -e '.[docs]' (the test extra has it)")
+    for needed in ("myst_parser", "furo", "sphinxarg"):
+        pytest.importorskip(needed, reason=f"{needed} missing: pip install -c constraints.txt -e '.[docs]'")
+    out = tmp_path_factory.mktemp("manual")
+    html, doctrees = out / "html", out / "doctrees"
+    env = _env()
+    env.pop("PYTHONWARNINGS", None)
+    proc = subprocess.run([*BUILD, "-d", str(doctrees), str(MANUAL), str(html)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+    return proc.returncode, proc.stderr, html
+
+
+def _page_text(html: Path, page: str) -> str:
+    import html as html_lib
+
+    return html_lib.unescape((html / page).read_text(encoding="utf-8"))
+
+
+@pytest.mark.xdist_group("docs_manual")
+def test_the_manual_builds_without_a_warning(manual):
+    """-W --keep-going: every warning is an error (a link or anchor between pages that does
+    not resolve, a page in no toctree, a docstring the API reference cannot render)."""
+    status, warnings_text, html = manual
+    assert status == 0, f"the manual's build failed ({' '.join(BUILD)} docs ...):\n{warnings_text[-6000:]}"
+    assert (html / "index.html").is_file()
+
+
+@pytest.mark.xdist_group("docs_manual")
+def test_every_public_name_is_in_the_api_reference(manual):
+    import mpi_teleport
+
+    status, _, html = manual
+    assert status == 0, "the manual did not build (see the test above)"
+    page = _page_text(html, "reference/api.html")
+    missing = [n for n in mpi_teleport.__all__ if f'id="mpi_teleport.{n}"' not in page]
+    assert not missing, f"docs/reference/api.md does not render {missing} (add an autodoc entry)"
+
+
+@pytest.mark.xdist_group("docs_manual")
+def test_every_flag_of_every_command_is_in_the_reference(manual):
+    """Each command's own parser (docs/_ext/commands.py takes it from the command's main)
+    against its section of reference/commands: every option string and positional."""
+    sys.path.insert(0, str(MANUAL / "_ext"))
+    try:
+        import commands as parsers
+    finally:
+        sys.path.pop(0)
+    status, _, html = manual
+    assert status == 0, "the manual did not build (see the test above)"
+    page = _page_text(html, "reference/commands.html")
+    starts = {}
+    for name in parsers.PARSERS:  # each command's section runs to the next command's
+        anchor = f'<section id="{name.replace(" ", "-")}">'
+        assert anchor in page, f"reference/commands has no section for {name}"
+        starts[name] = page.index(anchor)
+    ends = sorted(starts.values()) + [len(page)]
+    checked = 0
+    for name, build in parsers.PARSERS.items():
+        section = page[starts[name]:next(e for e in ends if e > starts[name])]
+        shown = {flag for kbd in re.findall(r"<kbd>(.*?)</kbd>", section)
+                 for flag in re.sub(r"<[^>]+>", "", kbd).split(", ")}
+        for action in build()._actions:
+            for flag in action.option_strings or [action.dest]:
+                if flag in ("-h", "--help"):
+                    continue
+                assert flag in shown, f"python -m mpi_teleport.{name}: {flag} is not in the reference"
+                checked += 1
+    assert checked >= 40
+
+
+def _package_env_vars() -> set[str]:
+    found = set()
+    for path in (ROOT / "mpi_teleport").rglob("*.py"):
+        found.update(re.findall(r"\bMPI_TELEPORT_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_every_environment_variable_the_package_reads_is_in_the_reference():
+    documented = set(re.findall(r"^`(MPI_TELEPORT_[A-Z0-9_]+)`$",
+                                (MANUAL / "reference" / "environment.md").read_text(), re.M))
+    read = _package_env_vars()
+    assert read, "the package names no MPI_TELEPORT_ variable: the scan is broken"
+    assert not read - documented, f"not in docs/reference/environment.md: {sorted(read - documented)}"
+    assert not documented - read, f"documented but read nowhere in the package: {sorted(documented - read)}"
+
+
+def test_the_readmes_fit_and_point_at_files_that_exist():
+    """README.md fits a screen or two (at most 100 lines), jobs/README.md at most 250; their
+    relative links name files of the repository."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 100
+    assert len((ROOT / "jobs" / "README.md").read_text().splitlines()) <= 250
+    for doc in ("README.md", "jobs/README.md", "benchmarks/README.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            assert ((ROOT / doc).parent / target).exists(), f"{doc}: link to {target}, which does not exist"
+
+
+def test_no_guide_page_holds_a_dated_measurement_log():
+    """Dated measurement logs live in benchmarks/results/<study>-<date>.md; a tutorial or
+    how-to guide has no section headed by a date."""
+    for page in [*MANUAL.glob("tutorials/*.md"), *MANUAL.glob("howto/*.md")]:
+        for line in page.read_text(encoding="utf-8").splitlines():
+            assert not (line.startswith("#") and re.search(r"\b20\d\d-\d\d-\d\d\b", line)), \
+                f"{page.relative_to(ROOT)}: a dated section ({line.strip()}); move it to a report in benchmarks/results/"
