@@ -26,6 +26,7 @@ class Span:
     round: int
     token: int
     own: float = 0.0  # dur less the spans directly nested in it
+    depth: int = 0  # spans it is nested in
     children: list = field(default_factory=list)
 
     @property
@@ -79,6 +80,7 @@ def read(data: dict) -> Trace:
         if stack:
             stack[-1].own -= s.dur
             stack[-1].children.append(s)
+        s.depth = len(stack)
         stack.append(s)
     for s in spans:
         s.own = max(0.0, s.own)
@@ -314,13 +316,11 @@ def draw(trace: Trace, path, rounds: int = 3, title: str | None = None) -> None:
     r = typical_round(trace)
     if r is not None:
         wanted = set(range(r, r + rounds))
-        shown = [s for s in trace.spans if s.round in wanted and s.name != "round"
-                 and not s.children]
-        shown += [s for s in trace.spans if s.round in wanted and s.name == "round"]
+        shown = [s for s in trace.spans if s.round in wanted]
         t0 = min(s.ts for s in shown)
         row_of = {pid: i for i, pid in enumerate(trace.pids)}
-        for s in sorted(shown, key=lambda s: s.name != "round"):
-            height = 0.9 if s.name == "round" else 0.6
+        for s in sorted(shown, key=lambda s: s.depth):  # (nested spans drawn inside, thinner)
+            height = 0.9 * 0.7 ** s.depth
             right.barh(row_of[s.pid], s.dur / 1e3, left=(s.ts - t0) / 1e3, height=height,
                        color=COLOURS.get(s.name, "#999999"), linewidth=0)
         right.set_yticks(range(n), [str(p) for p in trace.pids],
@@ -333,7 +333,8 @@ def draw(trace: Trace, path, rounds: int = 3, title: str | None = None) -> None:
         from matplotlib.patches import Patch
 
         right.legend(handles=[Patch(color=COLOURS.get(k, "#999999"), label=k) for k in used],
-                     loc="upper right", fontsize=8, ncol=2)
+                     loc="upper center", bbox_to_anchor=(0.5, -0.09), fontsize=8,
+                     ncol=min(len(used), 8), frameon=False)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
