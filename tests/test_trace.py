@@ -306,3 +306,17 @@ def test_a_sigterm_leaves_the_trace_up_to_the_checkpoint_mpi(tmp_path):
     rounds = [e["args"]["round"] for e in spans if e["name"] == "round"]
     assert min(rounds) == 0 and max(rounds) == manifest["round"] - 1  # up to the signal's checkpoint
     assert not (tmp_path / "t.json.parts").exists()
+
+
+def test_an_elastic_simulation_traces_its_agreements_and_its_recovery(tmp_path, monkeypatch):
+    """A node lost at round 7 (the simulator's failure plan): the boundaries' keeping and
+    agreement, the recovery, and round 7 twice (before the loss was seen, and redone)."""
+    _sim(tmp_path, "elastic", monkeypatch, nodes=6, k=2, fail="3@7")
+    data = chrome.load(tmp_path / "elastic.json")
+    spans = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    names = {e["name"] for e in spans}
+    assert {"keep", "agree", "recover"} <= names
+    assert [e["args"]["round"] for e in spans if e["name"] == "recover"] == [7]
+    rounds = [e["args"]["round"] for e in spans if e["name"] == "round"]
+    assert sorted(set(rounds)) == list(range(12))
+    assert rounds.count(7) == 2 * rounds.count(6)  # (k holders each time: done, then redone)
