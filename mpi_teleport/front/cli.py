@@ -113,7 +113,7 @@ def fingerprint(cfg) -> dict:
                 for block in schedule.search_blocks(cfg.seed, cfg.nodes, t):
                     h.update(block.tobytes())
     h.update(rng.normals(rng.key(cfg.seed, rng.STREAM_NOISE, 0), [0, cfg.nodes - 1], 4).tobytes())
-    settings = {k: v for k, v in cfg.to_dict().items() if k != "progress"}
+    settings = cfg.agreed()  # (the table's rows every rank must hold alike)
     return {
         "config": settings,
         "config_hash": hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest(),
@@ -163,16 +163,27 @@ def progress_for(cfg, label: str, rank0: bool = True):
 
 
 # ----------------------------------------------------------------------------- config -> run
-def run_spec(cfg, algorithm: str, k):
-    """The RunSpec of one run a Config asks for (``k`` 'auto': Algorithm 2)."""
+def run_spec(cfg, algorithm: str, k, problem=None):
+    """The RunSpec of one run a Config asks for (``k`` 'auto': Algorithm 2); ``problem``:
+    the run's (an optimizer's weight decay applies to its parameters only)."""
     from ..core.spec import RunSpec, cosine_lr
+    from .loop_options import step_rule
 
     name = "search" if k == "auto" else algorithm
     total = 2 * cfg.rounds if k == "auto" else cfg.rounds
     lr = cfg.lr if cfg.lr_schedule == "constant" else cosine_lr(cfg.lr, total)
     tokens = None if k == "auto" else (cfg.nodes if algorithm == "dsgd" else k)
-    return RunSpec(name, cfg.nodes, tokens, cfg.rounds, lr, cfg.momentum, cfg.topology,
-                   cfg.variant, cfg.seed, cfg.k_select)
+    momentum, rule = step_rule(cfg, problem)
+    return RunSpec(name, cfg.nodes, tokens, cfg.rounds, lr, momentum, cfg.topology,
+                   cfg.variant, cfg.seed, cfg.k_select, rule)
+
+
+def manifest_of(cfg, spec) -> dict:
+    """What config.json and a checkpoint's manifest keep of a Config and its spec
+    (:func:`~mpi_teleport.front.loop_options.recorded_settings`)."""
+    from .loop_options import recorded_settings
+
+    return recorded_settings(cfg, spec.optimizer)
 
 
 @dataclass
@@ -233,13 +244,14 @@ def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
     used = (factory.record(cfg.problem, cfg.problem_settings(), mpi) if is_factory(cfg.problem)
             else None)
     cfg = with_epochs(cfg, algorithm, k, problem)  # (a factory's problem: its batch size)
-    spec = run_spec(cfg, algorithm, k)
+    with_threads(problem, cfg.threads)
+    spec = run_spec(cfg, algorithm, k, problem)
     backend = "mpi" if mpi else "sim"
     k_shown = cfg.nodes if algorithm == "dsgd" else k
     phases = {}
     if k == "auto":  # how many rounds each phase runs, and why (--epochs or --rounds)
         phases = phase_rounds(cfg, rounds_given, getattr(problem, "n_train", None))
-    record = {**cfg.to_dict(), "algorithm": algorithm, "k": k_shown, "backend": backend,
+    record = {**manifest_of(cfg, spec), "algorithm": algorithm, "k": k_shown, "backend": backend,
               **phases, **describe(problem)}
     if used is not None:  # what the factory received; flags it did not take left out
         unused = set(used["unused"]) - ({"batch_size"} if cfg.epochs is not None else set())
@@ -249,6 +261,20 @@ def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
     plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None
     failures = parse_failures(list(cfg.fail or ()), cfg.nodes, cfg.spares)
     return RunInputs(spec, logging, latency, plan, record, phases, failures)
+
+
+def with_threads(problem, threads) -> None:
+    """``--threads N|auto``: the torch intra-op threads a TorchProblem computes with (its
+    own default, 1, when not given); refused for a problem that computes without torch."""
+    if threads is None:
+        return
+    inner = getattr(problem, "problem", problem)
+    if getattr(inner, "torch_settings", None) is None:
+        raise UsageError(f"--threads {threads}: the problem ({type(inner).__name__}) computes "
+                         f"without torch; drop --threads")
+    from ..problems.torch_options import TorchSettings
+
+    inner.torch_settings = TorchSettings(threads)
 
 
 def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, files=None,
@@ -262,7 +288,8 @@ def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, files=Non
     from .runner import RunSettings
 
     got = run_inputs(cfg, algorithm, k, problem, mpi)
-    return RunSettings(got.spec, got.logging, got.latency, plan=got.plan, manifest=cfg.to_dict(),
+    return RunSettings(got.spec, got.logging, got.latency, plan=got.plan,
+                       manifest=manifest_of(cfg, got.spec),
                        record=got.record, progress=progress or False, terminator=terminator,
                        resume_from=cfg.out, problem_name=cfg.problem, files=files,
                        summary_extra=got.phases,  # (rounds per phase: also summary.json)
@@ -281,7 +308,8 @@ def join_config(cfg, algorithm: str, k, problem, pool, reformed, out, terminator
     got = run_inputs(cfg, algorithm, k, problem, True)
     r = pool.round  # (the survivors' round, from the message that woke this spare)
     result = runner.join(problem, got.spec, got.logging, pool, r, reformed, out=out,
-                         plan=got.plan, settings=cfg.to_dict(), terminator=terminator,
+                         plan=got.plan, settings=manifest_of(cfg, got.spec),
+                         terminator=terminator,
                          resume_from=cfg.out, problem_name=cfg.problem,
                          summary_extra=got.phases, agree_every=cfg.agree_every,
                          meeting=meeting)

@@ -11,23 +11,28 @@ from ..core.algorithms import Nesterov
 from ..errors import UsageError
 from .settings import Default
 
-__all__ = ["rounds_for", "eval_rounds", "optimizer_settings", "within_phase", "momentum_of"]
+__all__ = ["rounds_for", "eval_rounds", "optimizer_settings", "within_phase", "momentum_of",
+           "step_rule"]
 
 
-def rounds_for(problem, rounds, epochs, active):
+def rounds_for(problem, rounds, epochs, active, names=("rounds", "epochs")):
     """``rounds``, or the rounds ``epochs`` passes over the data take with ``active``
-    nodes each drawing a batch per round (the API's other checks follow)."""
+    nodes each drawing a batch per round (the API's other checks follow). ``names``: the
+    two keywords as the user wrote them (``eval_every``, ``eval_every_epochs``), which
+    the messages name."""
+    in_rounds, in_epochs = names
     if (rounds is None) == (epochs is None):
-        raise UsageError("give rounds= or epochs= (one of them)")
+        raise UsageError(f"give {in_rounds}= or {in_epochs}= (one of them)")
     if epochs is None:
         return rounds
-    n_train, batch = getattr(problem, "n_train", None), getattr(problem, "batch_size", None)
-    if not n_train or not batch:
-        raise UsageError(f"epochs= needs a problem that knows n_train and batch_size (a "
-                         f"TorchProblem); {type(problem).__name__} does not: give rounds=")
     if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0 \
             or not math.isfinite(epochs):
-        raise UsageError(f"epochs must be a number > 0, got {epochs!r}")
+        raise UsageError(f"{in_epochs} must be a number > 0, got {epochs!r}")
+    n_train, batch = getattr(problem, "n_train", None), getattr(problem, "batch_size", None)
+    if not n_train or not batch:
+        raise UsageError(f"{in_epochs}= needs a problem that knows n_train and batch_size (a "
+                         f"TorchProblem); {type(problem).__name__} does not: give "
+                         f"{in_rounds}=")
     if isinstance(active, bool) or not isinstance(active, int) or active < 1:
         return 1  # (k or nodes is wrong: the checks say so)
     return max(1, math.ceil(epochs * n_train / (batch * active)))
@@ -41,7 +46,32 @@ def eval_rounds(problem, eval_every, eval_every_epochs, active):
         return eval_every
     if not isinstance(eval_every, Default):
         raise UsageError("give eval_every= (rounds) or eval_every_epochs= (epochs), not both")
-    return rounds_for(problem, None, eval_every_epochs, active)
+    return rounds_for(problem, None, eval_every_epochs, active,
+                      ("eval_every", "eval_every_epochs"))
+
+
+def step_rule(cfg, problem=None):
+    """``(momentum, rule)`` of the command line's ``--optimizer`` (with ``--momentum``,
+    ``--weight-decay``, ``--betas``, ``--eps``): the optimizer torch.optim would build,
+    read by the API's own plumbing (:func:`optimizer_settings`), so a command-line run
+    steps exactly as ``optimizer=`` does. Plain SGD (no weight decay) is the momentum
+    alone, as before optimizers existed."""
+    if cfg.optimizer == "sgd" and not cfg.weight_decay:
+        return momentum_of(cfg.momentum, cfg.nesterov), None
+    import functools
+
+    from ..core.optimizers import _torch
+
+    optim = _torch().optim
+    if cfg.optimizer == "sgd":
+        factory = functools.partial(optim.SGD, lr=cfg.lr, momentum=cfg.momentum,
+                                    weight_decay=cfg.weight_decay, nesterov=cfg.nesterov)
+    else:
+        cls = optim.Adam if cfg.optimizer == "adam" else optim.AdamW
+        factory = functools.partial(cls, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                                    weight_decay=cfg.weight_decay)
+    _, momentum, nesterov, rule = optimizer_settings(factory, problem, cfg.lr, 0.0, False)
+    return momentum_of(momentum, nesterov), rule
 
 
 def optimizer_settings(optimizer, problem, lr, momentum, nesterov):
@@ -53,7 +83,8 @@ def optimizer_settings(optimizer, problem, lr, momentum, nesterov):
     from ..core.optimizers import from_torch
 
     inner = getattr(problem, "problem", problem)  # (decay: parameters only, not buffers)
-    found = from_torch(optimizer, getattr(inner, "n_params", None))
+    found = from_torch(optimizer, getattr(inner, "n_params", None),
+                       getattr(inner, "param_shapes", None))
     if momentum or nesterov:
         raise UsageError("give the momentum through optimizer= (SGD's momentum, nesterov) or "
                          "momentum=/nesterov=, not both")
@@ -82,3 +113,18 @@ def momentum_of(momentum: float, nesterov) -> float:
     if not momentum > 0:
         raise UsageError(f"nesterov=True needs momentum > 0, got momentum={momentum!r}")
     return Nesterov(momentum)
+
+
+def recorded_settings(cfg, rule=None) -> dict:
+    """What config.json and a checkpoint's manifest keep of a command line's Config (the
+    table's recorded settings), the optimizer as the rule it steps with (``rule``, or
+    the one :func:`step_rule` builds), as the API records it: a resume through either
+    front end compares the same values."""
+    record = cfg.recorded()
+    record.pop("optimizer", None)
+    if rule is None and (cfg.optimizer != "sgd" or cfg.weight_decay):
+        rule = step_rule(cfg)[1]
+    if rule is not None:
+        record["optimizer"] = rule.describe()
+    return record
+

@@ -24,6 +24,7 @@ from ..disk.paths import absolute_paths, check_writable
 from .report import leg_dir
 from .resume import check_source, check_target, inherit
 from .settings import CLI, checkpoint_policy
+from .loop_options import recorded_settings
 
 
 def load(raw: dict, world_size: int | None = None):
@@ -88,7 +89,7 @@ def _source(cfg, algorithm: str, k: int) -> Path | None:
                          f"run there{what}")
     path, manifest = found
     return check_source(f"--resume {cfg.resume}", path, manifest, nodes=cfg.nodes, k=k,
-                        rounds=cfg.rounds, current=cfg.to_dict(), naming=CLI)
+                        rounds=cfg.rounds, current=recorded_settings(cfg), naming=CLI)
 
 
 def checkpoint_plan(cfg, algorithm: str) -> CheckpointPlan:

@@ -6,7 +6,8 @@ fingerprint: dim, dtype, a hash of ``initial()`` and its ``describe()`` facts), 
 seed, the step size (a number, or a function's name and values at a few rounds), the
 momentum, the topology and the algorithm. A resume compares them with its own
 (:func:`check_source`) and refuses a difference in one line naming every setting that
-differs; only :data:`RESUMABLE_CHANGES` may change. Before anything starts every process
+differs; only what the settings table marks
+(:func:`~mpi_teleport.front.settings.resumable_changes`) may change. Before anything starts every process
 checks every file of the checkpoint (:func:`check_source`), so a damaged one stops every
 rank alike. A directory that holds another run's checkpoints is never written into by a
 fresh run (:func:`check_target`).
@@ -29,7 +30,7 @@ from ..checkpoint.find import round_entries
 from ..errors import UsageError
 from ..disk.output import dumps
 from ..disk.paths import show
-from .settings import RESUMABLE_CHANGES
+from .settings import recorded_when_set, resumable_changes
 
 # Settings never taken from the checkpoint (they describe this invocation only). Where a
 # resumed run writes is taken from where its checkpoint lies on disk, never from the
@@ -104,10 +105,26 @@ def seeded(settings: dict) -> dict:
     return settings
 
 
-def mismatch(saved: dict, current: dict) -> list[str]:
-    """The settings both know whose values differ and that a resume may not change."""
+def filled(saved: dict, current: dict) -> tuple[dict, dict]:
+    """``saved`` and ``current`` with the quadratic's own seed spelt out (:func:`seeded`)
+    and, where one of them holds a setting the table records only when set (the
+    optimizer, ...) and the other does not, the other's value as its default: an
+    absent setting is at its default, so a checkpoint written with Adam and a resume
+    without it differ."""
     saved, current = seeded(saved), seeded(current)
-    return [name for name in current if name in saved and name not in RESUMABLE_CHANGES
+    sparse = recorded_when_set()
+    for name in set(saved) ^ set(current):
+        if name in sparse:
+            (current if name in saved else saved).setdefault(name, sparse[name])
+    return saved, current
+
+
+def mismatch(saved: dict, current: dict) -> list[str]:
+    """The settings both know whose values differ and that a resume may not change
+    (:func:`~mpi_teleport.front.settings.resumable_changes`, from the table)."""
+    saved, current = filled(saved, current)
+    may_change = resumable_changes()
+    return [name for name in current if name in saved and name not in may_change
             and saved[name] != _as_saved(current[name])]
 
 
@@ -123,7 +140,7 @@ def _short(value) -> str:
 
 def refuse_mismatch(where: str, saved: dict, current: dict, names: list[str], naming) -> UsageError:
     """One line naming every differing setting, its checkpoint value and this run's."""
-    saved, current = seeded(saved), seeded(current)
+    saved, current = filled(saved, current)
     sep = " " if naming.cli else "="
     parts = [f"{naming.name(n)}{sep}{_short(saved[n])}, not {_short(current[n])}" for n in names]
     drop = ", ".join(naming.name(n) for n in names)
@@ -203,9 +220,33 @@ def not_rebuildable(saved: dict) -> str | None:
         return f"its step size is {_short(lr)}"
     if isinstance(topology, str) and topology.startswith("custom:"):
         return f"its topology is a Python function ({topology[7:]})"
-    if saved.get("optimizer"):  # (the command line has SGD only)
-        return f"its optimizer is {saved['optimizer'].split('(')[0]} (optimizer=)"
+    if saved.get("optimizer") and optimizer_flags(saved["optimizer"]) is None:
+        return f"its optimizer is {str(saved['optimizer']).split('(')[0]} (optimizer=)"
     return None
+
+
+_OPTIMIZER_FLAGS = {"SGD": "sgd", "Adam": "adam", "AdamW": "adamw"}
+
+
+def optimizer_flags(text) -> dict | None:
+    """The command line's ``--optimizer`` and its options of a manifest's optimizer (its
+    step rule's ``describe()``: ``AdamW(betas=(0.9, 0.999), eps=1e-08,
+    weight_decay=0.05)``), or None for one the command line cannot give."""
+    import re
+
+    name, _, args = str(text).partition("(")
+    flag = _OPTIMIZER_FLAGS.get(name)
+    if flag is None:
+        return None
+    out: dict = {"optimizer": flag}
+    for key in ("weight_decay", "eps"):
+        found = re.search(rf"{key}=([^,)]+)", args)
+        if found:
+            out[key] = float(found.group(1))
+    found = re.search(r"betas=\(([^,]+), ([^)]+)\)", args)
+    if found:
+        out["betas"] = (float(found.group(1)), float(found.group(2)))
+    return out
 
 
 def inherit(raw: dict) -> dict:
@@ -234,6 +275,9 @@ def inherit(raw: dict) -> dict:
                          f"and {why}, which the command line cannot rebuild; resume it through "
                          f"the API (resume={str(path)!r} with the same problem and settings)")
     source = f"checkpoint {found[0] / MANIFEST}"
+    if saved.get("optimizer"):  # (recorded as the rule it steps with)
+        saved = {**optimizer_flags(saved["optimizer"]), **{  # type: ignore[dict-item]
+            k: v for k, v in saved.items() if k != "optimizer"}}
     merged = {name: None if saved[name] is None else coerce(OPTION_BY_NAME[name], saved[name], source)
               for name in field_names() if name in saved and name not in _NOT_INHERITED
               and name not in raw}

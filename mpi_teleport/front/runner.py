@@ -22,7 +22,7 @@ from ..disk.output import RunFiles
 from ..problem import with_defaults
 from ..runtime.progress import Progress
 from ..errors import CLI, Naming
-from .settings import check_together
+from .settings import ABSENT, check_run, check_together, held, rows
 from ..core.spec import Logging, RunSpec
 from ..latency.model import LatencySettings
 
@@ -86,6 +86,7 @@ def train(problem: Any, settings: RunSettings, comm: Any = None) -> engine.Resul
 
     transport = comm if isinstance(comm, Transport) else None
     comm = None if transport is not None else comm
+    agree_first(settings, transport if transport is not None else comm)
     spec, logging, latency = settings.spec, settings.logging, settings.latency
     out, plan, progress = settings.out, settings.plan, settings.progress
     terminator, resume_from, problem_name = (settings.terminator, settings.resume_from,
@@ -207,6 +208,86 @@ def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
     backend.close()
     _survivors_meet(transport)
     return result
+
+
+# The groups of a RunSettings and what each must be (mt.train checks what it is handed).
+_GROUPS = {"spec": RunSpec, "logging": Logging, "latency": LatencySettings}
+
+
+def check_handed(settings) -> None:
+    """What :func:`train` is handed, checked as the API's keywords are (the settings
+    table's rules, :func:`~mpi_teleport.front.settings.check_run`): a RunSettings whose
+    groups are what they must be and whose every value keeps its rule; UsageError (one
+    line, naming the setting) otherwise."""
+    if not isinstance(settings, RunSettings):
+        raise UsageError(f"settings: expected mpi_teleport.RunSettings(spec=mpi_teleport.RunSpec("
+                         f"...), ...), got {type(settings).__name__} {settings!r:.60}")
+    for name, cls in _GROUPS.items():
+        if not isinstance(getattr(settings, name), cls):
+            raise UsageError(f"RunSettings.{name}: expected a {cls.__name__}, got "
+                             f"{getattr(settings, name)!r:.60}")
+    if settings.plan is not None and not isinstance(settings.plan, CheckpointPlan):
+        raise UsageError(f"RunSettings.plan: expected a CheckpointPlan or None, got "
+                         f"{settings.plan!r:.60}")
+    check_run(settings)
+
+
+def agreement(settings) -> dict:
+    """What every rank must hold alike of ``settings``: each setting the table marks
+    ``agree`` that a RunSettings carries (:attr:`~.settings.Setting.where`), as a
+    comparable value (a function by its values or name, an optimizer's rule by its
+    description). Generated from the table: a new row is agreed without a line here."""
+    out = {}
+    for setting in rows():
+        if setting.agree and setting.where is not None:
+            value = held(settings, setting.where)
+            if value is not ABSENT:
+                out[setting.name] = _comparable(value)
+    return out
+
+
+def _comparable(value):
+    """A setting's value as the ranks compare it (pickled in one allgather)."""
+    from ..core import topology as topo
+
+    if value is None or isinstance(value, (bool, int, str)) and type(value) in (bool, int, str):
+        return value
+    if isinstance(value, float):
+        return value if type(value) is float else [type(value).__name__, float(value)]
+    if isinstance(value, (tuple, list)):
+        return [_comparable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    describe = getattr(value, "describe", None)
+    if callable(describe):
+        return describe()
+    if callable(value):
+        try:  # (a step size or topology function: its first values)
+            return [repr(value(t)) for t in range(2)]
+        except Exception:  # noqa: BLE001  (k, t) -> W: a topology
+            return topo.describe(value)
+    return repr(value)
+
+
+def agree_first(settings, transport) -> None:
+    """The first step of :func:`train`: ``settings`` checked (:func:`check_handed`), and
+    under MPI (``transport``: the command line's Transport or the caller's communicator)
+    every rank holding the same, in one allgather before any collective whose use
+    depends on a setting; one agreed UsageError on every rank otherwise."""
+    if transport is None:
+        check_handed(settings)
+        return
+    from ..runtime.transport import Transport
+
+    if not isinstance(transport, Transport):
+        collective.check_communicator(transport)  # (before any MPI call could hang on it)
+    error, agreed = None, None
+    try:
+        check_handed(settings)
+        agreed = agreement(settings)
+    except UsageError as exc:
+        error = str(exc)
+    collective.agree_on_settings(transport, error, agreed)
 
 
 def share_cores(problem, transport, ranks_on_host: int | None = None) -> None:

@@ -10,12 +10,17 @@ two cannot drift. Every refusal is a :class:`~mpi_teleport.errors.UsageError` of
 line that says what was wrong and what to do; no wrong type reaches numpy (a traceback)
 or runs silently.
 
-* :data:`RULES`: the rule of each single setting (type and range); :func:`check_values`
-  applies them; :func:`check_k` and :func:`check_checkpoints` the rules that tie
-  settings together.
-* :data:`OPTIONS`: the command line's table (flags, ``--config`` TOML keys and
-  config.json), :func:`coerce` parses one raw value, :func:`resolve` turns a mapping of
-  them into a validated :class:`Config`.
+* :data:`SETTINGS`: the table, a :class:`Setting` row per setting (name, default, how a
+  flag or TOML value is parsed, help, rule, whether a resume must match it, whether the
+  ranks must agree on it, whether config.json records it always or only when set, and
+  where :class:`~mpi_teleport.front.runner.RunSettings` carries it). Everything else is
+  derived from it: the command line's flags and ``--config`` keys (:func:`coerce`,
+  :func:`from_toml`), :class:`Config`, the rules :func:`check_values` applies (the API's
+  keywords too), what a resume may change (:func:`resumable_changes`), what the ranks
+  agree on (:meth:`Config.agreed`, :func:`agreement`), what config.json records
+  (:meth:`Config.recorded`), the check of a hand-built RunSettings (:func:`check_run`)
+  and the settings reference of the manual. :func:`check_k` and
+  :func:`check_checkpoints` are the rules that tie settings together.
 * :class:`Records`, :class:`Checkpoints`, :class:`Latency`: the API's option groups,
   :func:`merge` joins them with the flat keywords (a setting given both ways is refused).
 
@@ -27,9 +32,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ..core.topology import TOPOLOGIES
 from ..errors import API, CLI, Naming, UsageError  # noqa: F401  (re-exported)
@@ -199,61 +204,310 @@ def path(value, field, naming):
     return value
 
 
-# Settings a resumed run may change: they never change the numbers of the tokens.
-RESUMABLE_CHANGES = frozenset({
-    "out", "progress", "rounds", "stop_at_target", "log_every", "variant", "latency", "clock",
-    "compute_time", "checkpoint_every", "checkpoint_dir", "keep_checkpoints", "resume",
-    "eval_every", "data_dir", "download", "device",
-    "algorithm", "k",  # (compared apart: compare's legs; k in the manifest itself)
-    "elastic",  # (the manifest's losses, not the flag, decide who is left out)
-    "spares",  # (a requeued job may have another number of spare ranks)
-    "agree_every",  # (when a loss is seen; the checkpoint's losses say what was lost)
-})
+def betas(value, field, naming):
+    """Adam's two decay rates, each in [0, 1)."""
+    items = list(value) if isinstance(value, (list, tuple)) else None
+    if items is None or len(items) != 2:
+        raise UsageError(f"{naming.name(field)}: expected two numbers in [0, 1) "
+                         f"({'B1,B2' if naming.cli else '(b1, b2)'}), got {value!r}")
+    return tuple(momentum(b, field, naming) for b in items)
 
 
-# The rule of each single setting; a setting absent here has no range to keep.
-RULES: dict[str, Callable] = {
-    "nodes": at_least(1),
-    "rounds": at_least(1),
-    "log_every": at_least(1),
-    "eval_every": optional(at_least(1)),
-    "batch_size": at_least(1),
-    "dim": at_least(1),
-    "checkpoint_every": at_least(0, " (0 = no periodic checkpoints)"),
-    "keep_checkpoints": at_least(1),
-    "spares": at_least(0, " (0 = no hot spares)"),
-    "agree_every": at_least(1, " (1 = every round)"),
-    "seed": seed,
-    "lr": step_size,
-    "momentum": momentum,
-    "sigma2": non_negative,
-    "zeta2": non_negative,
-    "target": optional(positive),
-    "epochs": optional(positive),
-    "alpha": positive,
-    "val_fraction": fraction,
-    "stop_at_target": flag,
-    "variant": choice(VARIANTS),
-    "clock": choice(CLOCKS),
-    "sampling": choice(SAMPLINGS),
-    "topology": choice(TOPOLOGIES, functions=True),
-    "latency": latency,
-    "compute_time": compute_time,
-    "out": path,
-    "checkpoint_dir": path,
-    "resume": path,
-}
+def threads(value, field, naming):
+    """torch's intra-op threads: a whole number >= 1, or 'auto' (this rank's share of its
+    host's cores); None: the problem's own (a TorchProblem: 1)."""
+    if value is None or value == "auto":
+        return value
+    return at_least(1, " (or auto)")(value, field, naming)
+
+
+# ----------------------------------------------------------------------------- the table
+# --algorithm: compare = both, and a table; Algorithm 2 ('search') is asked for by --k auto
+ALGORITHMS = ("compare",) + tuple(name for name in RUNS if name != "search")
+PROBLEMS = ("quadratic", "digits", "fashion-mnist", "cifar10")
+NETWORK_PROBLEMS = PROBLEMS[1:]
+LR_SCHEDULES = ("constant", "cosine")
+DEVICES = ("auto", "cpu", "cuda")
+PROGRESS = ("auto", "on", "off")
+OPTIMIZERS = ("sgd", "adam", "adamw")  # torch.optim's names, as --optimizer spells them
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the settings table: everything the package knows of one setting.
+
+    ``name``: the TOML key, the Python keyword and config.json's key (the flag is
+    ``--name`` with '_' -> '-'); ``default``: its one default; ``kind``: how a flag or
+    TOML value is parsed (:func:`coerce`); ``rule``: the value's rule (type, range), spelt
+    by the front end that received it; ``resume``: a resumed run must match it (it
+    decides the numbers; False: a resume may change it); ``agree``: every rank must hold
+    the same value (the start-up agreement); ``record``: ``"always"`` in config.json and
+    a checkpoint's manifest, or ``"when set"`` (only away from its default, so records
+    written before the setting existed stay the same, and an absent one reads as the
+    default on resume), or ``"no"`` (another row records it: the optimizer's options are
+    in the optimizer's description); ``where``: the attribute of :class:`~.runner.RunSettings` that
+    carries it (``"spec.rounds"``), checked by :func:`mpi_teleport.train` on what it is
+    handed and agreed by the ranks (``built``: it holds what was built of the setting,
+    e.g. the optimizer's step rule: agreed, not checked by the rule)."""
+
+    name: str
+    default: Any
+    kind: str  # int, float, str, choice, bool, k, path, problem, fails, betas, threads
+    help: str
+    rule: Callable | None = None
+    choices: tuple = ()
+    metavar: str | None = None
+    resume: bool = True
+    agree: bool = True
+    record: str = "always"
+    where: str | None = None
+    built: bool = False  # RunSettings holds what was built of it (the optimizer's rule)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+Option = Setting  # (the command line's name for a row)
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("nodes", None, "int", "number of nodes n (simulator: required; MPI: defaults to "
+            "the number of ranks and must equal it)", at_least(1), metavar="N",
+            where="spec.nodes"),
+    Setting("algorithm", "compare", "choice", "teleportation, dsgd (Decentralized SGD), or "
+            "compare: run both and print a comparison table (default)", choices=ALGORITHMS,
+            resume=False, where="spec.algorithm"),  # (compared apart: compare's legs)
+    Setting("variant", "overlap", "choice", "Teleportation variant: overlap = Algorithm 3, "
+            "one communication phase per round (default); simple = Algorithm 1, fetch then "
+            "gossip", choice(VARIANTS), VARIANTS, resume=False, where="spec.variant"),
+    Setting("k", None, "k", "number of active nodes (tokens) for Teleportation, 1..n "
+            "(default min(8, n)), or auto = Algorithm 2: T rounds with k = n, then T rounds "
+            "running k = 1, 2, 4, ... concurrently on disjoint nodes, keeping the best "
+            "(--rounds gives T); ignored by dsgd", metavar="{INT,auto}",
+            resume=False, where="spec.k"),  # (k: the manifest's own, compared apart)
+    Setting("k_select", "averaged", "choice", "--k auto: how Algorithm 2 picks the best "
+            "candidate k, all from the problem's validation metric (quadratic: ||x - x*||^2; "
+            "networks: validation accuracy): averaged = of the averaged model at the "
+            "candidate's last round (default); tokens = the mean over its tokens of each "
+            "token's own metric (quadratic: mean_m ||x_m - x*||^2, what --target measures); "
+            "time-average = of the averaged model, averaged over the logged rounds of the "
+            "candidate's phase (every round with --log-every 1; the nearest to the paper's "
+            "theory criterion, a time-averaged gradient norm). summary.json reports every "
+            "candidate under every criterion", choice(K_SELECTS), K_SELECTS,
+            where="spec.k_select"),
+    Setting("topology", "ring", "choice", "gossip topology over the k active tokens (over "
+            "all n nodes for dsgd); default ring", choice(TOPOLOGIES, functions=True),
+            TOPOLOGIES, where="spec.topology"),
+    Setting("problem", "quadratic", "problem", "training problem: quadratic = the paper's "
+            "synthetic problem (Sec. 5.1, default); digits = small CNN on scikit-learn's 8x8 "
+            "digits (offline); fashion-mnist = LeNet-5; cifar10 = VGG-11 with GroupNorm; or "
+            "package.module:function, your factory called as function(nodes=N, seed=S) "
+            "returning a Problem", choices=PROBLEMS,
+            metavar="{" + ",".join(PROBLEMS) + ",MODULE:FUNCTION}"),
+    Setting("rounds", 1000, "int", "number of rounds (iterations) to run (default 1000)",
+            at_least(1), metavar="T", resume=False, where="spec.rounds"),
+    Setting("lr", 0.001, "float", "step size eta > 0 (default 0.001)", step_size,
+            metavar="ETA", where="spec.lr"),
+    Setting("momentum", 0.0, "float", "heavy-ball momentum in [0, 1); momentum travels with "
+            "its token (default 0)", momentum, metavar="MU", where="spec.momentum"),
+    Setting("nesterov", False, "bool", "take the momentum in Nesterov's form, as "
+            "torch.optim.SGD(nesterov=True) (needs --momentum > 0)", flag, record="when set"),
+    Setting("sigma2", 10.0, "float", "quadratic: stochastic-gradient noise sigma^2 >= 0 "
+            "(default 10)", non_negative, metavar="S2"),
+    Setting("zeta2", 10.0, "float", "quadratic: heterogeneity zeta^2 >= 0 (default 10)",
+            non_negative, metavar="Z2"),
+    Setting("dim", 50, "int", "quadratic: dimension d (default 50)", at_least(1), metavar="D"),
+    Setting("target", 1e-3, "float", "target for rounds_to_target: error <= target for "
+            "quadratic (default 1e-3), test accuracy >= target for networks (default 0.9)",
+            optional(positive), where="logging.target"),  # (network problems: 0.9 unless given)
+    Setting("stop_at_target", False, "bool", "stop as soon as a logged round reaches "
+            "--target", flag, resume=False, where="logging.stop_at_target"),
+    Setting("latency", "none", "str", "injected network latency, microseconds: none "
+            "(default), const:US, mod:TAU (delay TAU*(|i-j| mod 24), the paper's Sec. 5.3), "
+            "matrix:FILE.csv (n x n, row = sender); append ,bw:GBPS for a bandwidth term "
+            "(Gbit/s), and ,hosts:R to make it that of host links shared by R consecutive "
+            "ranks (hosts:A+B: hosts' sizes; hosts:auto: MPI's placement). Changes time, "
+            "never numbers", latency, metavar="SPEC", resume=False, where="latency.spec"),
+    Setting("clock", "real", "choice", "with --latency: real = really delay messages "
+            "(busy-wait; faithful only while ranks <= cores, default); virtual = no waiting, a "
+            "logical clock per rank gives virtual_time_s", choice(CLOCKS), CLOCKS,
+            resume=False, where="latency.clock"),
+    Setting("compute_time", None, "float", "modelled compute time per local step, "
+            "microseconds, for the virtual clock (default: the measured CPU time of each "
+            "gradient)", compute_time, metavar="US", resume=False,
+            where="latency.compute_time"),
+    Setting("epochs", None, "float", "networks: train for E epochs, the same number of "
+            "samples for every method (Teleportation with k active nodes runs n/k times more "
+            "rounds than DSGD); overrides --rounds", optional(positive), metavar="E"),
+    Setting("batch_size", 32, "int", "networks: mini-batch size per node and round "
+            "(default 32)", at_least(1), metavar="B"),
+    Setting("sampling", "replacement", "choice", "networks: how a node draws its batches: "
+            "replacement = with replacement, keyed by (seed, node, round) (default); epochs = "
+            "shuffled passes over its share, as DataLoader(shuffle=True), keyed by (seed, "
+            "node, pass): the paper's batches", choice(SAMPLINGS), SAMPLINGS),
+    Setting("alpha", 0.1, "float", "networks: Dirichlet(alpha) label partition over the "
+            "nodes; small = heterogeneous (default 0.1)", positive),
+    Setting("val_fraction", 0.1, "float", "networks: fraction of the training set held out "
+            "for validation (--k auto selects on it; default 0.1; 0: train on every sample)",
+            fraction, metavar="F"),
+    Setting("lr_schedule", "constant", "choice", "constant (default) or cosine decay over "
+            "the run", choices=LR_SCHEDULES),
+    Setting("eval_every", None, "int", "evaluate the model (test metrics, --target, the "
+            "non-finite check) only every R rounds and at the first and last; the records "
+            "between (every --log-every) carry the training loss alone. Default: every "
+            "record evaluates", optional(at_least(1)), metavar="R", resume=False,
+            where="logging.eval_every"),
+    Setting("data_dir", None, "path", "networks: data directory. fashion-mnist: the four "
+            "files flat in DIR (as apt-get install dataset-fashion-mnist puts them) or in "
+            "DIR/FashionMNIST/raw, each .gz or not; never written to (.gz files are "
+            "decompressed into $MPI_TELEPORT_CACHE, default ~/.cache/mpi_teleport). Without "
+            "it: ./data if it holds them, else /usr/share/datasets/fashion-mnist. cifar10: "
+            "default ./data", metavar="DIR", resume=False),
+    Setting("download", False, "bool", "networks: download the data set with torchvision "
+            "if absent", resume=False),
+    Setting("device", "auto", "choice", "networks: auto = rank r uses GPU (local rank mod "
+            "GPUs) when CUDA exists, else CPU (default)", choices=DEVICES, resume=False),
+    Setting("seed", 0, "int", "random seed; same seed, same numbers (default 0)", seed,
+            where="spec.seed"),
+    Setting("out", None, "path", "directory for config.json, metrics.jsonl, summary.json "
+            "(default: write no files)", path, metavar="DIR", resume=False, where="out"),
+    Setting("log_every", 10, "int", "record every R rounds (default 10; and the first and "
+            "last); evaluation time is excluded from time_s", at_least(1), metavar="R",
+            resume=False, where="logging.every"),
+    Setting("progress", "auto", "choice", "progress bar on stderr: auto = when stderr is a "
+            "terminal (default)", choices=PROGRESS, resume=False, agree=False),
+    Setting("checkpoint_every", 0, "int", "write a checkpoint (every token's model and "
+            "momentum, the round, the metrics so far) every R rounds, plus one at the end; 0 "
+            "= never (default). SIGTERM/SIGUSR1 always write a final one where a checkpoint "
+            "directory is known, then exit with status 75",
+            at_least(0, " (0 = no periodic checkpoints)"), metavar="R", resume=False,
+            where="plan.every"),
+    Setting("checkpoint_dir", None, "path", "where checkpoints go (default OUT/checkpoints; "
+            "compare: one subdirectory per algorithm)", path, metavar="DIR", resume=False,
+            where="plan.dir"),
+    Setting("keep_checkpoints", 2, "int", "how many of the newest checkpoints to keep "
+            "(default 2)", at_least(1), metavar="N", resume=False, where="plan.keep"),
+    Setting("resume", None, "path", "continue from the newest complete checkpoint in DIR (a "
+            "run directory, a checkpoint directory or one round-* checkpoint); settings not "
+            "given are taken from the checkpoint, and the numbers equal an uninterrupted "
+            "run's", path, metavar="DIR", resume=False,
+            where="plan.source"),  # (the checkpoint found there: the same on every rank)
+    Setting("elastic", False, "bool", "MPI: go on with the surviving nodes when ranks die "
+            "(needs ULFM: Open MPI under mpirun --with-ft ulfm, which python -m "
+            "mpi_teleport.launch adds); Teleportation or DSGD, per-round executor "
+            "(mpi_teleport/DESIGN.md §11)",
+            resume=False, where="elastic"),  # (the manifest's losses, not the flag, decide who is left out)
+    Setting("fail", None, "fails", "simulator: node NODE is lost at the start of round ROUND "
+            "(repeatable), the numbers an elastic MPI run with that loss computes; with "
+            "--spares, ids n.. name the spares' processes (waiting: the spare is gone; once "
+            "it took a node over: that node dies)", metavar="NODE@ROUND", where="failures"),
+    Setting("spares", 0, "int", "hot spares, with --elastic (MPI: the job has n + S ranks) "
+            "or --fail (simulator): the lowest waiting spare becomes a dead node (same id, "
+            "its data rebuilt, its tokens restored) and all n nodes stay in the run (default "
+            "0)", at_least(0, " (0 = no hot spares)"), metavar="S",
+            resume=False, where="spares"),  # (a requeued job may have other spare ranks)
+    Setting("agree_every", 1, "int", "with --elastic: the survivors agree that no rank died "
+            "every A rounds (and at every record and checkpoint) instead of every round; a "
+            "loss seen at an agreement takes effect at the previous one, the rounds since "
+            "are redone (default 1)", at_least(1, " (1 = every round)"), metavar="A",
+            resume=False, where="agree_every"),  # (the checkpoint's losses say what was lost)
+    # The optimizer (its step rule: mpi_teleport/DESIGN.md §2.6), as torch.optim builds it;
+    # config.json and the manifest record the rule the run steps with (its describe()).
+    Setting("optimizer", "sgd", "choice", "torch.optim's optimizer the tokens step with: "
+            "sgd (with --momentum; default), adam or adamw; Adam's moments travel with the "
+            "token as momentum does (needs torch)", choice(OPTIMIZERS), OPTIMIZERS,
+            record="when set", where="spec.optimizer", built=True),
+    Setting("weight_decay", 0.0, "float", "the optimizer's weight decay >= 0 (SGD and Adam: "
+            "L2 added to the gradient; AdamW: decoupled; default 0)", non_negative,
+            metavar="WD", record="no"),
+    Setting("betas", (0.9, 0.999), "betas", "Adam/AdamW: the moments' decay rates B1,B2 in "
+            "[0, 1) (default 0.9,0.999)", betas, metavar="B1,B2", record="no"),
+    Setting("eps", 1e-8, "float", "Adam/AdamW: the denominator's epsilon > 0 (default 1e-8)",
+            positive, metavar="EPS", record="no"),
+    Setting("threads", None, "threads", "torch problems: intra-op threads per process, N or "
+            "auto (this rank's share of its host's cores); default: the problem's own (1: "
+            "bit for bit the simulator's numbers)", threads, metavar="{N,auto}",
+            resume=False, record="when set"),
+)
+
+
+def rows() -> tuple[Setting, ...]:
+    """The table (read at each use, so a row added to :data:`SETTINGS` is seen
+    everywhere)."""
+    return SETTINGS
+
+
+def row(name: str) -> Setting | None:
+    return next((s for s in rows() if s.name == name), None)
+
+
+def defaults() -> dict:
+    return {s.name: s.default for s in rows()}
+
+
+def resumable_changes() -> frozenset:
+    """Settings a resumed run may change: they never change the numbers of the tokens."""
+    return frozenset(s.name for s in rows() if not s.resume)
+
+
+def recorded_when_set() -> dict:
+    """The settings config.json and a manifest hold only away from their default, with it."""
+    return {s.name: s.default for s in rows() if s.record == "when set"}
 
 
 def check_values(values: dict, naming: Naming) -> dict:
-    """``values`` with every setting :data:`RULES` knows checked and normalised (numpy
+    """``values`` with every setting the table gives a rule checked and normalised (numpy
     numbers to Python ones), or UsageError for the first that breaks its rule."""
     out = dict(values)
     for field, value in values.items():
-        rule = RULES.get(field)
-        if rule is not None:
-            out[field] = rule(value, field, naming)
+        setting = row(field)
+        if setting is not None and setting.rule is not None:
+            out[field] = setting.rule(value, field, naming)
     return out
+
+
+def __getattr__(name: str):  # the table's derived views, current with the table
+    if name == "RULES":
+        return {s.name: s.rule for s in rows() if s.rule is not None}
+    if name == "RESUMABLE_CHANGES":
+        return resumable_changes()
+    if name == "OPTIONS":
+        return rows()
+    if name == "OPTION_BY_NAME":
+        return {s.name: s for s in rows()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+
+def held(run, where: str):
+    """The value a :class:`~.runner.RunSettings` holds at ``where`` (``"spec.rounds"``),
+    or :data:`ABSENT` when a group on the way is None (no checkpoint plan)."""
+    value = run
+    for part in where.split("."):
+        if value is None:
+            return ABSENT
+        value = getattr(value, part)
+    return value
+
+
+ABSENT = object()
+
+
+def check_run(run) -> None:
+    """:func:`mpi_teleport.train`'s check of the settings it is handed (a RunSettings the
+    API built, or one built by hand): every value the table places in it
+    (:attr:`Setting.where`) by its rule, spelt as Python keywords, and the algorithm and
+    k. UsageError (one line) for the first that breaks its rule."""
+    for setting in rows():
+        if setting.where is None or setting.rule is None or setting.built:
+            continue
+        value = held(run, setting.where)
+        if value is not ABSENT:
+            setting.rule(value, setting.name, API)
+    spec = run.spec
+    choice(RUNS)(spec.algorithm, "algorithm", API)
+    if spec.algorithm == "teleportation":
+        check_k(spec.k, spec.nodes, spec.algorithm, API)
 
 
 # ----------------------------------------------------------------------------- together
@@ -384,214 +638,80 @@ def check_checkpoints(values: dict, naming: Naming, search: bool = False) -> Non
                          "go to DIR/checkpoints) or checkpoint_dir=DIR")
 
 
-# ----------------------------------------------------------------------------- the command line's table
-# --algorithm: compare = both, and a table; Algorithm 2 ('search') is asked for by --k auto
-ALGORITHMS = ("compare",) + tuple(name for name in RUNS if name != "search")
-PROBLEMS = ("quadratic", "digits", "fashion-mnist", "cifar10")
-NETWORK_PROBLEMS = PROBLEMS[1:]
-LR_SCHEDULES = ("constant", "cosine")
-DEVICES = ("auto", "cpu", "cuda")
-PROGRESS = ("auto", "on", "off")
-
-
-@dataclass(frozen=True)
-class Option:
-    name: str  # the dataclass field; the flag is --name with '_' -> '-'
-    kind: str  # int, float, str, choice, bool, k, path
-    help: str
-    choices: tuple = ()
-    metavar: str | None = None
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-
 # The Config's settings a problem is built from, in ProblemSettings' order.
 _PROBLEM_FIELDS = ("problem", "nodes", "seed", "dim", "sigma2", "zeta2", "batch_size", "sampling",
                    "alpha", "val_fraction", "data_dir", "download", "device", "elastic")
 
 
-@dataclass(frozen=True)
 class Config:
-    nodes: int | None = None
-    algorithm: str = "compare"
-    variant: str = "overlap"
-    k: int | str | None = None  # None: min(8, n)
-    k_select: str = "averaged"
-    topology: str = "ring"
-    problem: str = "quadratic"
-    rounds: int = 1000
-    lr: float = 0.001
-    momentum: float = 0.0
-    sigma2: float = 10.0
-    zeta2: float = 10.0
-    dim: int = 50
-    target: float = 1e-3  # network problems: 0.9 (accuracy) unless given
-    stop_at_target: bool = False
-    latency: str = "none"
-    clock: str = "real"
-    compute_time: float | None = None
-    epochs: float | None = None
-    batch_size: int = 32
-    sampling: str = "replacement"
-    alpha: float = 0.1
-    val_fraction: float = 0.1
-    lr_schedule: str = "constant"
-    eval_every: int | None = None
-    data_dir: str | None = None  # None: fashion-mnist searches (problems/fashion_files.py), cifar10 ./data
-    download: bool = False
-    device: str = "auto"
-    seed: int = 0
-    out: str | None = None
-    log_every: int = 10
-    progress: str = "auto"
-    checkpoint_every: int = 0
-    checkpoint_dir: str | None = None
-    keep_checkpoints: int = 2
-    resume: str | None = None
-    elastic: bool = False
-    fail: tuple | None = None
-    spares: int = 0
-    agree_every: int = 1
+    """The command line's settings: one attribute per row of :data:`SETTINGS`, each at its
+    default unless given; frozen (:meth:`replace` makes a changed copy). Built by
+    :func:`resolve` from flags over a TOML file."""
+
+    __slots__ = ("_values",)
+    _values: dict
+
+    def __init__(self, **given: Any) -> None:
+        table = rows()
+        unknown = set(given) - {s.name for s in table}
+        if unknown:
+            raise TypeError(f"Config: unknown setting {sorted(unknown)[0]!r}")
+        object.__setattr__(self, "_values",
+                           {s.name: given.get(s.name, s.default) for s in table})
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return object.__getattribute__(self, "_values")[name]
+        except KeyError:
+            raise AttributeError(f"Config has no setting {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        from dataclasses import FrozenInstanceError
+
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Config) and other._values == self._values
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._values)))
+
+    def __repr__(self) -> str:
+        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return dict(self._values)
+
+    def recorded(self) -> dict:
+        """What config.json and a checkpoint's manifest keep: every setting, those the
+        table records only when set left out at their default."""
+        sparse, never = recorded_when_set(), {s.name for s in rows() if s.record == "no"}
+        return {name: value for name, value in self._values.items()
+                if name not in never and (name not in sparse or value != sparse[name])}
+
+    def agreed(self) -> dict:
+        """What every rank must hold alike (the table's ``agree`` rows)."""
+        return {s.name: self._values[s.name] for s in rows() if s.agree}
 
     def problem_settings(self) -> ProblemSettings:
         """What building this run's problem needs (the problems see no Config)."""
-        defaults = {f.name: f.default for f in fields(self)}
-        given = tuple(name for name in _PROBLEM_FIELDS if getattr(self, name) != defaults[name])
-        return ProblemSettings(**{name: getattr(self, name) for name in _PROBLEM_FIELDS}, given=given)
+        start = defaults()
+        given = tuple(name for name in _PROBLEM_FIELDS if self._values[name] != start[name])
+        return ProblemSettings(**{name: self._values[name] for name in _PROBLEM_FIELDS},
+                               given=given)
 
     def logging(self) -> Logging:
         """When this run records and evaluates (the engine's settings)."""
-        return Logging(self.log_every, self.target, self.stop_at_target)
+        return Logging(self.log_every, self.target, self.stop_at_target,
+                       eval_every=self.eval_every)
 
     def latency_settings(self) -> LatencySettings:
         """This run's latency layer (the latency package's settings)."""
         return latency_of(self.to_dict())
 
-    def replace(self, **changes) -> "Config":
-        data = self.to_dict()
-        data.update(changes)
-        return Config(**data)
+    def replace(self, **changes: Any) -> "Config":
+        return Config(**{**self._values, **changes})
 
-
-OPTIONS = (
-    Option("nodes", "int", "number of nodes n (simulator: required; MPI: defaults to the "
-           "number of ranks and must equal it)", metavar="N"),
-    Option("algorithm", "choice", "teleportation, dsgd (Decentralized SGD), or compare: "
-           "run both and print a comparison table (default)", ALGORITHMS),
-    Option("variant", "choice", "Teleportation variant: overlap = Algorithm 3, one "
-           "communication phase per round (default); simple = Algorithm 1, fetch then gossip",
-           VARIANTS),
-    Option("k", "k", "number of active nodes (tokens) for Teleportation, 1..n "
-           "(default min(8, n)), or auto = Algorithm 2: T rounds with k = n, then T rounds "
-           "running k = 1, 2, 4, ... concurrently on disjoint nodes, keeping the best "
-           "(--rounds gives T); ignored by dsgd", metavar="{INT,auto}"),
-    Option("k_select", "choice", "--k auto: how Algorithm 2 picks the best candidate k, all "
-           "from the problem's validation metric (quadratic: ||x - x*||^2; networks: "
-           "validation accuracy): averaged = of the averaged model at the candidate's last "
-           "round (default); tokens = the mean over its tokens of each token's own metric "
-           "(quadratic: mean_m ||x_m - x*||^2, what --target measures); time-average = of "
-           "the averaged model, averaged over the logged rounds of the candidate's phase "
-           "(every round with --log-every 1; the nearest to the paper's theory "
-           "criterion, a time-averaged gradient norm). summary.json reports every candidate "
-           "under every criterion", K_SELECTS),
-    Option("topology", "choice", "gossip topology over the k active tokens (over all n "
-           "nodes for dsgd); default ring", TOPOLOGIES),
-    Option("problem", "problem", "training problem: quadratic = the paper's synthetic "
-           "problem (Sec. 5.1, default); digits = small CNN on scikit-learn's 8x8 digits "
-           "(offline); fashion-mnist = LeNet-5; cifar10 = VGG-11 with GroupNorm; or "
-           "package.module:function, your factory called as function(nodes=N, seed=S) "
-           "returning a Problem", PROBLEMS, metavar="{" + ",".join(PROBLEMS) + ",MODULE:FUNCTION}"),
-    Option("rounds", "int", "number of rounds (iterations) to run (default 1000)", metavar="T"),
-    Option("lr", "float", "step size eta > 0 (default 0.001)", metavar="ETA"),
-    Option("momentum", "float", "heavy-ball momentum in [0, 1); momentum travels with its "
-           "token (default 0)", metavar="MU"),
-    Option("sigma2", "float", "quadratic: stochastic-gradient noise sigma^2 >= 0 (default 10)",
-           metavar="S2"),
-    Option("zeta2", "float", "quadratic: heterogeneity zeta^2 >= 0 (default 10)", metavar="Z2"),
-    Option("dim", "int", "quadratic: dimension d (default 50)", metavar="D"),
-    Option("target", "float", "target for rounds_to_target: error <= target for quadratic "
-           "(default 1e-3), test accuracy >= target for networks (default 0.9)"),
-    Option("stop_at_target", "bool", "stop as soon as a logged round reaches --target"),
-    Option("latency", "str", "injected network latency, microseconds: none (default), "
-           "const:US, mod:TAU (delay TAU*(|i-j| mod 24), the paper's Sec. 5.3), "
-           "matrix:FILE.csv (n x n, row = sender); append ,bw:GBPS for a bandwidth term "
-           "(Gbit/s), and ,hosts:R to make it that of host links shared by R consecutive "
-           "ranks (hosts:A+B: hosts' sizes; hosts:auto: MPI's placement). Changes time, never "
-           "numbers", metavar="SPEC"),
-    Option("clock", "choice", "with --latency: real = really delay messages (busy-wait; "
-           "faithful only while ranks <= cores, default); virtual = no waiting, a logical "
-           "clock per rank gives virtual_time_s", CLOCKS),
-    Option("compute_time", "float", "modelled compute time per local step, microseconds, "
-           "for the virtual clock (default: the measured CPU time of each gradient)", metavar="US"),
-    Option("epochs", "float", "networks: train for E epochs, the same number of samples "
-           "for every method (Teleportation with k active nodes runs n/k times more rounds "
-           "than DSGD); overrides --rounds", metavar="E"),
-    Option("batch_size", "int", "networks: mini-batch size per node and round (default 32)",
-           metavar="B"),
-    Option("sampling", "choice", "networks: how a node draws its batches: replacement = "
-           "with replacement, keyed by (seed, node, round) (default); epochs = shuffled passes "
-           "over its share, as DataLoader(shuffle=True), keyed by (seed, node, pass): the "
-           "paper's batches", SAMPLINGS),
-    Option("alpha", "float", "networks: Dirichlet(alpha) label partition over the nodes; "
-           "small = heterogeneous (default 0.1)"),
-    Option("val_fraction", "float", "networks: fraction of the training set held out for "
-           "validation (--k auto selects on it; default 0.1; 0: train on every sample)",
-           metavar="F"),
-    Option("lr_schedule", "choice", "constant (default) or cosine decay over the run",
-           LR_SCHEDULES),
-    Option("eval_every", "int", "networks: evaluate the averaged model on the test set "
-           "every R rounds (same as --log-every)", metavar="R"),
-    Option("data_dir", "path", "networks: data directory. fashion-mnist: the four files "
-           "flat in DIR (as apt-get install dataset-fashion-mnist puts them) or in "
-           "DIR/FashionMNIST/raw, each .gz or not; never written to (.gz files are "
-           "decompressed into $MPI_TELEPORT_CACHE, default ~/.cache/mpi_teleport). Without "
-           "it: ./data if it holds them, else /usr/share/datasets/fashion-mnist. cifar10: "
-           "default ./data", metavar="DIR"),
-    Option("download", "bool", "networks: download the data set with torchvision if absent"),
-    Option("device", "choice", "networks: auto = rank r uses GPU (local rank mod GPUs) when "
-           "CUDA exists, else CPU (default)", DEVICES),
-    Option("seed", "int", "random seed; same seed, same numbers (default 0)"),
-    Option("out", "path", "directory for config.json, metrics.jsonl, summary.json "
-           "(default: write no files)", metavar="DIR"),
-    Option("log_every", "int", "evaluate and log every R rounds (default 10); evaluation "
-           "time is excluded from time_s", metavar="R"),
-    Option("progress", "choice", "progress bar on stderr: auto = when stderr is a "
-           "terminal (default)", PROGRESS),
-    Option("checkpoint_every", "int", "write a checkpoint (every token's model and momentum, "
-           "the round, the metrics so far) every R rounds, plus one at the end; 0 = never "
-           "(default). SIGTERM/SIGUSR1 always write a final one where a checkpoint directory "
-           "is known, then exit with status 75", metavar="R"),
-    Option("checkpoint_dir", "path", "where checkpoints go (default OUT/checkpoints; "
-           "compare: one subdirectory per algorithm)", metavar="DIR"),
-    Option("keep_checkpoints", "int", "how many of the newest checkpoints to keep (default 2)",
-           metavar="N"),
-    Option("resume", "path", "continue from the newest complete checkpoint in DIR (a run "
-           "directory, a checkpoint directory or one round-* checkpoint); settings not given "
-           "are taken from the checkpoint, and the numbers equal an uninterrupted run's",
-           metavar="DIR"),
-    Option("elastic", "bool", "MPI: go on with the surviving nodes when ranks die (needs "
-           "ULFM: Open MPI under mpirun --with-ft ulfm, which python -m mpi_teleport.launch "
-           "adds); Teleportation or DSGD, per-round executor (mpi_teleport/DESIGN.md §11)"),
-    Option("fail", "fails", "simulator: node NODE is lost at the start of round ROUND "
-           "(repeatable), the numbers an elastic MPI run with that loss computes; with "
-           "--spares, ids n.. name the spares' processes (waiting: the spare is gone; once it "
-           "took a node over: that node dies)",
-           metavar="NODE@ROUND"),
-    Option("agree_every", "int", "with --elastic: the survivors agree that no rank died "
-           "every A rounds (and at every record and checkpoint) instead of every round; a "
-           "loss seen at an agreement takes effect at the previous one, the rounds since "
-           "are redone (default 1)", metavar="A"),
-    Option("spares", "int", "hot spares, with --elastic (MPI: the job has n + S ranks) or "
-           "--fail (simulator): the lowest waiting spare becomes a dead node (same id, its "
-           "data rebuilt, its tokens restored) and all n nodes stay in the run (default 0)",
-           metavar="S"),
-)
-OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 
 
 def coerce(opt: Option, value, source: str):
@@ -630,6 +750,17 @@ def coerce(opt: Option, value, source: str):
                 return value
             raise UsageError(f"{where}: unknown value {value!r}; choose one of "
                              f"{', '.join(opt.choices)}, or give package.module:function")
+        if opt.kind == "betas":  # B1,B2 (TOML: a list too)
+            items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+            if len(items) != 2 or any(isinstance(b, bool) for b in items):
+                raise ValueError
+            return tuple(float(b) for b in items)
+        if opt.kind == "threads":
+            if isinstance(value, str) and value.strip().lower() == "auto":
+                return "auto"
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
         if opt.kind == "fails":  # NODE@ROUND strings (the flag repeats; TOML: a list)
             from ..runtime.elastic import parse_failures
 
@@ -648,7 +779,8 @@ def coerce(opt: Option, value, source: str):
         if isinstance(exc, UsageError):
             raise
         expected = {"int": "an integer", "float": "a number", "bool": "true or false",
-                    "k": "an integer or 'auto'"}.get(opt.kind, "a string")
+                    "k": "an integer or 'auto'", "threads": "an integer or 'auto'",
+                    "betas": "two numbers B1,B2"}.get(opt.kind, "a string")
         raise UsageError(f"{where}: expected {expected}, got {value!r}") from None
 
 
@@ -691,12 +823,13 @@ def from_toml(path: str) -> dict:
     out = {}
     for key, value in data.items():
         name = key.replace("-", "_")
-        if name not in OPTION_BY_NAME:
+        setting = row(name)
+        if setting is None:
             raise UsageError(
                 f"--config {path}: unknown key {key!r}; valid keys: "
-                + ", ".join(o.name.replace("_", "-") for o in OPTIONS)
+                + ", ".join(o.name.replace("_", "-") for o in rows())
             )
-        out[name] = coerce(OPTION_BY_NAME[name], value, path)
+        out[name] = coerce(setting, value, path)
     return out
 
 
@@ -735,8 +868,7 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
         cfg = cfg.replace(target=0.9)
     if cfg.problem not in PROBLEMS and "target" not in raw:
         cfg = cfg.replace(target=None)  # a user's problem: no target unless given
-    if cfg.eval_every is not None:
-        cfg = cfg.replace(log_every=cfg.eval_every)
+    _check_optimizer(cfg)
     if cfg.epochs is not None and cfg.problem == "quadratic":
         raise UsageError("--epochs applies to the network problems; use --rounds for quadratic")
     if cfg.k == "auto" and network and cfg.val_fraction == 0:
@@ -748,7 +880,26 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
 
 
 def field_names() -> list[str]:
-    return [f.name for f in fields(Config)]
+    return [s.name for s in rows()]
+
+
+def _check_optimizer(cfg: Config) -> None:
+    """--optimizer and its options: each option belongs to the optimizers that have it;
+    --threads to a problem that computes with torch."""
+    start = defaults()
+    if cfg.optimizer != "sgd" and cfg.momentum:
+        raise UsageError(f"--momentum is SGD's; --optimizer {cfg.optimizer} keeps its own "
+                         f"moments (--betas): drop --momentum or use --optimizer sgd")
+    if cfg.nesterov and (cfg.optimizer != "sgd" or not cfg.momentum):
+        raise UsageError("--nesterov is SGD's momentum in Nesterov's form: give --momentum "
+                         "MU > 0 (with --optimizer sgd, the default)")
+    for name in ("betas", "eps"):
+        if cfg.optimizer == "sgd" and getattr(cfg, name) != start[name]:
+            raise UsageError(f"--{name} is Adam's: give --optimizer adam or adamw, or drop "
+                             f"--{name}")
+    if cfg.threads is not None and cfg.problem == "quadratic":
+        raise UsageError(f"--threads {cfg.threads}: the quadratic problem computes with "
+                         f"numpy, not torch; drop --threads")
 
 
 def _nodes_beside_spares(cfg: Config, world_size: int) -> int:

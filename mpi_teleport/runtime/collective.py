@@ -39,16 +39,16 @@ import sys
 import traceback
 import warnings
 
-from dataclasses import astuple, replace
+from dataclasses import replace
 from typing import TypeVar
 
 from ..core import contract
-from ..core import topology as topo
 from ..errors import DatasetMissingError, NonFiniteError, Terminated, UsageError
 from .elastic import TooFewSurvivors
 
 __all__ = ["agreed", "is_agreed", "guard", "check_communicator", "mpi_job_size",
-           "warn_if_in_mpi_job", "check_start", "agree_on_start", "MpiJobWarning"]
+           "warn_if_in_mpi_job", "check_start", "agree_on_start", "agree_on_settings",
+           "MpiJobWarning"]
 
 # Raised only after the processes agreed on them (NonFiniteError: rank 0's verdict, shared;
 # Terminated: the agreed round of a signal's stop; TooFewSurvivors: the survivors' recovery
@@ -162,8 +162,9 @@ def warn_if_in_mpi_job(what: str = "comm=None") -> bool:
 def check_start(problem, spec, logging, latency, plan, transport):
     """The checks before the first round, agreed by every process (one allgather under
     MPI): the Problem contract at the initial model (:mod:`mpi_teleport.core.contract`), the
-    step sizes of the first rounds, the communicator's size, and the same problem and
-    settings on every rank (:func:`agree_on_start`). Returns the spec with a
+    step sizes of the first rounds, the communicator's size, and the same problem on
+    every rank (:func:`agree_on_start`; the settings were agreed first,
+    :func:`agree_on_settings`). Returns the spec with a
     step-size function checked every round."""
     error, failure, fingerprint, x0 = None, None, None, None
     try:
@@ -195,22 +196,7 @@ def check_start(problem, spec, logging, latency, plan, transport):
         failure = exc
         error = str(exc) if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
     if transport is not None:
-        lr = spec.lr
-        settings = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.k,
-                    "rounds": spec.rounds, "momentum": spec.momentum,
-                    "optimizer": None if spec.optimizer is None else spec.optimizer.describe(),
-                    "lr": [lr(t) for t in range(2)] if callable(lr) and error is None else
-                    ("function" if callable(lr) else lr),
-                    "topology": topo.describe(spec.topology), "variant": spec.variant,
-                    "seed": spec.seed, "k_select": spec.k_select,
-                    "logging": [logging.every, logging.target, logging.stop_at_target],
-                    "latency": list(astuple(latency)),
-                    # (a message's pieces must be cut alike on both ends: transport.py)
-                    "piece_bytes": [getattr(transport, "piece_bytes", None),
-                                    getattr(transport, "piece_peers", None)],
-                    "checkpoints": None if plan is None else
-                    [str(plan.dir), plan.every, plan.keep, plan.start]}
-        fingerprint = problem_fingerprint(problem, x0, settings)
+        fingerprint = problem_fingerprint(problem, x0)
     try:
         agree_on_start(transport, error, fingerprint)
     except UsageError as refusal:
@@ -222,12 +208,12 @@ def check_start(problem, spec, logging, latency, plan, transport):
 PROBED_ROWS = 8
 
 
-def problem_fingerprint(problem, x0, settings: dict) -> dict:
-    """What every process must share: dim, dtype, a hash of initial() and the settings."""
+def problem_fingerprint(problem, x0) -> dict:
+    """What every process must share of its problem: dim, dtype, a hash of initial() (the
+    settings are agreed before, :func:`agree_on_settings`)."""
     return {"dim": int(problem.dim), "dtype": str(problem.dtype),
             "initial": hashlib.blake2b(x0.tobytes(), digest_size=16).hexdigest()
-            if x0 is not None else None,
-            "settings": settings}
+            if x0 is not None else None}
 
 
 # (what must be equal, what to do when it is not)
@@ -236,8 +222,36 @@ _SAME = {
     "dtype": ("the problem's dtype", "build the same problem on every rank"),
     "initial": ("initial() (the initial model)", "build the problem from the same seed on "
                 "every rank, e.g. torch.manual_seed(0) before creating the model"),
-    "settings": ("the run's settings", "call the API with the same arguments on every rank"),
 }
+_SETTINGS = ("the run's settings", "call the API with the same arguments on every rank")
+
+
+def agree_on_settings(transport, error: str | None, settings: dict | None) -> None:
+    """The first collective of a run under MPI (one allgather over ``transport``, an
+    object with ``allgather``: the run's Transport or the caller's communicator): each
+    process's refusal of what it was handed, and the settings every rank must hold alike
+    (the rows of the front end's settings table marked ``agree``).
+    Any refusal, or a process holding other settings than rank 0, becomes the same
+    agreed UsageError on every process, naming the settings, before any collective whose
+    use depends on a setting (a duplicate for elastic mode, the host's split for
+    threads="auto", the latency layer's placement) runs."""
+    everyone = transport.allgather((error, settings))
+    refused = first_error([e for e, _ in everyone])
+    if refused:
+        raise agreed(UsageError(refused))
+    ref = everyone[0][1]
+    differ = [r for r, (_, mine) in enumerate(everyone) if mine != ref]
+    if not differ:
+        return
+    what, todo = _SETTINGS
+    other = everyone[differ[0]][1]
+    who = f"rank {differ[0]}" if len(differ) == 1 else f"ranks {ranks_text(differ)}"
+    names = sorted(n for n in set(ref) | set(other) if ref.get(n) != other.get(n))
+    detail = "; ".join(f"{n} = {other.get(n)!r} on rank {differ[0]}, {ref.get(n)!r} on rank 0"
+                       for n in names[:3])
+    raise agreed(UsageError(f"{what} differs between ranks: {who} "
+                            f"{'differs' if len(differ) == 1 else 'differ'} from rank 0 "
+                            f"({detail}); {todo}"))
 
 
 def agree_on_start(transport, error: str | None, fingerprint: dict | None) -> None:
@@ -259,11 +273,7 @@ def agree_on_start(transport, error: str | None, fingerprint: dict | None) -> No
             continue
         who = f"rank {differ[0]}" if len(differ) == 1 else f"ranks {ranks_text(differ)}"
         other = everyone[differ[0]][1][key]
-        if key == "settings":
-            names = sorted(n for n in ref[key] if ref[key].get(n) != other.get(n))
-            detail = " (" + "; ".join(f"{n} = {other.get(n)!r} on rank {differ[0]}, "
-                                      f"{ref[key].get(n)!r} on rank 0" for n in names[:3]) + ")"
-        elif key == "initial":
+        if key == "initial":
             detail = ""
         else:
             detail = f" ({other} on rank {differ[0]}, {ref[key]} on rank 0)"

@@ -87,6 +87,30 @@ def piece_peers_from_env(environ=None) -> str:
     return text
 
 
+def _agree_on_pieces(everyone: list, errors: list) -> None:
+    """Every rank's (piece bytes, piece peers) from its environment: readable and the same
+    on all, or one UsageError on every rank (agreed: each raises it at the same point)
+    naming the variable and the ranks, since a message cut on one end must be cut alike
+    on the other."""
+    failed = [r for r, e in enumerate(errors) if e]
+    message = None
+    if failed:
+        message = f"{errors[failed[0]]} (on rank {failed[0]})"
+    for i, (env, default, what) in enumerate((
+            (PIECE_ENV, PIECE_BYTES, "piece_bytes: the size large messages are cut to"),
+            (PEERS_ENV, "hosts", "piece_peers: whose messages are cut"))):
+        values = [pair[i] for pair in everyone]
+        differ = [r for r, v in enumerate(values) if v != values[0]]
+        if differ and message is None:
+            message = (f"{env} ({what}) differs between ranks: {values[differ[0]]!r} on rank "
+                       f"{differ[0]}, {values[0]!r} on rank 0 (default {default!r}); set it "
+                       f"alike for every rank (mpirun -x {env}=VALUE) or for none")
+    if message is not None:
+        error = UsageError(message)
+        error.agreed = True
+        raise error
+
+
 def pieces(buf, piece_bytes: int, most: int | None = None) -> list:
     """``buf`` as consecutive views of at most ``piece_bytes`` each (at most ``most`` of
     them: larger pieces then); ``[buf]`` when it is small, when pieces are off (0) or when
@@ -160,14 +184,34 @@ class Transport:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         # large messages travel in pieces of at most this many bytes (0: whole) ...
-        self.piece_bytes = piece_bytes_from_env() if piece_bytes is None else piece_bytes
-        self.piece_peers = piece_peers_from_env()
+        misread = None  # (this rank's environment unreadable: every rank learns it below)
+        try:
+            self.piece_bytes = piece_bytes_from_env() if piece_bytes is None else piece_bytes
+            self.piece_peers = piece_peers_from_env()
+        except UsageError as exc:
+            if piece_bytes is not None or _cut is not None:
+                raise
+            misread, self.piece_bytes, self.piece_peers = str(exc), 0, "hosts"
         # a large token's step, sends and sum go a block of this many bytes at a time
         # (backends/compiled.py; 0: whole). A rank's own choice: it changes no message
         self.pipeline_bytes = pipeline_bytes_from_env()
         # ... to the peers on other hosts: _cut[peer] is the piece size for that peer (0:
         # whole). Learnt here, collectively, unless pieces are off or handed on (dup)
-        if _cut is None:
+        if _cut is None and piece_bytes is None:  # (read from this rank's environment)
+            # one allgather whatever the settings, so a rank whose environment differs
+            # cannot skip a collective the others run: the ranks agree on the settings
+            # first, then each learns its peers' hosts
+            everyone = comm.allgather((MPI.Get_processor_name(), self.piece_bytes,
+                                       self.piece_peers, misread))
+            _agree_on_pieces([(b, p) for _, b, p, _ in everyone],
+                             [e for _, _, _, e in everyone])
+            names = [name for name, _, _, _ in everyone]
+            _cut = [0] * self.size
+            if self.piece_bytes and self.piece_peers == "all":
+                _cut = [self.piece_bytes] * self.size
+            elif self.piece_bytes:
+                _cut = [0 if name == names[self.rank] else self.piece_bytes for name in names]
+        elif _cut is None:  # (given: no collective)
             _cut = [0] * self.size
             if self.piece_bytes and self.piece_peers == "all":
                 _cut = [self.piece_bytes] * self.size
