@@ -4,6 +4,17 @@
     python benchmarks/figure3_fashion_mnist.py [--quick] [--workers 2] [--epochs 50]
         [--select-epochs 10] [--seeds 0 1 2] [--alphas 0.1 10] [--lrs 0.1 0.01 0.001]
         [--methods teleportation dsgd-ring dsgd-base2] [--data-dir DIR] [--report-only]
+        [--recipe paper|authors] [--authors-choices partition model crop]
+
+Recipe (issue #46): ``--recipe paper`` (default) is the paper's table as below;
+``--recipe authors`` is the authors' own harness (github.com/yukiTakezawa/BaseGraph at
+c89b116: balanced Dirichlet shares of 2,400 samples, LeNet with GroupNorm, random crops
+without normalisation; :mod:`mpi_teleport.problems.authors_recipe`), written to
+``figure3_fashion_mnist_authors.*``; ``--authors-choices`` takes any of its choices on
+their own (files ``figure3_fashion_mnist_<choices>.*``). Every run of either recipe
+records both evaluations every ``--eval-epochs``: the averaged model (``accuracy``) and the
+mean over the models held (``node_mean_accuracy``: the n nodes' for DSGD, the k tokens'
+for Teleportation), which costs one test-set evaluation per model.
 
 Protocol: LeNet-5, n = 25 nodes, Dirichlet alpha in {0.1, 10} over the whole training set
 (--val-fraction 0: no validation split, as the paper trains on all 60,000 images), batch
@@ -54,6 +65,7 @@ for p in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(p))
 
 from digits_curve import METHODS  # noqa: E402  (the methods of the paper's Figure 3)
+from mpi_teleport.problems import authors_recipe  # noqa: E402  (numpy only at import)
 
 LABELS = {"teleportation": "Teleportation (k=8, ring)", "dsgd-ring": "Decentralized SGD (ring)",
           "dsgd-base2": "Decentralized SGD (Base-2 Graph)"}
@@ -71,7 +83,9 @@ def run_flags(args, method: str, alpha: float, lr: float, seed: int, epochs: flo
     algorithm, topology = METHODS[method]
     per_epoch = rounds_per_epoch(args, method)
     log_every = max(1, round(args.eval_epochs * per_epoch))
-    flags = ["--nodes", str(args.nodes), "--problem", "fashion-mnist", "--algorithm", algorithm,
+    # (both evaluations in every run: the recipe's choices and the node-mean evaluation)
+    problem = authors_recipe.authors_flags((*args.choices, "evaluation"))
+    flags = ["--nodes", str(args.nodes), "--problem", problem, "--algorithm", algorithm,
              "--topology", topology, "--epochs", f"{epochs:g}", "--batch-size",
              str(args.batch_size), "--sampling", "epochs", "--val-fraction", "0",
              "--lr", f"{lr:g}", "--momentum", f"{args.momentum:g}", "--alpha", f"{alpha:g}",
@@ -235,7 +249,9 @@ def used_lrs(args, chosen: dict, table: dict) -> dict:
 
 
 def load_curve(d: Path, per_epoch: float) -> dict:
-    epochs, acc = [], []
+    """The evaluated records: epoch, the averaged model's accuracy and, where recorded,
+    the mean over the models held (``node_mean_accuracy``; None where absent)."""
+    epochs, acc, node = [], [], []
     for line in (d / "metrics.jsonl").read_text().splitlines():
         if line.strip():
             rec = json.loads(line)
@@ -243,7 +259,12 @@ def load_curve(d: Path, per_epoch: float) -> dict:
             if isinstance(a, (int, float)) and math.isfinite(a):
                 epochs.append(round(rec["round"] / per_epoch, 4))
                 acc.append(float(a))
-    return {"epoch": epochs, "accuracy": acc}
+                m = rec.get("node_mean_accuracy")
+                node.append(float(m) if isinstance(m, (int, float)) else None)
+    curve = {"epoch": epochs, "accuracy": acc}
+    if any(v is not None for v in node):
+        curve["node_mean_accuracy"] = node
+    return curve
 
 
 def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: str = STEM) -> dict:
@@ -252,8 +273,8 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
     runs = []
     for alpha in args.alphas:
         for method in args.methods:
-            lr = chosen[(alpha, method)]
-            if lr is None:  # (every step size diverged)
+            lr = chosen.get((alpha, method))
+            if lr is None:  # (every step size diverged, or its selection is not finished)
                 continue
             for seed in args.seeds:
                 d = run_dir(args, "final", method, alpha, lr, seed)
@@ -261,20 +282,31 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
                     continue
                 s = json.loads((d / "summary.json").read_text())
                 curve = load_curve(d, rounds_per_epoch(args, method))
+                node = curve.get("node_mean_accuracy") or [None]
                 runs.append({"alpha": alpha, "method": method, "seed": seed, "lr": lr,
                              "k": args.k if METHODS[method][0] == "teleportation" else args.nodes,
                              "topology": METHODS[method][1], "rounds": s.get("rounds_run"),
                              "final_accuracy": s.get("final_accuracy"),
+                             "final_node_mean_accuracy": node[-1],
                              "best_accuracy": max(curve["accuracy"]) if curve["accuracy"] else None,
                              "curve": curve})
     out = Path(args.out)
+    # (partial: a --report-only of a sweep still running; the runs finished so far)
+    partial = len(runs) < len(args.alphas) * len(args.methods) * len(args.seeds)
     result = {
         "figure": "Figure 3 (Fashion-MNIST half), paper Sec. 5.2",
         "n": args.nodes, "epochs": args.epochs, "select_epochs": args.select_epochs,
         "batch_size": args.batch_size, "momentum": args.momentum, "sampling": "epochs",
-        "eval_every_epochs": args.eval_epochs, "model": "LeNet-5", "teleportation_k": args.k,
+        "eval_every_epochs": args.eval_epochs,
+        "model": "LeNet with GroupNorm" if "model" in args.choices else "LeNet-5",
+        "recipe": args.recipe_name, "authors_choices": list(args.choices),
+        "authors_commit": authors_recipe.AUTHORS_COMMIT if args.choices else None,
+        "evaluations": {"accuracy": "the averaged model (mean of the tokens' models)",
+                        "node_mean_accuracy": "mean over the models held of each one's test "
+                        "accuracy: the n nodes' (DSGD), the k tokens' (Teleportation)"},
+        "partial": partial, "teleportation_k": args.k,
         "lr_grid": args.lrs, "alphas": args.alphas, "seeds": args.seeds, "methods": args.methods,
-        "lr_selection": {f"alpha={a:g} | {m}": {"chosen": chosen[(a, m)],
+        "lr_selection": {f"alpha={a:g} | {m}": {"chosen": chosen.get((a, m)),
                                                  "final_accuracy_by_lr": {f"{lr:g}": acc for lr, acc in sorted(by_lr.items())}}
                          for (a, m), by_lr in table.items()},
         "step_size_used": {f"alpha={a:g} | {m}": lr for (a, m), lr in sorted(chosen.items())},
@@ -288,10 +320,12 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
     with open(out / f"{stem}.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["alpha", "method", "seed", "lr", "k", "epoch", "accuracy"])
+        w.writerow(["alpha", "method", "seed", "lr", "k", "epoch", "accuracy", "node_mean_accuracy"])
         for r in runs:
-            for e, a in zip(r["curve"]["epoch"], r["curve"]["accuracy"]):
-                w.writerow([f"{r['alpha']:g}", r["method"], r["seed"], f"{r['lr']:g}", r["k"], e, f"{a:.6f}"])
+            node = r["curve"].get("node_mean_accuracy") or [None] * len(r["curve"]["epoch"])
+            for e, a, m in zip(r["curve"]["epoch"], r["curve"]["accuracy"], node):
+                w.writerow([f"{r['alpha']:g}", r["method"], r["seed"], f"{r['lr']:g}", r["k"], e,
+                            f"{a:.6f}", "" if m is None else f"{m:.6f}"])
     plot(result, out / f"{stem}.png")
     return result
 
@@ -299,16 +333,23 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
 def summary_table(result: dict) -> list[str]:
     import numpy as np
 
-    lines = ["| Dirichlet alpha | method | step size | final test accuracy, mean (min..max) over seeds |",
-             "| ---: | --- | ---: | --- |"]
+    lines = ["| Dirichlet alpha | method | step size | final test accuracy of the averaged "
+             "model, mean (min..max) over seeds | mean over the models held |",
+             "| ---: | --- | ---: | --- | --- |"]
     for alpha in result["alphas"]:
         for method in result["methods"]:
             rs = [r for r in result["runs"] if r["alpha"] == alpha and r["method"] == method]
             if not rs:
                 continue
             a = 100 * np.array([r["final_accuracy"] for r in rs], dtype=float)
+            m = [r.get("final_node_mean_accuracy") for r in rs]
+            node = ("n/a" if any(v is None for v in m) else
+                    f"{100 * np.mean(m):.2f} % ({100 * min(m):.2f}..{100 * max(m):.2f})")
             lines.append(f"| {alpha:g} | {LABELS[method]} | {rs[0]['lr']:g} | {a.mean():.2f} % "
-                         f"({a.min():.2f}..{a.max():.2f}, {len(rs)} seeds) |")
+                         f"({a.min():.2f}..{a.max():.2f}, {len(rs)} seeds) | {node} |")
+    if result.get("partial"):
+        lines.append("\nPARTIAL: not every run of the protocol has finished (the report "
+                     "covers the finished ones).")
     return lines
 
 
@@ -320,27 +361,39 @@ def plot(result: dict, path: Path) -> None:
     import numpy as np
 
     alphas = sorted(result["alphas"], reverse=True)  # the paper: alpha = 10 first
-    fig, axes = plt.subplots(1, len(alphas), figsize=(6.2 * len(alphas), 4.4), squeeze=False)
+    keys = [("accuracy", "averaged model")]
+    if any(r["curve"].get("node_mean_accuracy") for r in result["runs"]):
+        keys.append(("node_mean_accuracy", "mean over the models held"))
+    fig, axes = plt.subplots(len(keys), len(alphas), figsize=(6.2 * len(alphas), 4.4 * len(keys)),
+                             squeeze=False)
     colors = {"teleportation": "tab:red", "dsgd-ring": "tab:blue", "dsgd-base2": "tab:green"}
-    for ax, alpha in zip(axes[0], alphas):
-        for method in result["methods"]:
-            rs = [r for r in result["runs"] if r["alpha"] == alpha and r["method"] == method]
-            if not rs:
-                continue
-            n = min(len(r["curve"]["accuracy"]) for r in rs)
-            ep = np.array(rs[0]["curve"]["epoch"][:n])
-            acc = 100 * np.array([r["curve"]["accuracy"][:n] for r in rs])
-            ax.plot(ep, acc.mean(0), color=colors.get(method), label=f"{LABELS[method]}, lr {rs[0]['lr']:g}")
-            ax.fill_between(ep, acc.min(0), acc.max(0), color=colors.get(method), alpha=0.2, lw=0)
-        ax.set_title(f"alpha = {alpha:g} ({'homogeneous' if alpha >= 1 else 'heterogeneous'})")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("test accuracy (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
+    for row, (key, what) in enumerate(keys):
+        for ax, alpha in zip(axes[row], alphas):
+            for method in result["methods"]:
+                rs = [r for r in result["runs"] if r["alpha"] == alpha and r["method"] == method
+                      and r["curve"].get(key) and None not in r["curve"][key]]
+                if not rs:
+                    continue
+                n = min(len(r["curve"][key]) for r in rs)
+                ep = np.array(rs[0]["curve"]["epoch"][:n])
+                acc = 100 * np.array([r["curve"][key][:n] for r in rs])
+                ax.plot(ep, acc.mean(0), color=colors.get(method),
+                        label=f"{LABELS[method]}, lr {rs[0]['lr']:g} ({len(rs)} seeds)")
+                ax.fill_between(ep, acc.min(0), acc.max(0), color=colors.get(method), alpha=0.2, lw=0)
+            ax.set_title(f"alpha = {alpha:g} ({'homogeneous' if alpha >= 1 else 'heterogeneous'}): "
+                         f"{what}", fontsize=10)
+            ax.set_xlabel("epoch")
+            ax.set_ylabel("test accuracy (%)")
+            ax.grid(alpha=0.3)
+            ax.legend(loc="lower right", fontsize=8)
     seeds = len(result["seeds"])
-    fig.suptitle(f"Fashion-MNIST, LeNet-5, n = {result['n']} nodes, batch {result['batch_size']}, "
-                 f"momentum {result['momentum']:g}, {result['epochs']:g} epochs\nmean over {seeds} "
-                 f"seed{'s' if seeds > 1 else ''}, shaded min..max", fontsize=10)
+    recipe = "the authors' recipe" if result.get("recipe") == "authors" else (
+        f"the authors' {', '.join(result['authors_choices'])}" if result.get("authors_choices")
+        else "the paper's table")
+    fig.suptitle(f"Fashion-MNIST, {result['model']}, {recipe}, n = {result['n']} nodes, batch "
+                 f"{result['batch_size']}, momentum {result['momentum']:g}, {result['epochs']:g} "
+                 f"epochs\nmean over {seeds} seed{'s' if seeds > 1 else ''}, shaded min..max"
+                 f"{' -- PARTIAL: finished runs only' if result.get('partial') else ''}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -372,12 +425,27 @@ def main(argv=None) -> int:
     p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     p.add_argument("--report-only", action="store_true", help="no new runs: the report of "
                    "the finished ones")
+    p.add_argument("--recipe", choices=list(authors_recipe.RECIPES), default="paper",
+                   help="paper (default: the paper's table) or authors (the authors' harness: "
+                   "balanced Dirichlet shares, LeNet with GroupNorm, random crops; issue #46)")
+    p.add_argument("--authors-choices", nargs="+", default=None,
+                   choices=[c for c in authors_recipe.CHOICES if c != "evaluation"],
+                   help="some of the authors' choices on their own (instead of --recipe)")
     args = p.parse_args(argv)
+    if args.authors_choices is not None and args.recipe != "paper":
+        p.error("give --recipe authors or --authors-choices, not both")
+    args.choices = tuple(c for c in authors_recipe.RECIPES[args.recipe] if c != "evaluation")
+    if args.authors_choices is not None:
+        args.choices = authors_recipe.check_choices(args.authors_choices)
+    args.recipe_name = ("authors" if args.recipe == "authors" else
+                        "paper" if not args.choices else "authors:" + "+".join(args.choices))
+    stem = STEM if not args.choices else STEM + (
+        "_authors" if args.recipe == "authors" else "_" + "-".join(args.choices))
     if args.quick:
         args.epochs, args.select_epochs, args.eval_epochs = 0.4, 0.2, 0.1
         args.seeds, args.alphas = args.seeds[:1], args.alphas[:1]
     if args.runs is None:
-        args.runs = str(Path(args.out) / (STEM + ("_quick" if args.quick else "") + "_runs"))
+        args.runs = str(Path(args.out) / (stem + ("_quick" if args.quick else "") + "_runs"))
 
     from mpi_teleport.problems import datasets, fashion_files
 
@@ -394,7 +462,7 @@ def main(argv=None) -> int:
         final_runs(args, chosen, table)
     chosen = used_lrs(args, chosen, table)
     result = report(args, chosen, table, data_md5, time.perf_counter() - t0,
-                    STEM + ("_quick" if args.quick else ""))
+                    stem + ("_quick" if args.quick else ""))
     print("\n".join(summary_table(result)))
     return 0
 
@@ -408,7 +476,9 @@ def _chosen_from_disk(args) -> tuple:
                 if f.is_file():
                     acc = json.loads(f.read_text()).get("final_accuracy")
                     table.setdefault((alpha, method), {})[lr] = acc if isinstance(acc, (int, float)) else -1.0
-    return {key: max(sorted(v), key=lambda lr: (v[lr], lr)) for key, v in table.items()}, table
+    # (a step size is chosen only once its whole grid has run: a partial report shows none)
+    return {key: max(sorted(v), key=lambda lr: (v[lr], lr)) for key, v in table.items()
+            if len(v) == len(args.lrs)}, table
 
 
 if __name__ == "__main__":

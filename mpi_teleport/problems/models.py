@@ -2,7 +2,8 @@
 
 Only the torch code paths import this module (torch is imported at top level).
 
-* :class:`LeNet5` (1x28x28, Fashion-MNIST), :class:`VGG11` (3x32x32, CIFAR-10, with
+* :class:`LeNet5` (1x28x28, Fashion-MNIST), :class:`LeNetGN` (the authors' Fashion-MNIST
+  LeNet, GroupNorm after each pooling), :class:`VGG11` (3x32x32, CIFAR-10, with
   GroupNorm), :class:`DigitsCNN` (1x8x8, scikit-learn digits; tiny and fast on a CPU).
 * :func:`build_model` -- deterministic initialisation from a seed, drawn with numpy
   (PCG64), independent of torch's global RNG and of the torch version: the same seed
@@ -33,6 +34,7 @@ from torch.nn import functional as F
 
 __all__ = [
     "LeNet5",
+    "LeNetGN",
     "VGG11",
     "DigitsCNN",
     "MODELS",
@@ -99,6 +101,35 @@ class LeNet5(nn.Module):
         return self.fc3(x)
 
 
+class LeNetGN(nn.Module):
+    """The LeNet of the authors' Fashion-MNIST harness (github.com/yukiTakezawa/BaseGraph
+    at c89b116, ``model/lenet_fashion.py``), written here from its layer sizes: conv5
+    (1 -> 6, no padding) - ReLU - max-pool 2 - GroupNorm(2 groups, 6 channels) - conv5 (6 ->
+    16) - ReLU - max-pool 2 - GroupNorm(4 groups, 16 channels) - 256-120-84-10, ReLU.
+    GroupNorm has no running statistics, so a token is exactly the parameters. 44,470
+    parameters."""
+
+    input_shape = (1, 28, 28)
+
+    def __init__(self, n_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 6, 5)  # 28 -> 24, pooled to 12
+        self.gn1 = nn.GroupNorm(2, 6)
+        self.conv2 = nn.Conv2d(6, 16, 5)  # 12 -> 8, pooled to 4
+        self.gn2 = nn.GroupNorm(4, 16)
+        self.fc1 = nn.Linear(16 * 4 * 4, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, n_classes)
+
+    def forward(self, x):
+        x = self.gn1(F.max_pool2d(F.relu(self.conv1(x)), 2))
+        x = self.gn2(F.max_pool2d(F.relu(self.conv2(x)), 2))
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
 class VGG11(nn.Module):
     """VGG-11 (Simonyan & Zisserman 2014, configuration A) for 3x32x32 CIFAR-10 inputs.
 
@@ -156,8 +187,9 @@ class DigitsCNN(nn.Module):
         return self.fc(torch.flatten(x, 1))
 
 
-MODELS = {"lenet5": LeNet5, "vgg11": VGG11, "digits-cnn": DigitsCNN}
-_ALIASES = {"lenet": "lenet5", "vgg": "vgg11", "digits": "digits-cnn", "digitscnn": "digits-cnn"}
+MODELS = {"lenet5": LeNet5, "lenet-gn": LeNetGN, "vgg11": VGG11, "digits-cnn": DigitsCNN}
+_ALIASES = {"lenet": "lenet5", "lenetgn": "lenet-gn", "lenet_gn": "lenet-gn", "vgg": "vgg11",
+            "digits": "digits-cnn", "digitscnn": "digits-cnn"}
 MODEL_FOR_PROBLEM = {"fashion-mnist": "lenet5", "cifar10": "vgg11", "digits": "digits-cnn"}
 
 
@@ -186,7 +218,7 @@ def _init_from_numpy(model: nn.Module, seed: int) -> None:
 
 
 def build_model(name: str, seed: int) -> nn.Module:
-    """A float32 CPU model by name (``lenet5``, ``vgg11``, ``digits-cnn``; aliases
+    """A float32 CPU model by name (``lenet5``, ``lenet-gn``, ``vgg11``, ``digits-cnn``; aliases
     ``lenet``, ``vgg``, ``digits``), initialised deterministically from ``seed``.
 
     torch's global RNG is left untouched (module construction runs under

@@ -21,15 +21,20 @@ DATASET_SIZES = {"fashion-mnist": 60000, "cifar10": 50000}
 
 def _classifier(model_name: str, train, test, nodes: int, seed: int, *, alpha: float,
                 batch_size: int, val_fraction: float, device, local_nodes, staged,
-                evaluation_part=None, sampling: str = "replacement"):
+                evaluation_part=None, sampling: str = "replacement", partition=None,
+                augment=None, problem_class=None, problem_args=None):
+    """``partition``, ``augment``, ``problem_class`` (a TorchProblem subclass) and its
+    ``problem_args``: the authors' recipe's choices (:mod:`.authors_recipe`)."""
     from . import models
     from .torch_problem import TorchProblem
 
     models.configure_torch_threads(1)  # before any torch work: bit-reproducible kernels
-    return TorchProblem(models.build_model(model_name, seed), train, nodes=nodes, seed=seed,
-                        alpha=alpha, batch_size=batch_size, sampling=sampling, test=test,
-                        validation_fraction=val_fraction, n_classes=10, device=device,
-                        local_nodes=local_nodes, staged=staged, evaluation_part=evaluation_part)
+    cls = TorchProblem if problem_class is None else problem_class
+    return cls(models.build_model(model_name, seed), train, nodes=nodes, seed=seed,
+               alpha=alpha, batch_size=batch_size, sampling=sampling, test=test,
+               validation_fraction=val_fraction, n_classes=10, device=device,
+               local_nodes=local_nodes, staged=staged, evaluation_part=evaluation_part,
+               partition=partition, augment=augment, **(problem_args or {}))
 
 
 def digits(nodes: int, seed: int = 0, *, alpha: float = 0.1, batch_size: int = 32,
@@ -52,13 +57,28 @@ def digits(nodes: int, seed: int = 0, *, alpha: float = 0.1, batch_size: int = 3
 def fashion_mnist(nodes: int, seed: int = 0, *, data_dir=None, download: bool = False,
                   alpha: float = 0.1, batch_size: int = 32, val_fraction: float = 0.1,
                   device="cpu", local_nodes=None, staged=None, evaluation_part=None,
-                  sampling: str = "replacement"):
+                  sampling: str = "replacement", recipe="paper"):
     """LeNet-5 on Fashion-MNIST memory-mapped from ``data_dir``
     (:func:`.datasets.open_fashion_mnist`: with ``local_nodes`` only those nodes' images
     and the evaluation slice are read; raises its one-line DatasetMissingError when the
     files are absent). ``data_dir`` None: ``./data`` if it holds the files, else Debian's
-    ``/usr/share/datasets/fashion-mnist`` (:mod:`.fashion_files`)."""
+    ``/usr/share/datasets/fashion-mnist`` (:mod:`.fashion_files`).
+
+    ``recipe``: ``"paper"`` (default: the paper's table, as above), ``"authors"`` (the
+    authors' harness: balanced Dirichlet shares, LeNet with GroupNorm, random crops
+    without normalisation, node-mean evaluation beside the averaged model), or a
+    subset of ``("partition", "model", "crop", "evaluation")``
+    (:mod:`.authors_recipe`)."""
     from . import datasets
+
+    if recipe != "paper":
+        from . import authors_recipe
+
+        return authors_recipe.fashion_mnist(
+            nodes, seed, choices=recipe, data_dir=data_dir, download=download, alpha=alpha,
+            batch_size=batch_size, val_fraction=val_fraction, device=device,
+            local_nodes=local_nodes, staged=staged, evaluation_part=evaluation_part,
+            sampling=sampling)
 
     return _classifier("lenet5", datasets.open_fashion_mnist(data_dir, True, download=download),
                        datasets.open_fashion_mnist(data_dir, False, download=download), nodes,
