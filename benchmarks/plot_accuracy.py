@@ -123,12 +123,23 @@ def aggregate(runs: list[dict]) -> dict:
             "seeds": [r["cfg"].get("seed") for r in runs], "final_mean": float(ys[:, -1].mean())}
 
 
+def alpha_of(cfg: dict):
+    """A run's Dirichlet alpha: config.json's ``alpha``; for a ``--problem module:function``
+    factory (the authors' recipe), the alpha it received, else the command line's default
+    0.1 (a flag equal to its default is not passed on to a factory)."""
+    if cfg.get("alpha") is not None:
+        return cfg["alpha"]
+    if "factory_args" in cfg:
+        return cfg["factory_args"].get("alpha", 0.1)
+    return None
+
+
 def build_curves(runs: list[dict], select_lr: str = "best") -> dict:
     """{panel: {method: [(lr, aggregate), ...]}}, panel = (problem, alpha)."""
     groups = defaultdict(list)
     for r in runs:
         c = r["cfg"]
-        panel = (c.get("problem"), c.get("alpha"))
+        panel = (c.get("problem"), alpha_of(c))
         method = method_label(c, r["k_active"])
         groups[(panel, method, c.get("lr"))].append(r)
     by_method = defaultdict(list)
