@@ -151,7 +151,72 @@ def main(argv=None) -> int:
     cmd = mpirun_command(args.ranks, [sys.executable, *target],
                          launcher, flavor, hosts=args.hosts, rsh_agent=args.rsh)
     print(f"+ {' '.join(cmd)}    ({flavor.name})", file=sys.stderr, flush=True)
-    return subprocess.call(cmd, env=mpi_env(flavor=flavor))
+    return run_filtered(cmd, mpi_env(flavor=flavor), flavor.exit_noise)
+
+
+def run_filtered(cmd: list[str], env: dict, noise: tuple) -> int:
+    """Run the launcher; its stderr (the ranks' too) passes through, less the whole lines
+    matching `noise` (the MPI's own teardown chatter: Flavor.exit_noise). SIGTERM and SIGHUP
+    sent to this process go on to the launcher, which ends the job its way; Ctrl-C reaches
+    both (one process group) and this one waits for the launcher's exit status."""
+    if not noise:
+        return subprocess.call(cmd, env=env)
+    import signal
+
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+    forwarded = {sig: signal.signal(sig, lambda signum, frame: proc.send_signal(signum))
+                 for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while True:
+            try:
+                copy_without(proc.stderr, sys.stderr.buffer, noise)
+                return proc.wait()
+            except KeyboardInterrupt:  # (the launcher got it too, and ends the job)
+                continue
+    finally:
+        for sig, handler in forwarded.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def copy_without(src, dst, noise: tuple) -> None:
+    """Copy the byte stream src to dst as it comes, leaving out every whole line (ended by
+    a newline) that one of the `noise` patterns matches. Only a line that has begun like a
+    noise line waits for its end; every other byte (a progress bar's \\r updates too) is
+    written at once."""
+    held = b""
+    while True:
+        chunk = os.read(src.fileno(), 65536)
+        held += chunk
+        out = []
+        while True:
+            end = held.find(b"\n")
+            if end < 0:
+                break
+            line, held = held[:end + 1], held[end + 1:]
+            if not _is_noise(line, noise):
+                out.append(line)
+        if held and not (chunk and _may_become_noise(held, noise)):
+            out.append(held)  # (at the end, or a partial line that is no noise line)
+            held = b""
+        if out:
+            dst.write(b"".join(out))
+            dst.flush()
+        if not chunk:
+            return
+
+
+def _is_noise(line: bytes, noise: tuple) -> bool:
+    text = line.decode("utf-8", "replace").rstrip("\r\n")
+    return any(p.fullmatch(text) for p in noise)
+
+
+def _may_become_noise(partial: bytes, noise: tuple) -> bool:
+    """Whether a line begun so could still turn out to be one of the `noise` lines (they
+    all begin with '['; a progress bar's update begins with '\\r')."""
+    return partial.startswith(b"[") and b"\r" not in partial and len(partial) < 4096
 
 
 if __name__ == "__main__":

@@ -153,3 +153,61 @@ def test_each_environment_s_mpi4py_loads_its_own_library(mpi_impl):
     proc = subprocess.run([mpi_impl.python, "-m", "mpi_teleport.front.mpi_flavor", "--srun-mpi"],
                           env=mpi_impl.env(), capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == {"openmpi": "pmix", "mpich": "pmi2"}[mpi_impl.name], proc.stderr
+
+
+EPOLL = (b"[warn] Epoll MOD(4) on fd 20 failed. Old events were 6; read change was 2 (del); write "
+         b"change was 0 (none); close change was 0 (none): Bad file descriptor\n")
+PMIX = b"[vm:31747] PMIX ERROR: PMIX_ERR_UNREACH in file /openmpi-5.0.11/3rd-party/openpmix/src/server/pmix_server.c at line 3146\n"
+
+
+def test_open_mpis_teardown_lines_are_left_out_and_nothing_else(tmp_path):
+    """Issue 50, class 11: Open MPI's libevent and PMIx lines when ranks exit together are
+    dropped whole, however the pipe cuts them; every other byte passes as it comes (a
+    progress bar's \\r updates, a line that begins with '[' like the ranks' own)."""
+    import io
+    import os
+    import threading
+
+    from mpi_teleport.front.mpi_flavor import OPENMPI_EXIT_NOISE
+
+    refusal = b"mpirun -n N python -m mpi_teleport.run: error: the problem's dim differs between ranks\n"
+    pieces = [refusal[:10], refusal[10:] + EPOLL[:9], EPOLL[9:30], EPOLL[30:] + b"\rTeleportation [##  ] 5%",
+              b"\rTeleportation [####] 9%\n[rank 1] Traceback (most recent call last):\n", PMIX[:5],
+              PMIX[5:] + b"[warn] something else\n[unfinished"]
+    read, write = os.pipe()
+    out = io.BytesIO()
+    with os.fdopen(read, "rb") as src:
+        copier = threading.Thread(target=launch.copy_without, args=(src, out, OPENMPI_EXIT_NOISE))
+        copier.start()
+        for piece in pieces:
+            os.write(write, piece)
+        os.close(write)
+        copier.join(timeout=30)
+    assert out.getvalue() == (refusal + b"\rTeleportation [##  ] 5%\rTeleportation [####] 9%\n"
+                              b"[rank 1] Traceback (most recent call last):\n[warn] something else\n[unfinished")
+    assert Flavor(MPICH).exit_noise == () and Flavor(OPENMPI).exit_noise == OPENMPI_EXIT_NOISE
+
+
+FAKE_OPENMPI = """#!/bin/sh
+if [ "$1" = --version ]; then echo "mpirun (Open MPI) 5.0.11"; exit 0; fi
+printf 'prog: error: the problem'"'"'s dim differs between ranks\\n' >&2
+printf '%s' "$EPOLL" >&2
+printf '%s' "$PMIX" >&2
+exit 2
+"""
+
+
+def test_the_launcher_keeps_open_mpis_teardown_lines_out_of_a_refusal(tmp_path):
+    import os
+    import sys
+
+    fake = tmp_path / "mpirun"
+    fake.write_text(FAKE_OPENMPI)
+    fake.chmod(0o755)
+    env = {**os.environ, "EPOLL": EPOLL.decode(), "PMIX": PMIX.decode()}
+    proc = subprocess.run([sys.executable, "-m", "mpi_teleport.launch", "-n", "4", "--mpirun", str(fake),
+                           "--", "--rounds", "5"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("+ ") and lines[0].endswith("(openmpi)")
+    assert lines[1:] == ["prog: error: the problem's dim differs between ranks"]
