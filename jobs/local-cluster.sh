@@ -19,6 +19,8 @@
 #   LOCAL_SLURM_CRED_EXPIRE AuthInfo cred_expire (default 10, min 5); a requeued job becomes
 #                          eligible again only cred_expire+1 s after the requeue (Slurm default 120)
 #   LOCAL_SLURM_WAIT       seconds to wait for the node to become idle (default 60)
+#   LOCAL_SLURM_APT_WAIT   seconds to wait for another apt/dpkg (holding its locks) to finish
+#                          before installing (default 600)
 #   LOCAL_SLURM_CTLD_PORT  slurmctld port (default 6817), slurmd uses port+1
 set -euo pipefail
 
@@ -27,6 +29,7 @@ CPUS="${LOCAL_SLURM_CPUS:-32}"
 KILLWAIT="${LOCAL_SLURM_KILLWAIT:-5}"
 CRED_EXPIRE="${LOCAL_SLURM_CRED_EXPIRE:-10}"
 WAIT_S="${LOCAL_SLURM_WAIT:-60}"
+APT_WAIT="${LOCAL_SLURM_APT_WAIT:-600}"
 CTLD_PORT="${LOCAL_SLURM_CTLD_PORT:-6817}"
 SLURMD_PORT="$((CTLD_PORT + 1))"
 HOST="$(hostname -s)"
@@ -87,17 +90,40 @@ install_packages() {
         made_policy=1
     fi
     local rc=0
-    {
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
-            $missing
-    } >"${DIR}/apt.log" 2>&1 || rc=$?
+    : >"$DIR/apt.log"
+    apt_get update -qq &&
+    apt_get install -y -qq --no-install-recommends \
+        -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+        $missing || rc=$?
     [[ $made_policy -eq 1 ]] && rm -f /usr/sbin/policy-rc.d
     if [[ $rc -ne 0 ]]; then
         tail -n 30 "$DIR/apt.log" >&2
         die "apt-get failed (rc=$rc), see $DIR/apt.log"
     fi
+}
+
+# apt-get ARGS..., waiting up to $APT_WAIT s while another apt or dpkg holds its locks (on a
+# fresh machine an unattended upgrade or the user's own install often does): the install
+# waits for the dpkg lock itself (DPkg::Lock::Timeout); `apt-get update` does not honour that
+# for the package lists' lock and fails at once ("Could not get lock"), so it is tried again
+# until the wait is over. Output appended to $DIR/apt.log.
+apt_get() {
+    local deadline=$((SECONDS + APT_WAIT)) rc said=0
+    while :; do
+        rc=0
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="$(( deadline > SECONDS ? deadline - SECONDS : 0 ))" \
+            "$@" >"$DIR/apt.try" 2>&1 || rc=$?
+        cat "$DIR/apt.try" >>"$DIR/apt.log"
+        ((rc != 0)) && grep -qE "Could not get lock|Unable to acquire the dpkg frontend lock|Unable to lock" "$DIR/apt.try" &&
+            ((SECONDS < deadline)) || break
+        if ((said == 0)); then
+            log "waiting up to ${APT_WAIT}s for another apt/dpkg: $(grep -m1 -E 'Could not get lock|Unable to' "$DIR/apt.try")"
+            said=1
+        fi
+        sleep 3
+    done
+    rm -f "$DIR/apt.try"
+    return "$rc"
 }
 
 # ---------------------------------------------------------------- helpers
@@ -313,6 +339,7 @@ cmd_status() {
     return 1
 }
 
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0  # sourced (tests/test_bed_decisions.py): functions only
 case "${1:-}" in
     start)  cmd_start ;;
     stop)   cmd_stop ;;

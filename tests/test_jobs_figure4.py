@@ -17,7 +17,7 @@ from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 import subprocess
 
-from test_jobs_slurm import Job, _start_slurm, early_dir, session_finish, take_early  # noqa: F401  (stops the SLURM this session started)
+from test_jobs_slurm import Job, early_dir, session_finish, slurm_env, take_early  # noqa: F401  (stops the SLURM this session started)
 from helpers import ROOT, without_time
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1500)]
@@ -46,8 +46,8 @@ def start_early(config, names: list[str]) -> None:
         if subprocess.run(["bash", "jobs/local-cluster.sh", "status"], cwd=ROOT,
                           capture_output=True, timeout=60).returncode != 0:
             return
-        env = _start_slurm()["env"]  # (already up: returns at once)
-    except (OSError, subprocess.SubprocessError, pytest.skip.Exception):
+        env = slurm_env(config)  # (already up: decided here, returns at once)
+    except (OSError, subprocess.SubprocessError, pytest.skip.Exception, pytest.fail.Exception):
         return
     Job("figure4", "figure4.sbatch", ["-n", "4"], {**env, "QUICK": "1"}, early_dir(config) / "figure4")
 
@@ -55,7 +55,7 @@ def start_early(config, names: list[str]) -> None:
 def test_figure4_job_quick_mode_equals_the_simulator(tmp_path, pytestconfig):
     if not (ROOT / "jobs" / "figure4.sbatch").exists():
         pytest.skip("jobs/figure4.sbatch does not exist")
-    env = _start_slurm()["env"]
+    env = slurm_env(pytestconfig)
     job = take_early(pytestconfig, "figure4", env)
     if job is None:
         job = Job("figure4", "figure4.sbatch", ["-n", "4"], {**env, "QUICK": "1"}, tmp_path / "job")

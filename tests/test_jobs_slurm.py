@@ -1,7 +1,8 @@
 """The jobs/*.sbatch scripts under a real (local, single-node) SLURM.
 
-The module starts SLURM with ``jobs/local-cluster.sh start`` and skips, with the reason,
-where it cannot (not root, no apt, no Debian). Every script in jobs/ is submitted with
+The module starts SLURM with ``jobs/local-cluster.sh start`` (which waits for another
+apt/dpkg to finish) and skips, with the reason, where it cannot (not root, no apt, no
+Debian); whether SLURM is up is decided once per run (slurm_env). Every script in jobs/ is submitted with
 ``sbatch --wait`` in quick mode (all at once, so they overlap) and its outputs are checked;
 one job is killed by its time limit, requeues itself and resumes from its checkpoint, and
 must end with the numbers of an uninterrupted run.
@@ -58,11 +59,11 @@ def _start_slurm() -> dict:
     was_up = _slurm_up()
     if not was_up:  # (noted first: a start that fails half-way leaves daemons too)
         STARTED_BY_THIS_SESSION.append(True)
-    try:
+    try:  # (it waits up to 600 s for another apt/dpkg, then installs and starts)
         proc = subprocess.run(["bash", "jobs/local-cluster.sh", "start"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
-        pytest.skip("local SLURM did not start within 600 s (jobs/local-cluster.sh start)")
+        pytest.skip("local SLURM did not start within 900 s (jobs/local-cluster.sh start)")
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
         reason = lines[-1] if lines else f"exit status {proc.returncode}"
@@ -75,6 +76,38 @@ def _start_slurm() -> dict:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.pop("SLURM_JOB_ID", None)
     return {"env": env}
+
+
+def slurm_env(config) -> dict:
+    """The environment of this run's SLURM jobs, where SLURM is up: whether it is, is decided
+    once per run, by the first process to ask (the pytest-xdist controller at collection,
+    or a worker's first SLURM test), and written to the run's folder; every later test of
+    the run, in whichever process, keeps that decision. So a run never both skips some
+    SLURM tests (a start that failed) and runs others (a later start that worked): SLURM
+    found up and lost later in the run fails, saying so. Skips, with the first reason,
+    where it was not up."""
+    import fcntl
+
+    decision = early_dir(config) / "slurm-decision.json"
+    decision.parent.mkdir(parents=True, exist_ok=True)
+    with open(decision.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (one decides; the others wait for its start)
+        if decision.exists():
+            known = json.loads(decision.read_text())
+        else:
+            try:
+                info = _start_slurm()
+            except pytest.skip.Exception as exc:
+                decision.write_text(json.dumps({"up": False, "why": str(exc.msg)}))
+                raise
+            decision.write_text(json.dumps({"up": True, "pid": os.getpid()}))
+            return info["env"]
+    if not known["up"]:
+        pytest.skip(known["why"])
+    try:
+        return _start_slurm()["env"]  # (up: returns at once with its SLURM_CONF)
+    except pytest.skip.Exception as exc:
+        pytest.fail(f"the local SLURM was up earlier in this run and is not now: {exc.msg}")
 
 
 def python_for(name: str) -> str | None:
@@ -91,6 +124,8 @@ class Job:
     disk (the exit status in ``sbatch.status``), so a job submitted by one process (the
     pytest-xdist controller, at collection) is collected by another (the worker running its
     test): :meth:`adopt`."""
+
+    CANCEL_WAIT_S = 120  # (cancel: how long its sbatch --wait may take to notice)
 
     def __init__(self, name: str, script: str, sbatch_args: list[str], env: dict, tmp: Path):
         self.name, self.tmp = name, tmp
@@ -136,10 +171,17 @@ class Job:
         return self.status
 
     def cancel(self) -> None:
+        """scancel the job if it has not ended, and end its `sbatch --wait` (which notices
+        a cancelled job only at its next poll of slurmctld, up to about a minute later on a
+        busy machine: a cleanup that waited for it with a hard limit once errored a test)."""
         if self._status() is None and self.job_id:
             subprocess.run(["scancel", self.job_id], env=self.env, capture_output=True, timeout=30)
-            if self.proc is not None:
-                self.proc.wait(timeout=60)
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=self.CANCEL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
     def run_dirs(self) -> list[Path]:
         runs = self.tmp / "runs"
@@ -201,9 +243,10 @@ def start_early(config, names: list[str]) -> None:
     try:
         if not _slurm_up():
             return
-        info = _start_slurm()  # (already up: returns at once with its SLURM_CONF)
-    except (OSError, subprocess.SubprocessError, pytest.skip.Exception):
+        env = slurm_env(config)  # (already up: decided here, returns at once)
+    except (OSError, subprocess.SubprocessError, pytest.skip.Exception, pytest.fail.Exception):
         return
+    info = {"env": env}
     base = early_dir(config)
     selected = {n.split("[")[0] for n in names}
     for name in LIMIT_JOBS:
@@ -239,7 +282,7 @@ def quick_job(name: str, info: dict, base: Path) -> "Job | None":
 
 @pytest.fixture(scope="module")
 def cluster(request, tmp_path_factory):
-    info = _start_slurm()
+    info = {"env": slurm_env(request.config)}
     base = tmp_path_factory.mktemp("slurm")
     jobs = {}
     # the long ones first, so that the quick ones run meanwhile
