@@ -259,6 +259,9 @@ def test_a_4_rank_mpi_trace_is_valid_and_leaves_the_records_alone(tmp_path):
                                                 "--compute-time", "20"])
     plain = without_time(read_jsonl(tmp_path / "plain" / "metrics.jsonl"))
     assert without_time(read_jsonl(tmp_path / "traced" / "metrics.jsonl")) == plain
+    layer = [{k: v for k, v in r.items() if k != "virtual_time_s"}  # (latency: time, not numbers)
+             for r in without_time(read_jsonl(tmp_path / "layer" / "metrics.jsonl"))]
+    assert layer == plain
     for name in ("traced", "layer"):
         data = check_trace(tmp_path / f"{name}.json", processes=range(4), rounds=range(12))
         spans = [e for e in data["traceEvents"] if e["ph"] == "X"]

@@ -190,5 +190,7 @@ def start(path, backend, total_rounds: int, first: int = 0, joining: bool = Fals
                     total_rounds=total_rounds)
     backend.trace(tracer)
     if not joining:
+        if backend.root:  # (a killed job's parts: this run's replace them; before the barrier)
+            shutil.rmtree(parts_dir(tracer.path), ignore_errors=True)
         tracer.align(backend)
     return tracer
