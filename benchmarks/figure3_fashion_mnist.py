@@ -267,6 +267,18 @@ def load_curve(d: Path, per_epoch: float) -> dict:
     return curve
 
 
+def last_node_mean(d: Path):
+    """The last recorded mean over the models held (``node_mean_accuracy``) of a run, or
+    None (a run without it, or not finished)."""
+    f = d / "metrics.jsonl"
+    if not (d / "summary.json").is_file() or not f.is_file():
+        return None
+    values = [json.loads(line).get("node_mean_accuracy") for line in f.read_text().splitlines()
+              if line.strip()]
+    values = [v for v in values if isinstance(v, (int, float))]
+    return values[-1] if values else None
+
+
 def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: str = STEM) -> dict:
     import csv
 
@@ -306,9 +318,12 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
                         "accuracy: the n nodes' (DSGD), the k tokens' (Teleportation)"},
         "partial": partial, "teleportation_k": args.k,
         "lr_grid": args.lrs, "alphas": args.alphas, "seeds": args.seeds, "methods": args.methods,
-        "lr_selection": {f"alpha={a:g} | {m}": {"chosen": chosen.get((a, m)),
-                                                 "final_accuracy_by_lr": {f"{lr:g}": acc for lr, acc in sorted(by_lr.items())}}
-                         for (a, m), by_lr in table.items()},
+        "lr_selection": {f"alpha={a:g} | {m}": {
+            "chosen": chosen.get((a, m)),
+            "final_accuracy_by_lr": {f"{lr:g}": acc for lr, acc in sorted(by_lr.items())},
+            "final_node_mean_accuracy_by_lr": {f"{lr:g}": last_node_mean(
+                run_dir(args, "select", m, a, lr, args.seeds[0])) for lr in sorted(by_lr)}}
+            for (a, m), by_lr in table.items()},
         "step_size_used": {f"alpha={a:g} | {m}": lr for (a, m), lr in sorted(chosen.items())},
         "diverged": [{"alpha": a, "method": m, "lr": lr, "seed": seed,
                       "message": json.loads((run_dir(args, "final", m, a, lr, seed) / DIVERGED).read_text())["message"]}
