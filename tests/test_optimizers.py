@@ -95,8 +95,10 @@ def test_given_as_class_factory_or_instance():
 
 
 @pytest.mark.parametrize("optimizer,words", [
-    (torch.optim.Adadelta, "optimizer=Adadelta is not supported: use torch.optim.SGD, Adam or AdamW"),
-    (functools.partial(torch.optim.Adam, amsgrad=True), "Adam(amsgrad=True) is not supported"),
+    (torch.optim.LBFGS, "optimizer=LBFGS re-evaluates the loss through a closure"),
+    (torch.optim.SparseAdam, "optimizer=SparseAdam: its step() from a gradient alone raised "
+                             "RuntimeError: SparseAdam does not support dense gradients"),
+    (torch.optim.ASGD, "optimizer=ASGD: its scalar state 'eta' depends on the step size"),
     ("adam", "expected a torch.optim optimizer"),
 ])
 def test_what_is_not_run_is_one_line(optimizer, words):
@@ -181,3 +183,132 @@ def test_a_long_vector_is_stepped_in_blocks_with_the_same_bits(monkeypatch):
         adam_step(rule, out, x, v, 0.01, 3)
         outs.append((out, v))
     assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
+
+
+# ---------------------------------------------------------------- any torch optimizer (issue 47)
+class Lion(torch.optim.Optimizer):
+    """A third-party-style optimizer (sign of an interpolated momentum, as the Lion
+    paper's): its own state (a momentum tensor, a Python int step count) made lazily."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"], state["exp_avg"] = 0, torch.zeros_like(p)
+                state["step"] += 1
+                m = state["exp_avg"]
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(torch.sign(m * b1 + p.grad * (1 - b1)), alpha=-group["lr"])
+                m.mul_(b2).add_(p.grad, alpha=1 - b2)
+
+
+class GlobalState(torch.optim.SGD):
+    def step(self, closure=None):
+        self.state["calls"] = self.state.get("calls", 0) + 1
+        return super().step(closure)
+
+
+class GradScalar(Lion):
+    def step(self, closure=None):
+        super().step(closure)
+        for p in self.param_groups[0]["params"]:
+            self.state[p]["norm"] = float(p.grad.norm())
+
+
+ANY = [torch.optim.Adadelta,
+       functools.partial(torch.optim.RMSprop, lr=0.01, momentum=0.5, centered=True),
+       functools.partial(torch.optim.Adagrad, lr=0.05, initial_accumulator_value=0.1),
+       functools.partial(torch.optim.NAdam, lr=0.01), functools.partial(torch.optim.Rprop, lr=0.01),
+       functools.partial(torch.optim.Adam, lr=0.01, amsgrad=True),
+       functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9, dampening=0.1),
+       functools.partial(Lion, lr=0.01, weight_decay=0.1)]
+
+
+def _name(o):
+    return getattr(o, "func", o).__name__
+
+
+@pytest.mark.parametrize("optimizer", ANY, ids=_name)
+def test_any_optimizer_on_one_node_trains_as_a_plain_loop(optimizer):
+    """Its step is torch's own, per parameter (shapes as the model's), state and step
+    count kept between rounds: one node equals the plain loop bit for bit."""
+    p = problem(nodes=1)
+    result = mt.dsgd(p, nodes=1, rounds=12, log_every=12, optimizer=optimizer)
+    model = net()
+    model.load_state_dict(p.module(p.initial()).state_dict())
+    opt = optimizer(model.parameters())
+    x, y = blobs()
+    for t in range(12):
+        idx = p.batch(0, t)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(torch.from_numpy(x[idx])),
+                                          torch.from_numpy(y[idx])).backward()
+        opt.step()
+    want = torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
+    np.testing.assert_array_equal(result.x, want)
+
+
+@pytest.mark.parametrize("optimizer,words", [
+    (torch.optim.Adafactor, "its state 'row_var' is a tensor of shape (8, 1), neither a tensor "
+                            "shaped like its parameter (8, 5)"),
+    (GlobalState, "optimizer=GlobalState: it keeps state that is not per parameter ('calls')"),
+    (GradScalar, "optimizer=GradScalar: its scalar state 'norm' depends on the gradients"),
+])
+def test_state_a_token_cannot_carry_is_one_line(optimizer, words):
+    with pytest.raises(UsageError) as info:
+        mt.teleportation(problem(), nodes=4, k=2, rounds=2, optimizer=optimizer)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_stepped_instance_is_refused_and_the_users_optimizer_is_never_touched():
+    model = net()
+    opt = torch.optim.Adagrad(model.parameters(), lr=0.1)
+    before = [q.detach().clone() for q in model.parameters()]
+    mt.teleportation(problem(), nodes=4, k=2, rounds=3, optimizer=opt)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(float(s["step"]) == 0 for s in opt.state.values())
+    model(torch.zeros(2, F)).sum().backward()
+    opt.step()
+    with pytest.raises(UsageError, match="it was stepped already"):
+        mt.teleportation(problem(), nodes=4, k=2, rounds=3, optimizer=opt)
+
+
+@pytest.mark.parametrize("algorithm,optimizer", [
+    ("teleportation", torch.optim.Adadelta), ("dsgd", functools.partial(Lion, lr=0.01)),
+    ("teleportation", functools.partial(torch.optim.RMSprop, lr=0.01))], ids=["adadelta", "lion", "rmsprop"])
+def test_any_optimizers_state_is_checkpointed_and_a_resume_is_bit_for_bit(tmp_path, algorithm,
+                                                                        optimizer):
+    run = getattr(mt, algorithm)
+    settings = dict(nodes=4, log_every=4, seed=2, optimizer=optimizer,
+                    **({"k": 2} if algorithm == "teleportation" else {}))
+    full = run(problem(bn_net), rounds=16, **settings)
+    run(problem(bn_net), rounds=8, out=tmp_path / "run", checkpoint_every=5, **settings)
+    found = checkpoint.locate(tmp_path / "run", algorithm)
+    rule = from_torch(optimizer, problem(bn_net).n_params)["rule"]
+    tokens = 2 if algorithm == "teleportation" else 4
+    assert checkpoint.load_matrix(*found)["v"].shape == (tokens, rule.slots * problem(bn_net).dim)
+    assert found[1]["config"]["optimizer"] == rule.describe()
+    resumed = run(problem(bn_net), rounds=16, out=tmp_path / "run", resume=tmp_path / "run",
+                  **settings)
+    assert without_time(resumed.records) == without_time(full.records)
+    assert np.array_equal(resumed.x, full.x)
+
+
+def test_one_state_vector_runs_under_the_latency_layer_more_is_one_line():
+    rms = functools.partial(torch.optim.RMSprop, lr=0.01)
+    timed = mt.teleportation(problem(), nodes=4, k=2, rounds=6, log_every=3, optimizer=rms,
+                             latency="const:5", clock="virtual")
+    plain = mt.teleportation(problem(), nodes=4, k=2, rounds=6, log_every=3, optimizer=rms)
+    assert np.array_equal(timed.x, plain.x) and timed.records[-1]["time_s"] > 0
+    with pytest.raises(UsageError) as info:
+        mt.teleportation(problem(), nodes=4, k=2, rounds=6, optimizer=torch.optim.Adadelta,
+                         latency="const:5", clock="virtual")
+    assert "optimizer=Adadelta" in str(info.value) and "\n" not in str(info.value)

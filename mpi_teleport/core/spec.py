@@ -23,7 +23,7 @@ from .topology import Topology
 from ..errors import CLI, Naming
 
 if TYPE_CHECKING:
-    from .optimizers import Adam, SgdDecay
+    from .optimizers import Adam, SgdDecay, TorchRule
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class RunSpec:
     variant: str = "overlap"
     seed: int = 0
     k_select: str = "averaged"
-    optimizer: Adam | SgdDecay | None = None  # an optimizers step rule; None: SGD with ``momentum``
+    optimizer: Adam | SgdDecay | TorchRule | None = None  # an optimizers step rule; None: SGD with ``momentum``
 
     @property
     def state_slots(self) -> int:
@@ -52,7 +52,7 @@ class RunSpec:
         return 1 if self.momentum > 0 else 0
 
     @property
-    def step_rule(self) -> Adam | SgdDecay | float:
+    def step_rule(self) -> Adam | SgdDecay | TorchRule | float:
         """What the local step applies: the optimizer's rule, else the momentum."""
         return self.optimizer if self.optimizer is not None else self.momentum
 

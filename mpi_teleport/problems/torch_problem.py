@@ -278,6 +278,12 @@ class TorchProblem:
         return len(self.state.initial)
 
     @property
+    def param_shapes(self) -> tuple:
+        """The trainable parameters' shapes, in token order (an optimizer steps them as
+        the model's parameters: :class:`~mpi_teleport.core.optimizers.TorchRule`)."""
+        return tuple(tuple(p.shape) for p in self.state.layout.params)
+
+    @property
     def n_train(self) -> int:
         """Training samples over all nodes (validation excluded)."""
         return self.data.n_train

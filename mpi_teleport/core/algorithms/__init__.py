@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..contract import landed
-from ..optimizers import Adam, SgdDecay, adam_step, decay_gradient
+from ..optimizers import Adam, SgdDecay, TorchRule, adam_step, decay_gradient
 from ..topology import Mixing
 
 
@@ -54,7 +54,7 @@ def _momentum_step(g: np.ndarray, v: np.ndarray, lr: float, momentum: float) -> 
 
 
 def local_step(problem: Any, nodes: npt.ArrayLike, x: np.ndarray, v: np.ndarray | None, t: int,
-               lr: float, momentum: float | Adam | SgdDecay,
+               lr: float, momentum: float | Adam | SgdDecay | TorchRule,
                out: np.ndarray | None = None) -> np.ndarray:
     """y = x - lr * g (Alg. 1 line 10 / Alg. 3 line 8), heavy-ball when momentum > 0
     (Nesterov's form when it is a :class:`Nesterov`), Adam's step when it is an
@@ -75,7 +75,10 @@ def local_step(problem: Any, nodes: npt.ArrayLike, x: np.ndarray, v: np.ndarray 
     if isinstance(momentum, SgdDecay):  # torch's SGD weight decay, then its momentum
         decay_gradient(g, x, momentum.weight_decay, momentum.trainable)
         momentum = Nesterov(momentum.momentum) if momentum.nesterov else momentum.momentum
-    if isinstance(momentum, Adam):  # (its state v: 2 d values per row; step t + 1)
+    if isinstance(momentum, TorchRule):  # any other torch optimizer: torch steps each row
+        inner = getattr(problem, "problem", problem)
+        momentum.step(g, x, cast(np.ndarray, v), lr, t, getattr(inner, "torch_settings", None))
+    elif isinstance(momentum, Adam):  # (its state v: 2 d values per row; step t + 1)
         adam_step(momentum, g, x, cast(np.ndarray, v), lr, t + 1)  # (Adam: its state is given)
     elif d <= BLOCK:  # one block: the same operations on the whole vectors, no views made
         if momentum > 0:
@@ -98,7 +101,7 @@ def steps_by_columns(problem: Any, momentum: Any) -> bool:
     (element-wise too; Adam and weight decay are computed whole)."""
     return (getattr(problem, "gradient_columns", None) is not None
             and not _has_after_step(problem)
-            and not isinstance(momentum, (Adam, SgdDecay)))
+            and not isinstance(momentum, (Adam, SgdDecay, TorchRule)))
 
 
 def _has_after_step(problem: Any) -> bool:
