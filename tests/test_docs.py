@@ -413,7 +413,7 @@ def test_every_flag_of_every_command_is_in_the_reference(manual):
     page = _page_text(html, "reference/commands.html")
     starts = {}
     for name in parsers.PARSERS:  # each command's section runs to the next command's
-        anchor = f'<section id="{name.replace(" ", "-")}">'
+        anchor = f'<section id="{re.sub(r"[ _]", "-", name)}">'
         assert anchor in page, f"reference/commands has no section for {name}"
         starts[name] = page.index(anchor)
     ends = sorted(starts.values()) + [len(page)]

@@ -84,9 +84,21 @@ def as_rst(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+def trace() -> argparse.ArgumentParser:
+    from mpi_teleport.trace.__main__ import main
+
+    return parser_of(main)
+
+
+def mpi_flavor() -> argparse.ArgumentParser:
+    from mpi_teleport.front.mpi_flavor import main
+
+    return parser_of(main)
+
+
 # Each command's parser as the command builds it (the suite checks its flags against the pages).
 PARSERS = {"sim": sim, "run": run, "launch": launch, "checkpoint": checkpoint,
-           "latency probe": latency_probe}
+           "latency probe": latency_probe, "trace": trace, "mpi_flavor": mpi_flavor}
 
 
 # What the reference pages render (``:func: sim_parser`` ...).
@@ -95,6 +107,8 @@ def run_parser(): return as_rst(run())
 def launch_parser(): return as_rst(launch())
 def checkpoint_parser(): return as_rst(checkpoint())
 def latency_probe_parser(): return as_rst(latency_probe())
+def trace_parser(): return as_rst(trace())
+def mpi_flavor_parser(): return as_rst(mpi_flavor())
 
 
 # ---------------------------------------------------------------------------- reports
