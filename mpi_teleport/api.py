@@ -259,7 +259,7 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
     spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed,
                    optimizer=rule)
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, k)
-    return train(problem, checked_settings(
+    settings, context = checked_settings(
         problem, spec, nesterov=nesterov, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
@@ -269,7 +269,8 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
                           checkpoint_dir=checkpoint_dir,
                           keep_checkpoints=keep_checkpoints, resume=resume),
         latency=merge_latency(latency, clock, compute_time),
-        elastic=elastic, fail=fail, spares=spares), comm)
+        elastic=elastic, fail=fail, spares=spares)
+    return train(problem, settings, comm, context)
 
 
 def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
@@ -316,7 +317,7 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
     spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed,
                    optimizer=rule)
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
-    return train(problem, checked_settings(
+    settings, context = checked_settings(
         problem, spec, nesterov=nesterov, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
@@ -326,7 +327,8 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
                           checkpoint_dir=checkpoint_dir,
                           keep_checkpoints=keep_checkpoints, resume=resume),
         latency=merge_latency(latency, clock, compute_time),
-        elastic=elastic, fail=fail, spares=spares), comm)
+        elastic=elastic, fail=fail, spares=spares)
+    return train(problem, settings, comm, context)
 
 
 def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
@@ -394,9 +396,10 @@ def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
     lr = step_size(lr, lr_step, problem, nodes)
     spec = RunSpec("search", nodes, None, rounds, within_phase(lr, rounds), momentum, topology,
                    variant, seed, check_select(select))
-    return train(problem, checked_settings(
+    settings, context = checked_settings(
         problem, spec, nesterov=nesterov, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       progress=progress, callback=callback),
         checkpoints=Checkpoints(),
-        latency=merge_latency(latency, clock, compute_time)), comm)
+        latency=merge_latency(latency, clock, compute_time))
+    return train(problem, settings, comm, context)

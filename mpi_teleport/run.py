@@ -23,7 +23,6 @@ from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .runtime.memory import keep_freed_memory
 from . import api
-from .disk.output import RunFiles
 from .problems import make_problem, needs_local_rank
 from .runtime.transport import Transport
 
@@ -59,13 +58,10 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
         raise cli.stopped_in_setup(cfg, algorithm, k, stopped, terminator)
     if k == "auto" and terminator is not None:
         terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
-    root = transport.rank == 0
-    # (elastic: every rank knows the directory, so that the lowest survivor can take over)
-    files = RunFiles(report.out_dir(cfg, algorithm) if root or cfg.elastic else None, writes=root)
-    settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True, files=files,
-                               progress=progress, terminator=terminator, pool=pool,
-                               meeting=meeting)
-    return api.train(problem, settings, transport).summary  # (the root's; None elsewhere)
+    settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True)
+    context = runner.RunContext(terminator=terminator, pool=pool, progress=progress,
+                                meeting=meeting)
+    return api.train(problem, settings, transport, context).summary  # (the root's; None elsewhere)
 
 
 def main(argv=None) -> int:
@@ -113,7 +109,7 @@ def main(argv=None) -> int:
             from .front import spares
 
             summary = spares.serve(cfg, pool, cast(int, local), terminator,  # (set with the pool)
-                                   report.out_dir(cfg, cfg.algorithm), meeting)
+                                   meeting)
             if summary is None:  # released by the nodes (or a signal): this spare ends here
                 _leave(pool.released)
             summaries.append(summary)

@@ -25,8 +25,8 @@ from .runtime.progress import Progress
 PROG = "python -m mpi_teleport.sim"
 
 
-def simulate(cfg, algorithm: str, k, files: RunFiles, progress: Progress | None = None,
-             terminator=None) -> dict:
+def simulate(cfg, algorithm: str, k, files: RunFiles | None = None,
+             progress: Progress | None = None, terminator=None) -> dict:
     """Run Teleportation (k tokens, or 'auto' for Algorithm 2) or Decentralized SGD (k = n,
     fixed placement) of a Config in this process; returns the summary."""
     keep_freed_memory()
@@ -37,9 +37,9 @@ def simulate(cfg, algorithm: str, k, files: RunFiles, progress: Progress | None 
         raise cli.stopped_in_setup(cfg, algorithm, k, stop.signum, terminator) from None
     if k == "auto" and terminator is not None:
         terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
-    settings = cli.settings_of(cfg, algorithm, k, problem, files=files, progress=progress,
-                               terminator=terminator)
-    return api.train(problem, settings).summary  # (one process: the root's summary)
+    settings = cli.settings_of(cfg, algorithm, k, problem)
+    context = runner.RunContext(terminator=terminator, progress=progress, files=files)
+    return api.train(problem, settings, None, context).summary  # (one process: the root's)
 
 
 def main(argv=None) -> int:
@@ -61,8 +61,7 @@ def main(argv=None) -> int:
             summaries = []
             for algorithm, k in report.runs_requested(cfg):
                 progress = cli.progress_for(cfg, algorithm)
-                files = RunFiles(report.out_dir(cfg, algorithm))
-                summaries.append(simulate(cfg, algorithm, k, files, progress, terminator))
+                summaries.append(simulate(cfg, algorithm, k, None, progress, terminator))
             # (comparison.json too is written while the directory is held)
             text = report.finish(cfg, summaries, report.header(cfg, f"simulator, n={cfg.nodes}"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:

@@ -22,9 +22,9 @@ import mpi_teleport.api as api
 from mpi_teleport.runtime.transport import Transport
 calls = []
 real = api.train
-def spy(problem, settings, comm=None):
+def spy(problem, settings, comm=None, context=None):
     calls.append([settings.spec.algorithm, settings.spec.k, isinstance(comm, Transport)])
-    return real(problem, settings, comm)
+    return real(problem, settings, comm, context)
 api.train = spy
 from mpi_teleport.run import main
 status = main(sys.argv[1:])
@@ -37,9 +37,9 @@ def test_the_simulator_command_line_runs_through_train(tmp_path, monkeypatch):
     calls = []
     real = mt.api.train
 
-    def spy(problem, settings, comm=None):
+    def spy(problem, settings, comm=None, context=None):
         calls.append((settings.spec.algorithm, settings.spec.k, comm))
-        return real(problem, settings, comm)
+        return real(problem, settings, comm, context)
 
     monkeypatch.setattr(mt.api, "train", spy)
     assert sim_main(["--nodes", "4", *FLAGS, "--out", str(tmp_path)]) == 0

@@ -1,7 +1,8 @@
 """The Python API's checks and plumbing: every argument of :func:`mpi_teleport.teleportation`,
 :func:`~mpi_teleport.dsgd` and :func:`~mpi_teleport.search_k` checked by the command
 line's rules (:mod:`mpi_teleport.front.settings`), the inputs on disk checked on every
-process (:mod:`mpi_teleport.front.resume`), as one :class:`RunSettings` for :func:`mpi_teleport.train`.
+process (:mod:`mpi_teleport.front.resume`), as one :class:`RunSettings` (and the
+:class:`RunContext` carrying a refusal) for :func:`mpi_teleport.train`.
 
 The public functions (:mod:`mpi_teleport.api`) build a :class:`RunSpec` and the option
 objects (:mod:`mpi_teleport.front.settings`) and call :func:`checked_settings`; nothing here is
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime import collective
-from .runner import RunSettings
+from .runner import RunContext, RunSettings
 from ..core.algorithms import Nesterov
 from .loop_options import momentum_of
 from . import resume as resume_rules
@@ -57,13 +58,13 @@ class _Files:
 
 def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Records,
                      checkpoints: Checkpoints, latency: Latency, elastic: bool = False,
-                     fail=None, spares: int = 0) -> RunSettings:
-    """The :class:`RunSettings` of an API call: every argument checked
+                     fail=None, spares: int = 0) -> tuple[RunSettings, RunContext]:
+    """The :class:`RunSettings` of an API call and its :class:`RunContext`: every argument checked
     (:mod:`mpi_teleport.front.settings`, the command line's rules, spelt as keywords), the
     inputs on disk checked on this process (a resumed checkpoint against these settings
     and file by file, the checkpoint directory free of another run's): a failure of those
-    becomes ``refused``, which :func:`mpi_teleport.train` makes one UsageError on every
-    process, before anything is written."""
+    becomes the context's ``refused``, which :func:`mpi_teleport.train` makes one
+    UsageError on every process, before anything is written."""
     problem = with_defaults(problem)  # (TypeError naming what is missing)
     spec, logging, latency_settings, files, values = _checked(spec, nesterov, comm, out,
                                                               records, checkpoints, latency)
@@ -87,12 +88,13 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
         refused = str(exc)
     except OSError as exc:  # an unreadable directory or file
         refused = f"cannot read the checkpoint or output directory: {exc.strerror or exc}"
-    return RunSettings(spec, logging, latency_settings, plan=plan, out=files.out,
-                       manifest=record, progress=files.progress,
-                       record={**record, **problem.describe()}, hold=tuple(files.held),
-                       refused=refused, callback=records.callback,
-                       elastic=bool(elastic) or bool(failures), failures=failures,
-                       spares=spares)
+    return (RunSettings(spec, logging, latency_settings, plan=plan, out=files.out,
+                        manifest=record, progress=files.progress,
+                        record={**record, **problem.describe()}, hold=tuple(files.held),
+                        callback=records.callback,
+                        elastic=bool(elastic) or bool(failures), failures=failures,
+                        spares=spares),
+            RunContext(refused=refused))
 
 
 def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: Checkpoints,

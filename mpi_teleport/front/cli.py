@@ -8,8 +8,7 @@ import hashlib
 import json
 import math
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -18,10 +17,6 @@ from ..problems import is_factory
 from ..runtime.collective import first_error, ranks_text
 from ..runtime.signals import EXIT_USAGE
 
-if TYPE_CHECKING:
-    from ..checkpoint import CheckpointPlan
-    from ..core.spec import Logging, RunSpec
-    from ..latency.model import LatencySettings
 
 
 class _Parser(argparse.ArgumentParser):
@@ -186,20 +181,6 @@ def manifest_of(cfg, spec) -> dict:
     return recorded_settings(cfg, spec.optimizer)
 
 
-@dataclass
-class RunInputs:
-    """What the engine needs of one run of a Config (``settings_of``; the same for a hot
-    spare that takes a node over mid-run, ``join_config``)."""
-
-    spec: RunSpec
-    logging: Logging
-    latency: LatencySettings
-    plan: CheckpointPlan | None
-    record: dict
-    phases: dict
-    failures: tuple
-
-
 def phase_rounds(cfg, rounds_given: int, n_train) -> dict:
     """How many rounds each phase of ``--k auto`` runs and why (config.json, summary.json);
     ``cfg`` is the Config after --epochs was applied, ``rounds_given`` its --rounds."""
@@ -234,35 +215,6 @@ def with_epochs(cfg, algorithm: str, k, problem):
                        rounds=max(1, math.ceil(cfg.epochs * problem.n_train / (batch * active))))
 
 
-def run_inputs(cfg, algorithm: str, k, problem, mpi: bool) -> RunInputs:
-    """The spec, logging, checkpoint plan and config.json record of one run of ``cfg``."""
-    from . import preflight
-    from ..runtime.elastic import parse_failures
-    from ..problems import describe, factory
-
-    rounds_given = cfg.rounds
-    used = (factory.record(cfg.problem, cfg.problem_settings(), mpi) if is_factory(cfg.problem)
-            else None)
-    cfg = with_epochs(cfg, algorithm, k, problem)  # (a factory's problem: its batch size)
-    with_threads(problem, cfg.threads)
-    spec = run_spec(cfg, algorithm, k, problem)
-    backend = "mpi" if mpi else "sim"
-    k_shown = cfg.nodes if algorithm == "dsgd" else k
-    phases = {}
-    if k == "auto":  # how many rounds each phase runs, and why (--epochs or --rounds)
-        phases = phase_rounds(cfg, rounds_given, getattr(problem, "n_train", None))
-    record = {**manifest_of(cfg, spec), "algorithm": algorithm, "k": k_shown, "backend": backend,
-              **phases, **describe(problem)}
-    if used is not None:  # what the factory received; flags it did not take left out
-        unused = set(used["unused"]) - ({"batch_size"} if cfg.epochs is not None else set())
-        record = {key: value for key, value in record.items() if key not in unused}
-        record["factory_args"] = used["factory_args"]
-    logging, latency = cfg.logging(), cfg.latency_settings()
-    plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None
-    failures = parse_failures(list(cfg.fail or ()), cfg.nodes, cfg.spares)
-    return RunInputs(spec, logging, latency, plan, record, phases, failures)
-
-
 def with_threads(problem, threads) -> None:
     """``--threads N|auto``: the torch intra-op threads a TorchProblem computes with (its
     own default, 1, when not given); refused for a problem that computes without torch."""
@@ -277,40 +229,42 @@ def with_threads(problem, threads) -> None:
     inner.torch_settings = TorchSettings(threads)
 
 
-def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, files=None,
-                progress=None, terminator=None, pool=None, meeting=None):
+def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False):
     """The :class:`~mpi_teleport.front.runner.RunSettings` of one run of a Config (one
-    algorithm of ``compare``; ``k`` 'auto': Algorithm 2), for :func:`mpi_teleport.train`
-    (the simulator and the MPI command line call it as a user's script would). ``mpi``:
-    the MPI runtime's (the record says so); ``pool``: the job's hot spares
-    (``--spares``); ``meeting``: the survivors' (a :class:`runner.Meeting`, elastic under
-    MPI)."""
+    algorithm of ``compare``; ``k`` 'auto': Algorithm 2): its spec (--epochs and the
+    optimizer applied to ``problem``), logging, latency, checkpoint plan and config.json
+    record, for :func:`mpi_teleport.train` (the simulator and the MPI command line call
+    it as a user's script would; a hot spare joining the run too). ``mpi``: the MPI
+    runtime's (the record says so). What the command line holds for the run (its signal
+    handler, hot spares, progress bar, the survivors' meeting) goes in the
+    :class:`~mpi_teleport.front.runner.RunContext`."""
+    from . import preflight
+    from .report import out_dir
     from .runner import RunSettings
+    from ..runtime.elastic import parse_failures
+    from ..problems import describe, factory
 
-    got = run_inputs(cfg, algorithm, k, problem, mpi)
-    return RunSettings(got.spec, got.logging, got.latency, plan=got.plan,
-                       manifest=manifest_of(cfg, got.spec),
-                       record=got.record, progress=progress or False, terminator=terminator,
-                       resume_from=cfg.out, problem_name=cfg.problem, files=files,
-                       summary_extra=got.phases,  # (rounds per phase: also summary.json)
-                       elastic=bool(cfg.elastic or got.failures), failures=got.failures,
-                       spares=cfg.spares, pool=pool, agree_every=cfg.agree_every,
-                       meeting=meeting)
-
-
-def join_config(cfg, algorithm: str, k, problem, pool, reformed, out, terminator=None,
-                meeting=None):
-    """A hot spare that took a node over (``reformed``: what ``pool.reform`` returned):
-    the rest of the run of ``cfg`` as that node; returns the summary. ``meeting``: the
-    survivors' (:class:`runner.Meeting`)."""
-    from . import runner
-
-    got = run_inputs(cfg, algorithm, k, problem, True)
-    r = pool.round  # (the survivors' round, from the message that woke this spare)
-    result = runner.join(problem, got.spec, got.logging, pool, r, reformed, out=out,
-                         plan=got.plan, settings=manifest_of(cfg, got.spec),
-                         terminator=terminator,
-                         resume_from=cfg.out, problem_name=cfg.problem,
-                         summary_extra=got.phases, agree_every=cfg.agree_every,
-                         meeting=meeting)
-    return result.summary
+    given = cfg
+    used = (factory.record(cfg.problem, cfg.problem_settings(), mpi) if is_factory(cfg.problem)
+            else None)
+    cfg = with_epochs(cfg, algorithm, k, problem)  # (a factory's problem: its batch size)
+    with_threads(problem, cfg.threads)
+    spec = run_spec(cfg, algorithm, k, problem)
+    k_shown = cfg.nodes if algorithm == "dsgd" else k
+    phases = {}
+    if k == "auto":  # how many rounds each phase runs, and why (--epochs or --rounds)
+        phases = phase_rounds(cfg, given.rounds, getattr(problem, "n_train", None))
+    record = {**manifest_of(cfg, spec), "algorithm": algorithm, "k": k_shown,
+              "backend": "mpi" if mpi else "sim", **phases, **describe(problem)}
+    if used is not None:  # what the factory received; flags it did not take left out
+        unused = set(used["unused"]) - ({"batch_size"} if cfg.epochs is not None else set())
+        record = {key: value for key, value in record.items() if key not in unused}
+        record["factory_args"] = used["factory_args"]
+    failures = parse_failures(list(cfg.fail or ()), cfg.nodes, cfg.spares)
+    return RunSettings(spec, cfg.logging(), cfg.latency_settings(),
+                       plan=preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None,
+                       out=out_dir(cfg, algorithm), manifest=manifest_of(given, spec),
+                       record=record, resume_from=cfg.out, problem_name=cfg.problem,
+                       summary_extra=phases,  # (rounds per phase: also summary.json)
+                       elastic=bool(cfg.elastic or failures), failures=failures,
+                       spares=cfg.spares, agree_every=cfg.agree_every)

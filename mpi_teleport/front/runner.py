@@ -1,10 +1,12 @@
 """One run of a spec on the back end asked for: the simulator, or one node per MPI rank.
 
 Shared by the Python API (:mod:`mpi_teleport.api`) and the command lines
-(:func:`mpi_teleport.front.cli.settings_of`): it holds the output directories (one lock path for
-both), builds the back end (with the latency layer where asked), and hands the run to
-the engine (:func:`mpi_teleport.runtime.engine.execute`). The inputs arrive validated
-(:mod:`mpi_teleport.front.settings`, :mod:`mpi_teleport.front.resume`).
+(:func:`mpi_teleport.front.cli.settings_of`): it checks what it is handed by the settings
+table's rules and, under MPI, has every rank agree on it first; it holds the output
+directories (one lock path for both), builds the back end (with the latency layer where
+asked), and hands the run to the engine (:func:`mpi_teleport.runtime.engine.execute`).
+:class:`RunSettings` holds values only; what the caller holds while the run runs is its
+:class:`RunContext`.
 """
 from __future__ import annotations
 
@@ -30,25 +32,24 @@ from ..latency.model import LatencySettings
 @dataclass(frozen=True)
 class RunSettings:
     """Every setting of one run, validated, in one frozen object: what
-    :func:`mpi_teleport.train` takes beside the problem and the communicator.
+    :func:`mpi_teleport.train` takes beside the problem and the communicator. It holds
+    values only; what a run holds while it runs (a signal handler, hot spares, a progress
+    bar, the survivors' meeting) is the caller's :class:`RunContext`.
 
     Built alike by the Python API (:func:`mpi_teleport.teleportation`, :func:`~mpi_teleport.dsgd`,
     :func:`~mpi_teleport.search_k`: the keywords, checked by the one validator spelt as
     keywords) and by the command lines (``python -m mpi_teleport.sim`` and ``.run``: flags
-    and TOML, checked by the same validator spelt as flags); the rules live in
-    :mod:`mpi_teleport.front.settings`, so two front ends cannot drift. ``spec``: what
-    runs (algorithm, n, k, rounds, step size, topology, seed); ``logging``: when it is
-    recorded and evaluated; ``latency``: the latency layer; ``plan``: its checkpoints;
-    ``manifest``: the settings a checkpoint keeps and a resume compares; ``record``:
-    config.json; ``hold``: (directory, name) pairs the root locks for the run;
-    ``refused``: this process's one-line reason not to run (its checks of the inputs
-    against the disk failed; every process learns the first one in the same collective
-    as the locks, so all stop together, UsageError). ``elastic``, ``failures``,
-    ``spares``, ``agree_every``: elastic mode (mpi_teleport/DESIGN.md §11).
-    ``terminator``, ``pool``, ``files``, ``progress``, ``meeting``: what the command line
-    attaches (its signal handler, hot spares, output files, progress bar, and where an
-    elastic run that ends in an exception hands over the survivors' communicator, so
-    that they meet once the command line has said why: a :class:`Meeting`)."""
+    and TOML, checked by the same validator spelt as flags); the rules live in the
+    settings table (:mod:`mpi_teleport.front.settings`), so two front ends cannot drift,
+    and :func:`train` checks what it is handed by them. ``spec``: what runs (algorithm,
+    n, k, rounds, step size, optimizer, topology, seed); ``logging``: when it is recorded
+    and evaluated; ``latency``: the latency layer; ``plan``: its checkpoints; ``out``:
+    where config.json, metrics.jsonl and summary.json go; ``manifest``: the settings a
+    checkpoint keeps and a resume compares; ``record``: config.json; ``hold``:
+    (directory, name) pairs the root locks for the run; ``callback``: called with each
+    record; ``progress``: a progress bar on the root's stderr. ``elastic``,
+    ``failures``, ``spares``, ``agree_every``: elastic mode (mpi_teleport/DESIGN.md
+    §11)."""
 
     spec: RunSpec
     logging: Logging = Logging()
@@ -61,41 +62,63 @@ class RunSettings:
     problem_name: str | None = None
     resume_from: Path | str | None = None
     hold: tuple = ()
-    refused: str | None = None
     callback: Callable | None = None
-    progress: bool | Progress = False
+    progress: bool = False
     elastic: bool = False
     failures: tuple = ()
     spares: int = 0
     agree_every: int = 1
+
+
+@dataclass
+class RunContext:
+    """What the caller of :func:`train` holds for one run beside its settings: live
+    handles, never settings. ``terminator``: the command line's signal handler (SIGTERM,
+    SIGUSR1: a checkpoint, then exit 75); ``pool``: the job's hot spares; ``progress``:
+    a progress bar already made (else ``settings.progress`` makes one); ``files``: the
+    run's output files when the caller keeps them (their records in memory; else
+    ``settings.out`` makes them); ``meeting``:
+    where an elastic run that ends in an exception hands over the survivors'
+    communicator, so that they meet once the command line has said why (a
+    :class:`Meeting`); ``refused``: this process's one-line reason not to run (its
+    checks of the inputs against the disk failed; every process learns the first one in
+    the same collective as the locks, so all stop together, UsageError); ``joining``: a
+    hot spare that took a node over, ``(round, reformed)`` (what ``pool.reform``
+    returned): the rest of the run as that node."""
+
     terminator: Any = None
     pool: Any = None
+    progress: Progress | None = None
     files: RunFiles | None = None
     meeting: Meeting | None = None
+    refused: str | None = None
+    joining: tuple | None = None
 
 
-def train(problem: Any, settings: RunSettings, comm: Any = None) -> engine.Result:
+def train(problem: Any, settings: RunSettings, comm: Any = None,
+          context: RunContext | None = None) -> engine.Result:
     """The one run function: ``problem`` trained as ``settings`` say, on the back end
     ``comm`` asks for. ``comm`` None: the simulator, every node in this process; an mpi4py
     communicator: one node per rank, on a duplicate the run frees (an exception on one
     rank during the rounds ends the job); the command line's own
     :class:`~mpi_teleport.runtime.transport.Transport`: used as it is (the command line
-    reports failures itself). The Python API's functions and both command lines run
-    through here (``mpi_teleport.api.train`` is this function)."""
+    reports failures itself). ``context``: what the caller holds for the run
+    (:class:`RunContext`; a hot spare joining the run included). The Python API's
+    functions and both command lines run through here (``mpi_teleport.api.train`` is
+    this function). What it is handed is checked first (one UsageError naming the
+    setting) and, under MPI, agreed by every rank before any other collective."""
     from ..runtime.transport import Transport
 
+    context = context or RunContext()
+    if context.joining is not None:
+        return _join(problem, settings, context)
     transport = comm if isinstance(comm, Transport) else None
     comm = None if transport is not None else comm
     agree_first(settings, transport if transport is not None else comm)
     spec, logging, latency = settings.spec, settings.logging, settings.latency
     out, plan, progress = settings.out, settings.plan, settings.progress
-    terminator, resume_from, problem_name = (settings.terminator, settings.resume_from,
-                                             settings.problem_name)
-    files, config_record, hold = settings.files, settings.record, settings.hold
-    summary_extra, refused, callback = settings.summary_extra, settings.refused, settings.callback
+    terminator, pool, meeting = context.terminator, context.pool, context.meeting
     elastic, failures, spares = settings.elastic, settings.failures, settings.spares
-    pool, agree_every = settings.pool, settings.agree_every
-    manifest, meeting = settings.manifest, settings.meeting
     from ..runtime.metrics import Recorder
     from ..runtime.search import SearchRecorder
 
@@ -113,8 +136,6 @@ def train(problem: Any, settings: RunSettings, comm: Any = None) -> engine.Resul
             transport.comm if transport is not None else comm, pool,
             None if pool is None else pool.node_order())
     elif transport is None and comm is not None:
-        from ..runtime.transport import Transport
-
         # (a plain Transport: its .shrunk is read only when elastic)
         transport = own_transport = Transport.duplicate(comm)  # type: ignore[assignment]
     try:
@@ -122,31 +143,35 @@ def train(problem: Any, settings: RunSettings, comm: Any = None) -> engine.Resul
         # errors pass): the other ranks would otherwise wait for that rank for ever.
         with collective.guard(own_transport):
             root = transport is None or transport.rank == 0
-            release = hold_agreed(hold, transport, root, refused)
-            # nodes vs ranks, the Problem contract at x0, the same problem and settings on
-            # every rank: agreed (one allgather); a step-size function checked every round
+            release = hold_agreed(settings.hold, transport, root, context.refused)
+            # nodes vs ranks, the Problem contract at x0, the same problem on every rank:
+            # agreed (one allgather); a step-size function checked every round
             spec = collective.check_start(problem, spec, logging, latency, plan, transport)
             share_cores(problem, transport)
-            if files is None:
-                files = RunFiles(out if root or elastic else None, writes=root)
-            elif elastic and not root:
-                files.writes = False
-            if config_record is not None:
-                files.config(config_record)
-            bar = progress if isinstance(progress, Progress) else Progress(spec.algorithm, bool(progress) and root)
+            # (elastic: every rank knows the directory, so that the lowest survivor can
+            # take over the writing)
+            files = context.files or RunFiles(out if root or elastic else None, writes=root)
+            if elastic and not root:
+                files.writes = False  # (the caller's: it writes once it is the lowest survivor)
+            if settings.record is not None:
+                files.config(settings.record)
+            bar = (context.progress if context.progress is not None
+                   else Progress(spec.algorithm, bool(progress) and root))
             bar.total = max(1, spec.total_rounds)
             recorder_cls = SearchRecorder if spec.algorithm == "search" else Recorder
-            recorder = recorder_cls(spec, logging, problem, files, bar if root else None, problem_name)
+            recorder = recorder_cls(spec, logging, problem, files, bar if root else None,
+                                    settings.problem_name)
             backend = _backend(problem, spec, latency, transport, elastic, failures, spares,
-                               agree_every)
+                               settings.agree_every)
             # Overflow to inf/NaN is the run's to report (one line at the next logging
             # round), not numpy's: no RuntimeWarning ahead of that line.
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 try:
                     result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
-                                            settings=manifest, terminator=terminator,
-                                            resume_from=resume_from, summary_extra=summary_extra,
-                                            callback=callback)
+                                            settings=settings.manifest, terminator=terminator,
+                                            resume_from=settings.resume_from,
+                                            summary_extra=settings.summary_extra,
+                                            callback=settings.callback)
                 except TooFewSurvivors as exc:  # (every survivor at the same round)
                     if meeting is not None:  # (they meet after the root's line)
                         meeting.hold(own_transport)
@@ -169,34 +194,38 @@ def train(problem: Any, settings: RunSettings, comm: Any = None) -> engine.Resul
             own_transport.free()  # (after a loss and an error: left alone, the job aborts)
 
 
-def join(problem, spec: RunSpec, logging: Logging, pool, r: int, reformed, *,
-         out: Path | None = None, plan: CheckpointPlan | None = None,
-         settings: dict | None = None, terminator=None, resume_from=None,
-         problem_name: str | None = None, summary_extra: dict | None = None,
-         agree_every: int = 1, meeting: Meeting | None = None) -> engine.Result:
-    """A hot spare that took a node over at round r (``reformed``: what ``pool.reform``
-    returned: the dead, {node: spare}, the nodes' communicator and order): the rest of the
-    run as that node (:func:`engine.execute` entered at round r, ``joining``). The job then
-    ends as after any loss (the survivors meet; after an exception, through ``meeting``)."""
+def _join(problem, settings: RunSettings, context: RunContext) -> engine.Result:
+    """A hot spare that took a node over at round r (``context.joining``: r and what
+    ``pool.reform`` returned: the dead, {node: spare}, the nodes' communicator and order):
+    the rest of the run as that node (:func:`engine.execute` entered at round r,
+    ``joining``). The job then ends as after any loss (the survivors meet; after an
+    exception, through ``context.meeting``). Its settings were agreed when the job
+    started; the survivors' round and tokens come with the reformed communicator."""
     from ..runtime.backends.elastic import ElasticBackend
     from ..runtime.metrics import Recorder
     from ..runtime.transport import ElasticTransport
 
+    check_handed(settings)
+    pool, meeting = context.pool, context.meeting
+    r, reformed = context.joining  # type: ignore[misc]
     problem = with_defaults(problem)
     if pool.host_nodes:  # (threads="auto": the share its neighbours on this host took)
         share_cores(problem, None, max(1, pool.host_nodes))
     _, replaced, comm, living = reformed
     transport = ElasticTransport(comm, pool, living, joined=True)
     transport.shrunk, transport.replaced = True, dict(replaced)
-    files = RunFiles(out, writes=False)  # (it writes once it is the lowest survivor)
-    recorder = Recorder(spec, logging, problem, files, None, problem_name)
-    backend = ElasticBackend(problem, spec, transport, agree_every=agree_every)
+    files = RunFiles(settings.out, writes=False)  # (it writes once it is the lowest survivor)
+    recorder = Recorder(settings.spec, settings.logging, problem, files, None,
+                        settings.problem_name)
+    backend = ElasticBackend(problem, settings.spec, transport,
+                             agree_every=settings.agree_every)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         try:
-            result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
-                                    settings=settings, terminator=terminator,
-                                    resume_from=resume_from, summary_extra=summary_extra,
-                                    joining=r)
+            result = engine.execute(problem, settings.spec, settings.logging, backend, recorder,
+                                    plan=settings.plan, settings=settings.manifest,
+                                    terminator=context.terminator,
+                                    resume_from=settings.resume_from,
+                                    summary_extra=settings.summary_extra, joining=r)
         except TooFewSurvivors as exc:
             if meeting is not None:
                 meeting.hold(transport)
@@ -307,8 +336,8 @@ def share_cores(problem, transport, ranks_on_host: int | None = None) -> None:
 class Meeting:
     """Elastic, after ranks died: the survivors meet (a barrier) before any leaves, and
     only once the line saying why is out (the MPI command line then ends with os._exit:
-    MPI_Finalize may wait on the dead). When a run ends in an exception, :func:`train` or
-    :func:`join` hands the communicator to meet on to the caller's meeting
+    MPI_Finalize may wait on the dead). When a run ends in an exception, :func:`train`
+    (a hot spare's joining run too) hands the communicator to meet on to the caller's meeting
     (:meth:`hold`) instead of freeing it; the caller, having printed its line, calls
     :meth:`meet`. An explicit hand-over: nothing is attached to the exception."""
 

@@ -21,7 +21,7 @@ from pathlib import Path
 SPARE_LOG = "MPI_TELEPORT_SPARE_LOG"  # a directory: each spare writes spare-<id>.json there
 
 
-def serve(cfg, pool, local_rank: int, terminator, out, meeting=None) -> dict | None:
+def serve(cfg, pool, local_rank: int, terminator, meeting=None) -> dict | None:
     """Wait as a spare. Returns the run's summary once this process took a node over and
     the run ended, or None when the nodes released it (``pool.released``: their exit
     status). A signal (SIGTERM, SIGUSR1: the job's end) does not end the wait: the nodes
@@ -31,6 +31,7 @@ def serve(cfg, pool, local_rank: int, terminator, out, meeting=None) -> dict | N
     communicator (:class:`~mpi_teleport.front.runner.Meeting`)."""
     from . import cli
     from . import report
+    from .runner import RunContext, train
     from ..runtime.backends.elastic import _test_hook
     from ..problems import make_problem
     _test_hook(pool.me, 0, "start")  # (tests: a spare that dies while it waits)
@@ -42,7 +43,12 @@ def serve(cfg, pool, local_rank: int, terminator, out, meeting=None) -> dict | N
         return None
     (algorithm, k), = report.runs_requested(cfg)  # (elastic mode runs one algorithm)
     problem = make_problem(cfg.problem_settings(), local_rank, local_nodes=[pool.node])  # the dead node's data
-    return cli.join_config(cfg, algorithm, k, problem, pool, value, out, terminator, meeting)
+    settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True)
+    # (the run goes on as that node, from the survivors' round, on the reformed
+    # communicator: the message that woke this spare said which)
+    joining = RunContext(terminator=terminator, pool=pool, meeting=meeting,
+                         joining=(pool.round, value))
+    return train(problem, settings, None, joining).summary
 
 
 def _cpu_s() -> float:
