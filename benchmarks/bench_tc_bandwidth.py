@@ -490,6 +490,8 @@ def launch_on_bed(python: str, ranks: int, argv: list[str], timeout: float,
                          hosts=",".join(f"{h}:{per_host}" for h in HOSTS), rsh_agent=AGENT, env=env)
     if flavor.name == "openmpi":
         cmd[1:1] = ["--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+    # (a trace's CPU times, bench_tc_trace --run: to the other host's ranks too)
+    cmd[1:1] = flavor.export_env_flags([n for n in ("MPI_TELEPORT_TRACE_CPU",) if n in env])
     proc = subprocess.run([*BED, "exec", HOSTS[0], *cmd], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:

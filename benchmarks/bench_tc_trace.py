@@ -18,9 +18,10 @@ message's bytes over the rate) and each crossing message's span, and the run's C
 shaper).
 
 ``--run IMPL`` traces a real run instead: ``mpi_teleport.run`` with the same case (no
-latency layer: Algorithm 3's compiled rounds), under Open MPI or MPICH, with every rank's
-local step, weighted sum and waits stamped (:data:`RUN_PRELUDE` wraps them; the numbers
-are the run's own), and prints how long the steps took against their median (where the
+latency layer: Algorithm 3's compiled rounds), under Open MPI or MPICH, with the run's own
+timeline (``MPI_TELEPORT_TRACE``, mpi_teleport.trace; each span's CPU time with
+``MPI_TELEPORT_TRACE_CPU=1``: every rank's local step, weighted sum and waits, the numbers
+the run's own), and prints how long the steps took against their median (where the
 bed's 4 ranks share 2 cores, a step of 1 ms can take 10) and how long each direction of
 the link carried messages; writes bench_tc_trace_run[_T].json and .png (every rank's
 waits, draws ahead, steps and sums against time). Per run it also says how much of the
@@ -48,40 +49,27 @@ import bench_tc_bandwidth as bed  # noqa: E402  (the bed, its rates, the plan, T
 CONFIG, FIRST, LAST = "teleportation-4-k2", 5, 20
 
 
-# Runs mpi_teleport.run (argv as given) with every rank stamping, on the monotonic clock,
-# each Algorithm 3 round (compiled path), its local step, weighted sum, the waits and the
-# draws meanwhile: (what, round, rank, start, end, CPU seconds of the rank's thread in
-# between: less than end - start when the rank waited for a core), written at exit to
-# DIR/RANK.json (DIR written into the code: an MPI launcher forwards few variables to
-# another host's ranks). It wraps the functions; it changes no number.
-RUN_PRELUDE = r"""
-import atexit, json, os, runpy, time
-from mpi_teleport.runtime.backends import compiled
-stamps, where = [], {"t": -1, "rank": -1}
-def timed(f, what):
-    def wrapper(*args, **kwargs):
-        start, cpu = time.monotonic(), time.thread_time()
-        try:
-            return f(*args, **kwargs)
-        finally:
-            stamps.append((what, where["t"], where["rank"], start, time.monotonic(),
-                           time.thread_time() - cpu))
-    return wrapper
-# the step with its sends started, the sum with the waits for its blocks (pipelined)
-compiled.CompiledRounds._step = timed(compiled.CompiledRounds._step, "step")
-compiled.CompiledRounds._sum = timed(compiled.CompiledRounds._sum, "sum")
-round_of = timed(compiled.CompiledRounds.overlap, "round")
-def overlap(self, t, record):
-    if where["rank"] < 0:
-        tr = self.transport
-        tr.wait_all, tr.meanwhile = timed(tr.wait_all, "wait"), timed(tr.meanwhile, "meanwhile")
-    where["t"], where["rank"] = t, self.rank
-    return round_of(self, t, record)
-compiled.CompiledRounds.overlap = overlap
-atexit.register(lambda: stamps and json.dump(stamps, open(
-    os.path.join(@TRACE_DIR@, f"{where['rank']}.json"), "w")))
-runpy.run_module("mpi_teleport.run", run_name="__main__")
-"""
+# A traced run's spans (mpi_teleport.trace: MPI_TELEPORT_TRACE, with each span's CPU time,
+# MPI_TELEPORT_TRACE_CPU=1) as this script's stamps: (what, round, rank, start, end, CPU
+# seconds of the rank's thread in between: less than end - start when the rank waited for a
+# core). The run's own timeline: the trace changes no number.
+KINDS_OF_STAMPS = {"round": "round", "step": "step", "sum": "sum", "wait": "wait",
+                   "prepare": "meanwhile"}
+
+
+def stamps_of_trace(data: dict) -> list[tuple]:
+    """The stamps of a trace file's spans (a loaded mpi_teleport.trace file), in seconds on
+    the trace's aligned clock: rounds, steps, sums, waits (those inside a pipelined sum
+    too) and the draws done while waiting (``meanwhile``: the trace's ``prepare``)."""
+    out = []
+    for e in data["traceEvents"]:
+        what = KINDS_OF_STAMPS.get(e.get("name")) if e.get("ph") == "X" else None
+        if what is None:
+            continue
+        start = e["ts"] / 1e6
+        out.append((what, e["args"]["round"], e["pid"], start, start + e["dur"] / 1e6,
+                    e["args"].get("cpu_us", 0.0) / 1e6))
+    return out
 
 
 def run_steps(stamps: list, first: int, last: int) -> dict:
@@ -157,24 +145,34 @@ def links_busy(stamps: list, plan: list, first: int, last: int, per_host: int = 
 
 def trace_run(impl: str, mbit: float, dim: int, rounds: int = 40, extra: tuple = (),
               first: int | None = None) -> dict:
-    """:data:`RUN_PRELUDE` on the bed: Teleportation (k = 2 over 4 ranks), ``rounds``
-    rounds, under ``impl``, with ``extra`` flags; the steps of rounds ``first`` (default
-    rounds/2) .. rounds - 1 against the bound. It records at the end only: a record's
-    loss needs the nodes' models, whose reduction crosses the link inside the rounds'
-    span here (the records' time_s leaves it out)."""
+    """A traced run on the bed (``--trace``'s spans with their CPU time, read back by
+    :func:`stamps_of_trace`): Teleportation (k = 2 over 4 ranks), ``rounds`` rounds, under
+    ``impl``, with ``extra`` flags; the steps of rounds ``first`` (default rounds/2) ..
+    rounds - 1 against the bound. It records at the end only: a record's loss needs the
+    nodes' models, whose reduction crosses the link inside the rounds' span here (the
+    records' time_s leaves it out)."""
     import tempfile
+
+    from mpi_teleport.trace.chrome import load
 
     python = dict(bed.implementations())[impl]
     with tempfile.TemporaryDirectory(prefix="bench-tc-trace-") as tmp:
         bed.set_rate(mbit)
+        saved = {name: os.environ.get(name) for name in ("MPI_TELEPORT_TRACE", "MPI_TELEPORT_TRACE_CPU")}
+        # (the launcher forwards both to the bed's other host)
+        os.environ.update(MPI_TELEPORT_TRACE=f"{tmp}/trace.json", MPI_TELEPORT_TRACE_CPU="1")
         try:
-            prelude = RUN_PRELUDE.replace("@TRACE_DIR@", repr(tmp))
-            bed.launch_on_bed(python, 4, ["-c", prelude, *bed.CONFIGS[CONFIG][1], "--nodes", "4", "--dim", str(dim),
-                                          "--rounds", str(rounds), "--log-every", str(rounds), "--progress", "off",
-                                          "--out", tmp + "/run", *extra], timeout=600)
+            bed.launch_on_bed(python, 4, ["-m", "mpi_teleport.run", *bed.CONFIGS[CONFIG][1], "--nodes", "4",
+                                          "--dim", str(dim), "--rounds", str(rounds), "--log-every", str(rounds),
+                                          "--progress", "off", "--out", tmp + "/run", *extra], timeout=600)
         finally:
             bed.set_rate(None)
-        stamps = [s for f in sorted(Path(tmp).glob("*.json")) for s in json.loads(f.read_text())]
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        stamps = stamps_of_trace(load(f"{tmp}/trace.json"))
     if sorted({s[2] for s in stamps}) != [0, 1, 2, 3]:
         raise RuntimeError(f"{impl}: stamps of ranks {sorted({s[2] for s in stamps})} only, not of all 4")
     first, last = (rounds // 2 if first is None else first), rounds

@@ -234,13 +234,16 @@ def test_a_killed_simulator_keeps_the_trace_of_its_last_checkpoint(tmp_path):
 
 
 # ------------------------------------------------------------------- MPI
-def _mpi(tmp_path, name, trace: bool, extra=(), timeout=240):
+def _mpi(tmp_path, name, trace: bool, extra=(), timeout=240, cpu=False):
     from conftest import run_mpi
 
     env = dict(os.environ)
     env.pop(tracing.TRACE_ENV, None)
+    env.pop(tracing.CPU_ENV, None)
     if trace:
         env[tracing.TRACE_ENV] = str(tmp_path / f"{name}.json")
+    if cpu:
+        env[tracing.CPU_ENV] = "1"
     args = ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "2",
             "--rounds", "12", "--log-every", "4", "--dim", "6", "--momentum", "0.5",
             "--seed", "4", "--progress", "off", "--out", str(tmp_path / name), *extra]
@@ -250,11 +253,11 @@ def _mpi(tmp_path, name, trace: bool, extra=(), timeout=240):
 
 
 def test_a_4_rank_mpi_trace_is_valid_and_leaves_the_records_alone(tmp_path):
-    """Compiled rounds (the default) with a checkpoint midway, and the round executor
-    (under the latency layer): every rank, every round, records bit for bit those of the
-    run untraced."""
+    """Compiled rounds (the default) with a checkpoint midway and CPU times, and the round
+    executor (under the latency layer): every rank, every round, records bit for bit
+    those of the run untraced."""
     _mpi(tmp_path, "plain", trace=False)
-    _mpi(tmp_path, "traced", trace=True, extra=["--checkpoint-every", "6"])
+    _mpi(tmp_path, "traced", trace=True, extra=["--checkpoint-every", "6"], cpu=True)
     _mpi(tmp_path, "layer", trace=True, extra=["--latency", "const:50", "--clock", "virtual",
                                                 "--compute-time", "20"])
     plain = without_time(read_jsonl(tmp_path / "plain" / "metrics.jsonl"))
@@ -274,6 +277,7 @@ def test_a_4_rank_mpi_trace_is_valid_and_leaves_the_records_alone(tmp_path):
                           if e["pid"] == rank and e["name"] == "round") == list(range(12))
     names = {e["name"] for e in chrome.load(tmp_path / "traced.json")["traceEvents"]}
     assert "checkpoint" in names
+    check_bench_stamps(chrome.load(tmp_path / "traced.json"))  # (with CPU times)
     text = summary.report(summary.read(chrome.load(tmp_path / "traced.json")))
     assert text.startswith("4 ranks, 12 rounds recorded") and "waited most" in text
     assert not (tmp_path / "traced.json.parts").exists()
@@ -323,3 +327,38 @@ def test_an_elastic_simulation_traces_its_agreements_and_its_recovery(tmp_path, 
     rounds = [e["args"]["round"] for e in spans if e["name"] == "round"]
     assert sorted(set(rounds)) == list(range(12))
     assert rounds.count(7) == 2 * rounds.count(6)  # (k holders each time: done, then redone)
+
+
+def test_cpu_spans_record_the_threads_cpu_time():
+    s = sp.make_spans(5, 1, 5, cpu=True)
+    assert isinstance(s, sp.CpuSpans)
+    s.at(0)
+    a = s.begin(sp.STEP)
+    b = s.begin(sp.GRADIENT)
+    sum(i * i for i in range(20000))  # (some CPU)
+    s.end(sp.GRADIENT, b)
+    s.end(sp.STEP, a)
+    rows = s.recorded()
+    assert rows["kind"].tolist() == [sp.GRADIENT, sp.STEP]
+    assert (rows["cpu"] > 0).all() and rows["cpu"][1] >= rows["cpu"][0]
+    with pytest.raises(mt.UsageError, match=tracing.CPU_ENV):
+        tracing.cpu_from_env({tracing.CPU_ENV: "yes"})
+    assert tracing.cpu_from_env({tracing.CPU_ENV: "1"}) and not tracing.cpu_from_env({})
+
+
+def check_bench_stamps(data: dict) -> None:
+    """bench_tc_trace reads a trace with CPU times as its stamps (what its analyses take)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_tc_trace
+
+    steps = [e for e in data["traceEvents"] if e["ph"] == "X" and e["name"] == "step"]
+    assert steps and all(e["args"]["cpu_us"] >= 0 for e in steps)
+    stamps = bench_tc_trace.stamps_of_trace(data)
+    assert {"round", "step", "sum", "wait", "meanwhile"} <= {s[0] for s in stamps}
+    step = next(s for s in stamps if s[0] == "step")
+    assert step[1:3] == (steps[0]["args"]["round"], steps[0]["pid"])
+    assert step[3:] == pytest.approx((steps[0]["ts"] / 1e6, (steps[0]["ts"] + steps[0]["dur"]) / 1e6,
+                                      steps[0]["args"]["cpu_us"] / 1e6), abs=1e-12)
+    got = bench_tc_trace.run_steps(stamps, 2, 11)
+    assert got["step_median_s"] >= 0 and got["s_per_round"] > 0
+    assert bench_tc_trace.cores_used(stamps, 2, 11)["rounds"] > 0

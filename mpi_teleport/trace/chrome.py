@@ -36,8 +36,9 @@ def events(parts: list[tuple[dict, np.ndarray]]) -> tuple[list[dict], dict]:
             continue
         starts = np.round((spans["start"] - zero) * 1e6, 3)
         ends = np.round((spans["end"] - zero) * 1e6, 3)
-        for i, row in enumerate(spans.tolist()):
-            kind, _, _, rnd, node, token, peer = row
+        cpu = spans["cpu"] if "cpu" in (spans.dtype.names or ()) else np.full(len(spans), np.nan)
+        for i, row in enumerate(spans[["kind", "round", "node", "token", "peer"]].tolist()):
+            kind, rnd, node, token, peer = row
             pid = node if by_node else rank
             if pid not in pids:
                 pids[pid] = f"node {pid}" if by_node else f"rank {pid}"
@@ -45,6 +46,8 @@ def events(parts: list[tuple[dict, np.ndarray]]) -> tuple[list[dict], dict]:
             args = {"round": rnd, "node": node, "token": token}
             if peer >= 0:
                 args["peer"] = peer
+            if cpu[i] == cpu[i]:  # (measured: $MPI_TELEPORT_TRACE_CPU)
+                args["cpu_us"] = round(float(cpu[i]) * 1e6, 3)
             ts = float(starts[i])
             out.append({"name": name, "cat": category(name), "ph": "X", "ts": ts,
                         "dur": max(0.0, round(float(ends[i]) - ts, 3)), "pid": pid, "tid": 0,

@@ -60,7 +60,8 @@ def category(name: str) -> str:
 
 
 SPAN = np.dtype([("kind", "u1"), ("start", "f8"), ("end", "f8"), ("round", "i8"),
-                 ("node", "i4"), ("token", "i4"), ("peer", "i4")])
+                 ("node", "i4"), ("token", "i4"), ("peer", "i4"), ("cpu", "f8")])
+NAN = float("nan")  # (the cpu column where the thread's CPU time is not measured)
 
 # What a round records at most, for the buffer's size: round, plan, post, step, gradient,
 # send, prepare, wait, sum, handover, and a few waits of a pipelined sum.
@@ -119,15 +120,17 @@ class Spans:
         self.add(kind, start, self.clock(), peer)
 
     def add(self, kind: int, start: float, end: float, peer: int = -1,
-            round: int | None = None, node: int | None = None, token: int | None = None) -> None:
-        """A span with its times given (and, where given, its round, node and token)."""
+            round: int | None = None, node: int | None = None, token: int | None = None,
+            cpu: float = NAN) -> None:
+        """A span with its times given (and, where given, its round, node and token, and
+        the CPU seconds the thread spent in it)."""
         i = self.n
         if i >= len(self.buf):
             self.dropped += 1
             return
         self.buf[i] = (kind, start, end, self.round if round is None else round,
                        self.node if node is None else node,
-                       self.token if token is None else token, peer)
+                       self.token if token is None else token, peer, cpu)
         self.n = i + 1
 
     def recorded(self) -> np.ndarray:
@@ -149,6 +152,25 @@ class NvtxSpans(Spans):
     def end(self, kind: int, start: float, peer: int = -1) -> None:
         self.add(kind, start, self.clock(), peer)
         self._pop()
+
+
+class CpuSpans(Spans):
+    """Spans that also record the CPU time the thread spent in each (``time.thread_time``:
+    less than the span where the process waited for a core), for studies of an
+    oversubscribed machine (``$MPI_TELEPORT_TRACE_CPU``). Spans of one kind never nest in
+    each other, so one start per kind suffices."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._cpu0 = [0.0] * len(KINDS)
+        self._thread = time.thread_time
+
+    def begin(self, kind: int) -> float:
+        self._cpu0[kind] = self._thread()
+        return self.clock()
+
+    def end(self, kind: int, start: float, peer: int = -1) -> None:
+        self.add(kind, start, self.clock(), peer, cpu=self._thread() - self._cpu0[kind])
 
 
 def nvtx_module(modules=None):
@@ -175,11 +197,14 @@ def capacity_for(rounds: int, every: int, total_rounds: int) -> int:
 
 
 def make_spans(rounds: int, every: int, total_rounds: int, node: int = 0, first: int = 0,
-               nvtx="auto") -> Spans:
-    """A span buffer for a run of ``total_rounds``: NVTX ranges too where torch uses CUDA
-    (``nvtx``: "auto", or a module, or None)."""
-    module = nvtx_module() if nvtx == "auto" else nvtx
+               nvtx="auto", cpu: bool = False) -> Spans:
+    """A span buffer for a run of ``total_rounds``: with ``cpu`` each span's CPU time too
+    (:class:`CpuSpans`), else NVTX ranges too where torch uses CUDA (``nvtx``: "auto", or a
+    module, or None)."""
     cap = capacity_for(rounds, every, total_rounds)
+    if cpu:
+        return CpuSpans(cap, node, rounds, every, first)
+    module = nvtx_module() if nvtx == "auto" else nvtx
     if module is not None:
         return NvtxSpans(module, cap, node, rounds, every, first)
     return Spans(cap, node, rounds, every, first)

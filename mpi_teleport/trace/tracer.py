@@ -35,6 +35,7 @@ from . import spans as sp
 TRACE_ENV = "MPI_TELEPORT_TRACE"  # a trace of every run of this process, to this path
 ROUNDS_ENV = "MPI_TELEPORT_TRACE_ROUNDS"  # rounds recorded at most (default ROUNDS)
 EVERY_ENV = "MPI_TELEPORT_TRACE_EVERY"  # one round in this many recorded (default 1)
+CPU_ENV = "MPI_TELEPORT_TRACE_CPU"  # 1: each span's CPU time too (thread_time)
 ROUNDS = 1000
 SAME_CLOCK_S = 0.5  # offsets below this: one host's clock (see above)
 _written: set = set()  # trace files written by runs of this process (see start())
@@ -55,6 +56,14 @@ def limits_from_env(environ=None) -> tuple[int, int]:
     """(rounds recorded at most, one round in ``every``): ``MPI_TELEPORT_TRACE_ROUNDS``
     (default 1000) and ``MPI_TELEPORT_TRACE_EVERY`` (default 1)."""
     return (_count_from_env(ROUNDS_ENV, ROUNDS, environ), _count_from_env(EVERY_ENV, 1, environ))
+
+
+def cpu_from_env(environ=None) -> bool:
+    """``MPI_TELEPORT_TRACE_CPU``: 1 records each span's CPU time too (0 or unset: not)."""
+    text = (os.environ if environ is None else environ).get(CPU_ENV, "").strip()
+    if text not in ("", "0", "1"):
+        raise UsageError(f"{CPU_ENV}={text!r}: give 1 (record each span's CPU time) or 0")
+    return text == "1"
 
 
 def path_from_env(environ=None) -> Path | None:
@@ -185,7 +194,8 @@ def start(path, backend, total_rounds: int, first: int = 0, joining: bool = Fals
     aligned here). Its limits come from ``MPI_TELEPORT_TRACE_ROUNDS`` and
     ``MPI_TELEPORT_TRACE_EVERY``."""
     rounds, every = limits_from_env(environ)
-    spans = sp.make_spans(rounds, every, total_rounds - first, first=first)
+    spans = sp.make_spans(rounds, every, total_rounds - first, first=first,
+                          cpu=cpu_from_env(environ))
     tracer = Tracer(run_path(Path(path), algorithm), spans, backend_name=backend.name,
                     total_rounds=total_rounds)
     backend.trace(tracer)
