@@ -12,7 +12,8 @@ permission to run as root, and, on this machine alone, ``--mca btl ^ofi`` (its l
 transport's probe costs every rank about a second at start-up, and ranks on one machine
 never use it); Hydra (MPICH, Intel MPI) needs none of these. It prints the command and
 runs ``python -m mpi_teleport.run`` under it, or a user's script (a ``.py`` file, or
-``-m module``) with the arguments that follow it, under this Python. On a cluster, call
+``-m module``) with the arguments that follow it, under this Python. With ``--config
+FILE`` it reads the file as the run does (elastic = true there adds ULFM). On a cluster, call
 your site's ``mpirun``/``srun`` directly instead (jobs/README.md).
 """
 from __future__ import annotations
@@ -64,10 +65,12 @@ def ranks_per_host(n: int, hosts: str | None) -> int:
 
 def mpirun_command(n: int, argv: list[str], mpirun: str | None = None,
                    flavor: Flavor | None = None, hosts: str | None = None,
-                   rsh_agent: str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
+                   rsh_agent: str | None = None, env: Mapping[str, str] | None = None,
+                   elastic: bool | None = None) -> list[str]:
     """mpirun -n N [what this implementation needs for N ranks here] <argv>; with `hosts`
     ("host:slots,..."), ranks go there, started through `rsh_agent` (default: ssh), and the
-    variables of FORWARDED_ENV set in `env` (default os.environ) go with them."""
+    variables of FORWARDED_ENV set in `env` (default os.environ) go with them. `elastic`:
+    whether the run is elastic (:func:`run_is_elastic`; None: --elastic among argv)."""
     launcher = mpirun or find_mpirun()
     flavor = flavor or flavor_of_launcher(launcher)
     cmd = [launcher, "-n", str(n)]
@@ -77,8 +80,27 @@ def mpirun_command(n: int, argv: list[str], mpirun: str | None = None,
         cmd += flavor.export_env_flags([name for name in FORWARDED_ENV if name in env])
     else:
         cmd += flavor.one_machine_flags(env)  # (Open MPI: no libfabric probe, 1 s a start)
-    cmd += flavor.fault_tolerance_flags(argv)  # (--elastic: ULFM)
+    cmd += flavor.fault_tolerance_flags(argv, elastic)  # (elastic: ULFM)
     return cmd + flavor.oversubscribe_flags(ranks_per_host(n, hosts), os.cpu_count() or 1) + argv
+
+
+def run_is_elastic(run_args: list[str]) -> bool:
+    """Whether ``python -m mpi_teleport.run RUN_ARGS`` runs elastic, read as the run reads
+    it: its own parser and its own TOML reader (``--config FILE`` with ``elastic = true``
+    counts; a flag overrides the file). Where the run will refuse its arguments, only
+    ``--elastic`` among them counts: the run then says what is wrong, in one line."""
+    if "-h" in run_args or "--help" in run_args:
+        return False  # (the run prints its help)
+    from .front.cli import build_parser
+    from .front.settings import UsageError, from_toml
+
+    try:
+        given = vars(build_parser("python -m mpi_teleport.run", "").parse_args(run_args))
+        if "elastic" in given:
+            return bool(given["elastic"])
+        return "config" in given and bool(from_toml(given["config"]).get("elastic"))
+    except UsageError:
+        return "--elastic" in run_args
 
 
 def split_program(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -98,6 +120,29 @@ def split_program(argv: list[str]) -> tuple[list[str], list[str] | None]:
             return argv[:i], argv[i:]
         i += 2 if arg in OWN_VALUED else 1
     return argv, None
+
+
+def module_exists(name: str) -> bool:
+    """Whether ``python -m NAME``, started in this folder, finds module NAME, found without
+    importing anything (the top-level name through the import system's finders, each name
+    below it in its package's folders): a missing module is one line here, not a traceback
+    on every rank."""
+    import importlib.machinery
+    import importlib.util
+
+    parts = name.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return False
+    try:
+        spec = (importlib.machinery.PathFinder.find_spec(parts[0], [os.getcwd(), *sys.path])
+                or importlib.util.find_spec(parts[0]))
+    except (ImportError, ValueError):
+        return False
+    for part in parts[1:]:
+        if spec is None or not spec.submodule_search_locations:
+            return False
+        spec = importlib.machinery.PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    return spec is not None
 
 
 # The launcher's options that take a value (their value is never the program).
@@ -135,6 +180,10 @@ def main(argv=None) -> int:
     if program is not None and program[0] != "-m" and not os.path.isfile(program[0]):
         print(f"{parser.prog}: error: {program[0]}: no such file", file=sys.stderr)
         return 2
+    if program is not None and program[0] == "-m" and not module_exists(program[1]):
+        print(f"{parser.prog}: error: -m {program[1]}: no such module (on this Python's path "
+              "or in the current folder)", file=sys.stderr)
+        return 2
     try:
         launcher = args.mpirun or find_mpirun()
     except FileNotFoundError as exc:
@@ -148,8 +197,8 @@ def main(argv=None) -> int:
         return 2
     flavor = flavor_of_launcher(launcher)
     target = program if program is not None else ["-m", "mpi_teleport.run", *run_args]
-    cmd = mpirun_command(args.ranks, [sys.executable, *target],
-                         launcher, flavor, hosts=args.hosts, rsh_agent=args.rsh)
+    cmd = mpirun_command(args.ranks, [sys.executable, *target], launcher, flavor, hosts=args.hosts,
+                         rsh_agent=args.rsh, elastic=None if program is not None else run_is_elastic(run_args))
     print(f"+ {' '.join(cmd)}    ({flavor.name})", file=sys.stderr, flush=True)
     return run_filtered(cmd, mpi_env(flavor=flavor), flavor.exit_noise)
 

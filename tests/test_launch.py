@@ -211,3 +211,61 @@ def test_the_launcher_keeps_open_mpis_teardown_lines_out_of_a_refusal(tmp_path):
     lines = proc.stderr.splitlines()
     assert lines[0].startswith("+ ") and lines[0].endswith("(openmpi)")
     assert lines[1:] == ["prog: error: the problem's dim differs between ranks"]
+
+
+FAKE_OPENMPI_OK = """#!/bin/sh
+if [ "$1" = --version ]; then echo "mpirun (Open MPI) 5.0.11"; exit 0; fi
+exit 0
+"""
+
+
+def shown_command(tmp_path, *args) -> tuple[int, str, str]:
+    """The launcher's `+ ...` line for these arguments, run through a fake Open MPI."""
+    import os
+    import sys
+
+    fake = tmp_path / "mpirun"
+    fake.write_text(FAKE_OPENMPI_OK)
+    fake.chmod(0o755)
+    proc = subprocess.run([sys.executable, "-m", "mpi_teleport.launch", "-n", "4", "--mpirun", str(fake), *args],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(launch.Path(launch.__file__).parents[1])})
+    shown = [line for line in proc.stderr.splitlines() if line.startswith("+ ")]
+    return proc.returncode, shown[0] if shown else "", proc.stderr
+
+
+def test_the_launcher_reads_elastic_from_the_runs_config_file(tmp_path):
+    """Issue 50, class 7: `launch -n 4 -- --config e.toml` with elastic = true in the file
+    adds ULFM as --elastic does (read by the run's own parser and TOML reader; a flag
+    overrides the file); a file the run will refuse is left to the run's own line."""
+    (tmp_path / "e.toml").write_text("elastic = true\nrounds = 5\n")
+    (tmp_path / "plain.toml").write_text("rounds = 5\n")
+    assert launch.run_is_elastic(["--config", str(tmp_path / "e.toml")])
+    assert not launch.run_is_elastic(["--config", str(tmp_path / "e.toml"), "--no-elastic"])
+    assert launch.run_is_elastic(["--config", str(tmp_path / "plain.toml"), "--elastic"])
+    assert not launch.run_is_elastic(["--config", str(tmp_path / "plain.toml")])
+    assert not launch.run_is_elastic(["--config", str(tmp_path / "missing.toml")])
+    assert not launch.run_is_elastic(["--help"])
+    status, shown, err = shown_command(tmp_path, "--", "--config", "e.toml")
+    assert status == 0 and "--with-ft ulfm" in shown, err
+    status, shown, err = shown_command(tmp_path, "--", "--config", "plain.toml")
+    assert status == 0 and "--with-ft" not in shown, err
+    assert launch.mpirun_command(2, ["py"], "mpiexec", Flavor(MPICH), env={}, elastic=True) == \
+        ["mpiexec", "-n", "2", "py"]  # (Hydra has no ULFM: the run refuses --elastic itself)
+
+
+def test_a_missing_module_is_one_line_exit_2_as_a_missing_script_is(tmp_path):
+    status, shown, err = shown_command(tmp_path, "-m", "no_such_module", "--lr", "1")
+    assert status == 2 and err.strip().splitlines() == [
+        "python -m mpi_teleport.launch: error: -m no_such_module: no such module (on this Python's "
+        "path or in the current folder)"]
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "__init__.py").write_text("")
+    (tmp_path / "mine" / "train.py").write_text("")
+    assert [launch.module_exists(m) for m in ("mine", "mine.train", "mine.nope", "json.decoder", "a-b")] == \
+        [False, False, False, True, False]  # (tmp_path is not this process's folder)
+    status, shown, err = shown_command(tmp_path, "-m", "mine.train", "--lr", "1")
+    assert status == 0 and shown.endswith("-m mine.train --lr 1    (openmpi)"), err
+    status, shown, err = shown_command(tmp_path, "-m", "mine.nope")
+    assert status == 2 and "-m mine.nope: no such module" in err
+

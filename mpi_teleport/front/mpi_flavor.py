@@ -76,10 +76,12 @@ class Flavor:
             return []
         return list(OPENMPI_ONE_MACHINE)
 
-    def fault_tolerance_flags(self, argv: list[str]) -> list[str]:
-        """``--with-ft ulfm`` for Open MPI when the run asks for elastic mode (ULFM is
-        active only so; other implementations have none: the run refuses --elastic)."""
-        return ["--with-ft", "ulfm"] if self.name == OPENMPI and "--elastic" in argv else []
+    def fault_tolerance_flags(self, argv: list[str], elastic: bool | None = None) -> list[str]:
+        """``--with-ft ulfm`` for Open MPI when the run is elastic (``elastic``, as the
+        run's own settings say; None: ``--elastic`` among the words of ``argv``). ULFM is
+        active only so; other implementations have none: the run refuses --elastic."""
+        elastic = "--elastic" in argv if elastic is None else elastic
+        return ["--with-ft", "ulfm"] if self.name == OPENMPI and elastic else []
 
     def root_env(self) -> dict[str, str]:
         """What this launcher needs to run as root (only Open MPI asks)."""
