@@ -12,8 +12,9 @@ permission to run as root, and, on this machine alone, ``--mca btl ^ofi`` (its l
 transport's probe costs every rank about a second at start-up, and ranks on one machine
 never use it); Hydra (MPICH, Intel MPI) needs none of these. It prints the command and
 runs ``python -m mpi_teleport.run`` under it, or a user's script (a ``.py`` file, or
-``-m module``) with the arguments that follow it, under this Python. With ``--config
-FILE`` it reads the file as the run does (elastic = true there adds ULFM). On a cluster, call
+``-m module``) with the arguments that follow it, under this Python and mpi4py's runner
+(``python -m mpi4py``: an uncaught exception on one rank ends the whole job). With
+``--config FILE`` it reads the file as the run does (elastic = true there adds ULFM). On a cluster, call
 your site's ``mpirun``/``srun`` directly instead (jobs/README.md).
 """
 from __future__ import annotations
@@ -196,7 +197,11 @@ def main(argv=None) -> int:
         print(f"{parser.prog}: error: --rsh needs --hosts (the hosts it reaches)", file=sys.stderr)
         return 2
     flavor = flavor_of_launcher(launcher)
-    target = program if program is not None else ["-m", "mpi_teleport.run", *run_args]
+    # A user's program runs under mpi4py's runner: an exception it does not catch, on any
+    # rank and at any time (before the first collective too, where the other ranks would
+    # wait for it forever), prints its traceback there and ends the whole job (MPI_Abort).
+    target = (["-m", "mpi4py", *program] if program is not None
+              else ["-m", "mpi_teleport.run", *run_args])
     cmd = mpirun_command(args.ranks, [sys.executable, *target], launcher, flavor, hosts=args.hosts,
                          rsh_agent=args.rsh, elastic=None if program is not None else run_is_elastic(run_args))
     print(f"+ {' '.join(cmd)}    ({flavor.name})", file=sys.stderr, flush=True)

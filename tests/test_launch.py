@@ -265,7 +265,21 @@ def test_a_missing_module_is_one_line_exit_2_as_a_missing_script_is(tmp_path):
     assert [launch.module_exists(m) for m in ("mine", "mine.train", "mine.nope", "json.decoder", "a-b")] == \
         [False, False, False, True, False]  # (tmp_path is not this process's folder)
     status, shown, err = shown_command(tmp_path, "-m", "mine.train", "--lr", "1")
-    assert status == 0 and shown.endswith("-m mine.train --lr 1    (openmpi)"), err
+    assert status == 0 and shown.endswith("-m mpi4py -m mine.train --lr 1    (openmpi)"), err
     status, shown, err = shown_command(tmp_path, "-m", "mine.nope")
     assert status == 2 and "-m mine.nope: no such module" in err
 
+
+@pytest.mark.mpi_tier  # (MPI_Abort's reach: the implementation's own path)
+def test_a_scripts_exception_on_one_rank_before_its_first_call_ends_the_job(mpi_impl):
+    """Issue 50, class 8: rank 1 raises before its first call while the others wait in the
+    start-up collective. The launcher starts scripts under mpi4py's runner: the job ends
+    (a hang fails here), non-zero, with the traceback once."""
+    from helpers import ROOT
+
+    proc = subprocess.run([mpi_impl.python, "-m", "mpi_teleport.launch", "-n", "3",
+                           "tests/scripts/raise_before_first_call.py"], cwd=ROOT,
+                          env=mpi_impl.env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0
+    assert proc.stderr.count("Traceback (most recent call last)") == 1, proc.stderr[-3000:]
+    assert "RuntimeError: rank 1 fails before its first call" in proc.stderr
