@@ -476,7 +476,7 @@ def launch_on_bed(python: str, ranks: int, argv: list[str], timeout: float,
     hosts binding is right. And it yields when idle (``mpi_yield_when_idle 1``): each host
     shows it 2 cores, but the bed's 4 ranks share 2, and four busy-polling ranks kept the
     active ones off the cores (Teleportation's rounds bare, 0.5 MB at 1000 Mbit/s: x1.26-1.58
-    the bound polling, x1.02-1.06 yielding; jobs/README, "The bed's link"). On a cluster
+    the bound polling, x1.02-1.06 yielding; benchmarks/results/wire-tc-bandwidth-2026-11-27.md, "The bed's link"). On a cluster
     with a core per rank polling is right."""
     mpirun = find_mpirun(python)
     flavor = flavor_of_launcher(mpirun)

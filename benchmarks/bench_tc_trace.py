@@ -30,7 +30,7 @@ polling waits, and how much longer than their CPU time the draws took.
 
 It found why Teleportation's rounds missed the bound where single flows met it: under
 tbf's one FIFO a connection's ACKs waited behind another connection's data, and of two
-messages crossing one each way, one took up to twice its time (jobs/README.md, "The bed's
+messages crossing one each way, one took up to twice its time (benchmarks/results/wire-tc-bandwidth-2026-11-27.md, "The bed's
 link").
 """
 from __future__ import annotations

@@ -22,7 +22,7 @@
 # own interfaces, addresses and routes are never touched and no packet of the test bed can
 # reach any other address. Processes stay in this machine's PID and mount namespaces (one
 # /proc, one file system: like a cluster's shared home). jobs/netns-rsh is the remote shell
-# MPI launchers use to start processes on a host (jobs/README.md, "Test bed").
+# MPI launchers use to start processes on a host (the manual: docs/tutorials/multi-host.md).
 #
 # One bed, one owner at a time. Its names (mtp-sw, mtp-hI, links mtpI-in/-sw) are global to
 # the machine, so start, stop and rate run one at a time, under an exclusive flock on
@@ -168,7 +168,7 @@ seconds_of() { awk -v v="$1" 'BEGIN { match(v, /^[0-9]*\.?[0-9]+/); n = substr(v
 # small control messages) leave first: a host's NIC sends at line speed and Linux's default
 # queueing (fq_codel) keeps flows apart, so one connection's ACKs never wait behind another
 # connection's data on a deep queue; with one FIFO they did, and of two messages crossing
-# the link one each way, one took up to 2x its time (jobs/README.md, "The bed's link").
+# the link one each way, one took up to 2x its time (benchmarks/results/wire-tc-bandwidth-2026-11-27.md, "The bed's link").
 # NETNS_SHAPER=tbf: the token bucket the bed used before (one FIFO, frames cut).
 shape() {
     local ns="$1" dev="$2" r="$3" bits queue burst="${NETNS_BURST:-64kb}"

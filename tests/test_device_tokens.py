@@ -3,7 +3,7 @@ where one is visible (pinned host buffers staged to the GPU), the momentum step 
 gossip sum give the numbers of the numpy path bit for bit, and a whole MPI run with
 device tokens records what the host path records (tests/in_rank/, under mpirun). The
 CUDA cases are skipped on a machine without a GPU (CI's); they ran on an H200
-(benchmarks/README.md, "On a GPU")."""
+(the manual's Performance page, "GPU")."""
 import numpy as np
 import pytest
 

@@ -176,7 +176,7 @@ def test_refused_under_mpich():
 def test_hung_rank_is_detected_with_the_detector_on(tmp_path):
     """A SIGSTOPped rank is seen only by ULFM's detector (--mca mpi_ft_detector true): the
     survivors finish the run and write every file; mpirun then still waits for the hung
-    process (the job's time limit ends it: jobs/README.md), which the test kills."""
+    process (the job's time limit ends it: docs/tutorials/elastic.md), which the test kills."""
     impl, tag = this_venv_impl(), new_tag()
     out = tmp_path / "mpi"
     args = ["--algorithm", "teleportation", "--k", "2"]

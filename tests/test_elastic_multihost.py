@@ -70,7 +70,7 @@ def test_a_whole_host_lost(bed, openmpi, tmp_path, daemon):
     moment, exit 75 saying so: no token is left to restore from). With the host's Open MPI daemon (prted)
     killed too, this PRRTE build ends the whole job ("lost communication with a remote
     daemon"): no hang, no summary.json, so the job scripts take it as interrupted and
-    requeue from the newest checkpoint (jobs/README.md, "Elastic mode")."""
+    requeue from the newest checkpoint (docs/tutorials/elastic.md, "A whole host lost")."""
     out = tmp_path / "run"
     rounds = 3000
     proc = start_running(openmpi, 4, ["-m", "mpi_teleport.run", "--rounds", str(rounds), *ARGS,

@@ -289,7 +289,7 @@ def _log(phase: int, r: int, backend, recorder, spec, callback=None,
         # clock: under Alg. 3 the root can be done with round r - 1 (its sends handed to
         # the network) while the next holders still receive; without this wait that time
         # fell into the excluded logging pause (measured rounds up to 30 % short on tc
-        # links, jobs/README.md). Elastic runs have just agreed at this boundary.
+        # links, benchmarks/results/wire-tc-bandwidth-2026-11-27.md). Elastic runs have just agreed at this boundary.
         began = clock() if spans is not None else 0.0
         backend.barrier()
         if spans is not None:

@@ -25,7 +25,7 @@ Isend/Irecv (or persistent request); ``MPI_TELEPORT_PIECE_PEERS=all`` cuts messa
 every peer (tests). Within a host, shared memory moves a whole message faster (one host,
 800 kB: 66 us whole, 124 us in pieces, best of 200 rounds). Pieces stay under Open MPI's TCP eager limit (64 KiB), so no piece waits for a
 rendezvous handshake, whose small reply otherwise queues behind the other direction's
-bulk data on a busy link (measured: jobs/README.md, "Benchmark: tc-limited links"). The
+bulk data on a busy link (measured: benchmarks/results/wire-tc-bandwidth-2026-11-27.md). The
 bytes and their destination buffers are those of the whole message, so results are bit
 for bit the same. Per-round pieces share the message's tag (MPI's non-overtaking order
 matches them in posting order); a channel's pieces have tags of their own

@@ -12,8 +12,8 @@ receives ("wire"), paired with a tensor on the device:
   (and v) on the GPU and downloads them for the sends; :func:`weighted_sum` uploads the
   received inputs, sums on the GPU and downloads x. (The copies are plain, not
   overlapped with communication, and the gradient still comes back through the host.
-  Checked on an H200: bit for bit the host path's numbers; benchmarks/README.md, "On a
-  GPU".)
+  Checked on an H200: bit for bit the host path's numbers; the manual's
+  Performance page, "GPU".)
 
 The arithmetic is that of :mod:`mpi_teleport.core.algorithms` operation for operation (each
 product and sum rounded to the token's dtype, the weights rounded to it once, inputs in
