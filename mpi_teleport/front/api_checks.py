@@ -80,6 +80,10 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
 
     spares = check_values({"spares": spares}, API)["spares"]
     check_spares(spares, bool(elastic), bool(fail), API)
+    if comm is None:  # (the simulator; under MPI a spare is a rank of the job)
+        from .preflight import check_spares_fit
+
+        check_spares_fit(spares, API)
     failures = parse_failures(fail, spec.nodes, spares)  # (elastic mode, mpi_teleport/DESIGN.md §11)
     refused = None
     try:

@@ -108,6 +108,7 @@ _FEATURES = {"digits": 64, "fashion-mnist": 784, "cifar10": 3072}
 _QUADRATIC_VECTORS = 6  # per token in the simulator: x, v, spare, mixed, gradient, noise
 _MPI_VECTORS = 10  # per rank: its token (x, v), the received ones, gradient, noise, stamps
 _BATCH_COPIES = 4  # a batch's input, its activations and their gradients, roughly
+_SPARE_BYTES = 64  # the simulator's bookkeeping per hot spare (ids in lists; 52 measured)
 
 
 def memory_bytes() -> int | None:
@@ -142,6 +143,20 @@ def _tokens_here(cfg, world_size) -> int:
     return most
 
 
+def check_spares_fit(spares: int, naming=None) -> None:
+    """Refuse, with the estimate, more hot spares than the simulator can keep track of
+    (command line and API alike; ``naming``: how to spell the setting, default the flag)."""
+    from ..errors import CLI
+
+    available = memory_bytes()
+    if available is not None and spares * _SPARE_BYTES > available:
+        naming = naming or CLI
+        raise UsageError(
+            f"{naming.given('spares', spares)}: the simulator needs about {_gib(spares * _SPARE_BYTES)} "
+            f"to keep track of {spares} hot spares, more than the {_gib(available)} of memory here; "
+            f"a spare only takes over a lost node: give at most as many as {naming.name('fail')} loses")
+
+
 def check_fits(cfg, world_size=None):
     """Refuse, with the estimate, a run whose arrays cannot fit in this machine's memory
     (before anything is allocated: numpy would fail deep inside with a traceback, or the
@@ -160,6 +175,8 @@ def check_fits(cfg, world_size=None):
                 f"{cfg.dim} float64 values, more than the {_gib(available)} of memory here; "
                 f"choose a smaller --dim" + ("" if world_size is not None else
                                               " or fewer tokens (--k, --nodes for dsgd)"))
+    if world_size is None:  # (under MPI a spare is a rank of the job)
+        check_spares_fit(getattr(cfg, "spares", 0) or 0)
     features = _FEATURES.get(cfg.problem)
     if features is not None:
         need = cfg.batch_size * (features * 4 * _BATCH_COPIES + 8)

@@ -238,7 +238,7 @@ def _hosts(value: str, n: int | None, spec: str) -> dict:
     sizes = []
     for part in value.split("+"):
         part = part.strip()
-        if not part.isdigit() or int(part) < 1:
+        if not re.fullmatch(r"[0-9]+", part) or int(part) < 1:  # (isdigit() takes '²', int() does not)
             raise UsageError(f"--latency {spec!r}: hosts: takes the ranks per host (hosts:2), "
                              f"the hosts' sizes in rank order (hosts:2+3), whole numbers >= 1, "
                              f"or auto (MPI's placement); got {value!r}")
