@@ -255,7 +255,7 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
     """
     rounds = rounds_for(problem, rounds, epochs, k)
     lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
-    lr = step_size(lr, lr_step, problem, k)
+    lr = step_size(lr, lr_step, problem, k, optimizer)
     spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed,
                    optimizer=rule)
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, k)
@@ -313,7 +313,7 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
     """
     rounds = rounds_for(problem, rounds, epochs, nodes)
     lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
-    lr = step_size(lr, lr_step, problem, nodes)
+    lr = step_size(lr, lr_step, problem, nodes, optimizer)
     spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed,
                    optimizer=rule)
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, nodes)

@@ -104,3 +104,44 @@ def test_schedulers_refused_in_one_line():
     # per round it needs no epochs
     assert mt.dsgd(Quadratic(n=4, d=3), nodes=4, rounds=3, lr_step="round",
                    lr=S.StepLR(optimizer(0.01), 1)).summary["rounds_run"] == 3
+
+
+# ---------------------------------------------------------------- issue 47, issue 50 class 2
+@pytest.mark.parametrize("factory", [
+    __import__("functools").partial(S.StepLR, step_size=1, gamma=0.7),
+    lambda optimizer: S.StepLR(optimizer, step_size=1, gamma=0.7)], ids=["partial", "function"])
+def test_a_scheduler_is_given_without_a_throwaway_model(factory):
+    """Built on a private copy of optimizer= (its lr is the base), it trains as the same
+    scheduler built on a throwaway model's optimizer does."""
+    built = S.StepLR(torch.optim.Adadelta(net().parameters()), step_size=1, gamma=0.7)
+    a = mt.teleportation(problem(), nodes=4, k=2, rounds=30, log_every=10,
+                         optimizer=torch.optim.Adadelta, lr=factory)
+    b = mt.teleportation(problem(), nodes=4, k=2, rounds=30, log_every=10,
+                         optimizer=torch.optim.Adadelta, lr=built)
+    assert without_time(a.records) == without_time(b.records)
+    with pytest.raises(UsageError, match="needs optimizer="):
+        mt.teleportation(problem(), nodes=4, k=2, rounds=3, lr=factory)
+
+
+BAD_SCHEDULERS = [  # (scheduler on an optimizer, rounds, lr_step, the one line's words)
+    (lambda o: S.ReduceLROnPlateau(o), 6, "epoch",
+     "lr=ReduceLROnPlateau cannot be replayed: its step() needs the validation metric"),
+    (lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=5), 20, "round",
+     "lr=OneCycleLR: its step() failed at round 6: ValueError: Tried to step 6 times"),
+    (lambda o: S.LambdaLR(o, lambda e: [1.0, 0.5][e]), 40, "epoch",
+     "lr=LambdaLR: its step() failed at round {epoch2}: IndexError"),
+]
+
+
+@pytest.mark.parametrize("make,rounds,lr_step,words", BAD_SCHEDULERS,
+                         ids=["plateau", "one-cycle", "lambda"])
+@pytest.mark.parametrize("algorithm", ["teleportation", "dsgd"])
+def test_a_scheduler_that_cannot_be_replayed_is_one_line(algorithm, make, rounds, lr_step, words):
+    """Refused at the start (it cannot be replayed) or at the round it fails, in one
+    UsageError naming the scheduler: never torch's traceback."""
+    extra = {"k": 2} if algorithm == "teleportation" else {}
+    words = words.format(epoch2=24 if extra else 12)  # (96 samples, batch 4, 2 or 4 active)
+    with pytest.raises(UsageError) as info:
+        getattr(mt, algorithm)(problem(), nodes=4, rounds=rounds, lr=make(optimizer()),
+                               lr_step=lr_step, log_every=5, **extra)
+    assert words in str(info.value) and "\n" not in str(info.value)

@@ -17,10 +17,23 @@ learning rate it sets after each step:
 
 The learning rates are computed once, in order, and kept, so lr(t) is the same whatever
 the order of the calls; the user's scheduler and optimizer are never touched.
+
+``lr=`` also takes the scheduler *unbuilt*, so a script needs no throwaway model to build
+it on: a scheduler class with its keywords (``functools.partial(StepLR, step_size=1,
+gamma=0.7)``) or a function of the optimizer (its one parameter named ``optimizer`` or
+``opt``: ``lambda optimizer: StepLR(optimizer, 1, 0.7)``); it is built on a private copy of
+``optimizer=`` (:func:`built_scheduler`).
+
+A scheduler that cannot be replayed is refused at the start in one line naming it
+(``ReduceLROnPlateau``: its step needs a metric), and one whose ``step()`` fails during
+the run (``OneCycleLR`` with ``total_steps`` smaller than the run's steps) raises one
+UsageError naming it and the round.
 """
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
@@ -29,7 +42,8 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
-__all__ = ["is_scheduler", "step_size", "scheduled_lr", "rounds_per_epoch", "STEPS"]
+__all__ = ["is_scheduler", "is_scheduler_factory", "built_scheduler", "step_size",
+           "scheduled_lr", "rounds_per_epoch", "STEPS"]
 
 STEPS = ("epoch", "round")
 
@@ -51,6 +65,53 @@ def is_scheduler(obj: object) -> TypeIs[Scheduler]:
     return all(hasattr(obj, name) for name in ("step", "get_last_lr", "optimizer"))
 
 
+def is_scheduler_factory(obj: object) -> bool:
+    """A scheduler not built yet: a torch scheduler class, ``functools.partial`` of one, or
+    a function whose one parameter is named ``optimizer`` or ``opt``."""
+    target = obj.func if isinstance(obj, functools.partial) else obj
+    if isinstance(target, type):
+        return any(c.__name__ in ("LRScheduler", "_LRScheduler", "ReduceLROnPlateau")
+                   for c in target.__mro__)
+    if not callable(obj) or is_scheduler(obj):
+        return False
+    try:
+        names = [q.name for q in inspect.signature(obj).parameters.values()  # type: ignore[arg-type]
+                 if q.default is inspect.Parameter.empty]
+    except (TypeError, ValueError):
+        return False
+    return names in (["optimizer"], ["opt"])
+
+
+def built_scheduler(factory: Any, optimizer: Any) -> Any:
+    """The scheduler ``factory`` builds on a private copy of ``optimizer=`` (a class,
+    factory or instance; its learning rate is the scheduler's base): UsageError (one
+    line) without an optimizer, or when building raises."""
+    from .optimizers import _instance, _private, _torch
+
+    name = getattr(getattr(factory, "func", factory), "__name__", type(factory).__name__)
+    if optimizer is None:
+        raise UsageError(f"lr={name} (a scheduler to build) needs optimizer=: the scheduler "
+                         "is built on it and starts from its learning rate")
+    torch = _torch()
+    opt = _private(_instance(optimizer, torch))
+    opt.param_groups[0]["params"] = [torch.zeros(1, requires_grad=True)]
+    opt.param_groups[0].pop("initial_lr", None)
+    try:
+        built = factory(opt)
+    except Exception as exc:  # noqa: BLE001  (the user's factory: say what it did)
+        raise UsageError(f"lr={name}: building the scheduler on the optimizer raised "
+                         f"{type(exc).__name__}: {_first_line(exc)}") from None
+    if not is_scheduler(built):
+        raise UsageError(f"lr={name}: the factory returned {type(built).__name__}, not a torch "
+                         "learning-rate scheduler")
+    return built
+
+
+def _first_line(exc: BaseException) -> str:
+    said = str(exc).strip()
+    return said.splitlines()[0] if said else ""
+
+
 def rounds_per_epoch(problem: Any, active: int) -> float:
     """Rounds one pass over the training data takes when ``active`` nodes each draw a
     batch of the problem's ``batch_size`` per round: ``n_train / (batch_size * active)``;
@@ -68,9 +129,12 @@ def rounds_per_epoch(problem: Any, active: int) -> float:
 
 
 def step_size(lr: float | Callable[[int], float] | Scheduler, lr_step: str, problem: Any,
-              active: int) -> float | Callable[[int], float]:
-    """The API's ``lr``: a scheduler becomes a function of the round (:func:`scheduled_lr`);
-    a number or a function is returned as it is."""
+              active: int, optimizer: Any = None) -> float | Callable[[int], float]:
+    """The API's ``lr``: a scheduler, built or to build on ``optimizer`` (the API's
+    ``optimizer=``), becomes a function of the round (:func:`scheduled_lr`); a number or
+    a function is returned as it is."""
+    if is_scheduler_factory(lr):
+        lr = built_scheduler(lr, optimizer)
     if is_scheduler(lr):
         return scheduled_lr(lr, lr_step, problem, active)
     if lr_step not in STEPS:
@@ -86,6 +150,12 @@ def scheduled_lr(scheduler: Any, lr_step: str, problem: Any = None,
     if lr_step not in STEPS:
         raise UsageError(f"lr_step must be 'epoch' or 'round', got {lr_step!r}")
     name = type(scheduler).__name__
+    if any(c.__name__ == "ReduceLROnPlateau" for c in type(scheduler).__mro__):
+        raise UsageError(f"lr={name} cannot be replayed: its step() needs the validation "
+                         "metric, and a run's step size is a function of the round alone (the "
+                         "same on every rank and in a resume); use a schedule of the epoch "
+                         "(StepLR, MultiStepLR, CosineAnnealingLR) or run again with a lower "
+                         "lr= when the metric stalls")
     if getattr(scheduler, "last_epoch", 0) != 0:
         raise UsageError(f"lr={name}: the scheduler was stepped already (last_epoch="
                          f"{scheduler.last_epoch}); pass it as built, before any step()")
@@ -95,26 +165,50 @@ def scheduled_lr(scheduler: Any, lr_step: str, problem: Any = None,
                          "rates; a token has one step size (use one group)")
     if lr_step == "epoch":
         batch_rounds = _epoch_of(problem, active)  # type: ignore[arg-type]  # (given with "epoch")
+        samples, n_train = problem.batch_size * active, problem.n_train
+        first_round = lambda e: -(-e * n_train // samples)  # noqa: E731  (epoch e's first round)
     else:
-        batch_rounds = None
+        batch_rounds, first_round = None, lambda e: e  # noqa: E731
     replay = copy.deepcopy(scheduler)  # (its own optimizer: the user's is never stepped)
     lrs = [float(replay.get_last_lr()[0])]
+    _replay_step(copy.deepcopy(scheduler), name, None)  # (one that cannot step: refused now)
+    failed: list[UsageError] = []
 
     def lr(t: int) -> float:
         step = int(t) if batch_rounds is None else batch_rounds(int(t))
         if step < 0:
             raise ValueError(f"round {t} < 0")
-        while len(lrs) <= step:
-            with warnings.catch_warnings():  # (stepped without optimizer.step(): on purpose)
-                warnings.simplefilter("ignore")
-                replay.step()
-            lrs.append(float(replay.get_last_lr()[0]))
+        if failed and len(lrs) <= step:  # (the copy is past its failure: the same line)
+            raise failed[0]
+        while len(lrs) <= step:  # (the round named is the first the failing step serves)
+            try:
+                lrs.append(_replay_step(replay, name, first_round(len(lrs))))
+            except UsageError as exc:
+                failed.append(exc)
+                raise
         return lrs[step]
 
     lr.__qualname__ = lr.__name__ = f"{name}_per_{lr_step}"
     # (a function attribute: the type checker does not know it)
     lr.base = lrs[0]  # type: ignore[attr-defined]  # (named in messages)
     return lr
+
+
+def _replay_step(replay: Any, name: str, t: int | None) -> float:
+    """One ``step()`` of the private copy, and the learning rate it sets: UsageError (one
+    line) naming the scheduler, and the round (``t``; None: at the start), when it fails."""
+    try:
+        with warnings.catch_warnings():  # (stepped without optimizer.step(): on purpose)
+            warnings.simplefilter("ignore")
+            replay.step()
+        return float(replay.get_last_lr()[0])
+    except Exception as exc:  # noqa: BLE001  (the scheduler's own: say what it did)
+        when = "at the start" if t is None else f"at round {t}"
+        hint = "; give it enough steps for the run (total_steps, epochs)" \
+            if "total_steps" in str(exc) or "Tried to step" in str(exc) else \
+            "; a scheduler is stepped with no arguments, once per epoch or round (lr_step)"
+        raise UsageError(f"lr={name}: its step() failed {when}: {type(exc).__name__}: "
+                         f"{_first_line(exc)}{hint}") from None
 
 
 def _epoch_of(problem: Any, active: int) -> Callable[[int], int]:
