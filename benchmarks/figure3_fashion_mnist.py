@@ -405,11 +405,12 @@ def plot(result: dict, path: Path) -> None:
     recipe = "the authors' recipe" if result.get("recipe") == "authors" else (
         f"the authors' {', '.join(result['authors_choices'])}" if result.get("authors_choices")
         else "the paper's table")
-    fig.suptitle(f"Fashion-MNIST, {result['model']}, {recipe}, n = {result['n']} nodes, batch "
+    fig.suptitle(f"Fashion-MNIST, {result['model']}, {recipe}\nn = {result['n']} nodes, batch "
                  f"{result['batch_size']}, momentum {result['momentum']:g}, {result['epochs']:g} "
-                 f"epochs\nmean over {seeds} seed{'s' if seeds > 1 else ''}, shaded min..max"
-                 f"{' -- PARTIAL: finished runs only' if result.get('partial') else ''}", fontsize=10)
-    fig.tight_layout()
+                 f"epochs, mean over {seeds} seed{'s' if seeds > 1 else ''}, shaded min..max"
+                 f"{chr(10) + 'PARTIAL: finished runs only' if result.get('partial') else ''}",
+                 fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.97 if len(keys) > 1 else 0.94))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
