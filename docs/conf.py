@@ -20,13 +20,16 @@ sys.path.insert(0, str(DOCS / "_ext"))
 
 # Importing mpi4py.MPI in this process must not start MPI (the command references build
 # the parsers without running anything).
-try:
-    import mpi4py
+import mpi4py  # noqa: E402
 
-    mpi4py.rc.initialize = False
-    mpi4py.rc.finalize = False
-except ImportError:  # pragma: no cover - mpi4py is a requirement of the package
-    pass
+mpi4py.rc.initialize = False
+mpi4py.rc.finalize = False
+try:
+    from mpi4py import MPI  # noqa: F401
+except Exception:  # no MPI library (only the docs extra installed): nothing here calls MPI
+    from unittest import mock
+
+    sys.modules["mpi4py.MPI"] = mpi4py.MPI = mock.MagicMock()  # type: ignore[attr-defined]
 
 from mpi_teleport._version import __version__  # noqa: E402
 
@@ -52,6 +55,12 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 # (no intersphinx: the build never reaches the network)
 
 autodoc_member_order = "bysource"
+# torch is the nn extra's: where it is missing, the API reference reads TorchProblem's and
+# EvalMetric's docstrings with torch mocked.
+try:
+    import torch  # noqa: F401
+except ImportError:
+    autodoc_mock_imports = ["torch", "torchvision"]
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
 napoleon_google_docstring = True

@@ -364,8 +364,6 @@ def manual(tmp_path_factory):
                                          "constraints.txt -e '.[docs]' (the test extra has it)")
     for needed in ("myst_parser", "furo", "sphinxarg"):
         pytest.importorskip(needed, reason=f"{needed} missing: pip install -c constraints.txt -e '.[docs]'")
-    pytest.importorskip("torch", reason="the API reference renders mt.TorchProblem, which needs "
-                                        "torch: pip install -c constraints.txt -e '.[nn]'")
     out = tmp_path_factory.mktemp("manual")
     html, doctrees = out / "html", out / "doctrees"
     env = _env()
