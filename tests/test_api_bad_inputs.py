@@ -96,6 +96,13 @@ ROWS = [
     ("topology-fn-search-candidate", "search_k",
      dict(topology=lambda k, t: __import__("numpy").eye(k) if k != 1 else [[0.5]]),
      "topology function <lambda>(k=1, t=3) returned a matrix that is not doubly stochastic"),
+    # eval_every_epochs names itself, not epochs= (issue 50, class 3)
+    ("eval-every-epochs-zero", "teleportation", dict(eval_every_epochs=0),
+     "eval_every_epochs must be a number > 0, got 0"),
+    ("eval-every-epochs-numpy", "dsgd", dict(eval_every_epochs=1.0),
+     "eval_every_epochs= needs a problem that knows n_train and batch_size"),
+    ("eval-every-epochs-and-rounds", "teleportation", dict(eval_every_epochs=1.0, eval_every=2),
+     "give eval_every= (rounds) or eval_every_epochs= (epochs), not both"),
 ]
 
 

@@ -333,6 +333,25 @@ CASES = [
          where="ckpt"),
     Case("ckpt-unknown-flag", ["newest", "--all", "{good}"], says="unrecognized arguments: --all",
          where="ckpt"),
+    # the optimizer and threads rows of the settings table (issue 44)
+    Case("optimizer-unknown", [*SMALL, "--optimizer", "frobnicate"],
+         says="--optimizer: unknown value 'frobnicate'; choose one of sgd, adam, adamw"),
+    Case("betas-one-number", [*SMALL, "--optimizer", "adam", "--betas", "0.9"],
+         says="--betas: expected two numbers B1,B2, got '0.9'"),
+    Case("betas-out-of-range", [*SMALL, "--optimizer", "adam", "--betas", "0.9,1.5"],
+         says="--betas must be in [0, 1), got 1.5"),
+    Case("betas-with-sgd", [*SMALL, "--betas", "0.8,0.99"], says="--betas is Adam's"),
+    Case("momentum-with-adam", [*SMALL, "--optimizer", "adamw", "--momentum", "0.9"],
+         says="--momentum is SGD's"),
+    Case("weight-decay-negative", [*SMALL, "--weight-decay", "-1"],
+         says="--weight-decay must be >= 0, got -1.0"),
+    Case("nesterov-without-momentum", [*SMALL, "--nesterov"], says="--nesterov"),
+    Case("threads-zero", [*SMALL, "--problem", "digits", "--threads", "0"],
+         says="--threads must be at least 1 (or auto), got 0"),
+    Case("threads-word", [*SMALL, "--threads", "many"],
+         says="--threads: expected an integer or 'auto', got 'many'"),
+    Case("threads-on-numpy", [*SMALL, "--threads", "2"],
+         says="the quadratic problem computes with numpy, not torch"),
 ]
 def _fmnist_rows(name: str, override_of) -> None:
     from test_data_safety import _fmnist, _idx, _labels  # the data-safety tests' writers

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from .settings import OPTIONS, Config, UsageError, from_toml
+from .settings import Config, UsageError, from_toml, rows
 from ..problems import is_factory
 from ..runtime.collective import first_error, ranks_text
 from ..runtime.signals import EXIT_USAGE
@@ -35,7 +35,7 @@ def build_parser(prog: str, description: str, epilog: str = "") -> argparse.Argu
     parser.add_argument("--config", metavar="FILE.toml",
                         help="read settings from a TOML file (keys as the flags, e.g. "
                              "lr = 0.05, log-every = 10); flags given here override it")
-    for opt in OPTIONS:
+    for opt in rows():  # (the table as it is now: a row added is a flag)
         kwargs: dict[str, Any] = {"help": opt.help, "dest": opt.name}
         if opt.kind == "bool":
             kwargs["action"] = argparse.BooleanOptionalAction
@@ -54,12 +54,12 @@ def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) 
     """Flags (over the TOML file, over defaults) -> validated Config checked against the
     disk (the preflight), or UsageError."""
     from . import preflight
-    from .settings import OPTION_BY_NAME, coerce
+    from .settings import coerce, row
 
     ns = vars(parser.parse_args(argv))
     raw = from_toml(ns.pop("config")) if "config" in ns else {}
     for name, value in ns.items():
-        raw[name] = coerce(OPTION_BY_NAME[name], value, "command line")
+        raw[name] = coerce(row(name), value, "command line")
     return preflight.load(raw, world_size)
 
 

@@ -253,7 +253,7 @@ def inherit(raw: dict) -> dict:
     """``--resume DIR``: settings not given take the checkpoint's values, each checked as
     the flag would be. Raises UsageError when DIR holds no complete checkpoint, or one
     the command line cannot continue."""
-    from .settings import OPTION_BY_NAME, coerce, field_names
+    from .settings import coerce, field_names, row
 
     path = raw["resume"]
     p = Path(path)
@@ -275,10 +275,12 @@ def inherit(raw: dict) -> dict:
                          f"and {why}, which the command line cannot rebuild; resume it through "
                          f"the API (resume={str(path)!r} with the same problem and settings)")
     source = f"checkpoint {found[0] / MANIFEST}"
-    if saved.get("optimizer"):  # (recorded as the rule it steps with)
-        saved = {**optimizer_flags(saved["optimizer"]), **{  # type: ignore[dict-item]
-            k: v for k, v in saved.items() if k != "optimizer"}}
-    merged = {name: None if saved[name] is None else coerce(OPTION_BY_NAME[name], saved[name], source)
+    if saved.get("optimizer"):  # (recorded as the rule it steps with; another optimizer
+        # given takes none of its options: the comparison below names the difference)
+        flags = optimizer_flags(saved["optimizer"]) or {}
+        saved = {**({"optimizer": flags["optimizer"]} if "optimizer" in raw else flags),
+                 **{k: v for k, v in saved.items() if k != "optimizer"}}
+    merged = {name: None if saved[name] is None else coerce(row(name), saved[name], source)
               for name in field_names() if name in saved and name not in _NOT_INHERITED
               and name not in raw}
     merged.update(raw)

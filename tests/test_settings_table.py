@@ -1,0 +1,259 @@
+"""One settings table (issue 44): a setting is a row of ``front/settings.py``'s
+``SETTINGS``, and everything else follows from the row: the command line's flag and the
+``--config`` key, the rule the API's keywords are checked by, config.json and a
+checkpoint's manifest, the comparison a resume makes, and the ranks' start-up agreement.
+Also: both front ends give a setting one meaning (``eval_every``), the optimizer from the
+command line equals ``optimizer=`` record for record, ``mt.train`` checks what it is
+handed, and a RunSettings holds values, never a live handle."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+import pytest
+
+import mpi_teleport as mt
+from mpi_teleport.core.spec import Logging, RunSpec
+from mpi_teleport.disk.output import read_jsonl
+from mpi_teleport.errors import API, CLI
+from mpi_teleport.front import settings as table
+from mpi_teleport.front.runner import RunContext, RunSettings
+from mpi_teleport.problems.quadratic import Quadratic
+from mpi_teleport.sim import main as sim_main
+from helpers import ROOT, without_time
+
+SMALL = ["--nodes", "4", "--k", "2", "--dim", "4", "--lr", "0.05", "--log-every", "2",
+         "--algorithm", "teleportation", "--progress", "off"]
+
+# A setting that exists only in this test: one row, nothing else.
+TEA = table.Setting("tea", "green", "choice", "the tea the nodes drink (a test's row)",
+                    table.choice(("green", "black")), ("green", "black"), record="when set")
+
+
+@pytest.fixture
+def tea(monkeypatch):
+    monkeypatch.setattr(table, "SETTINGS", table.SETTINGS + (TEA,))
+
+
+def test_a_row_alone_makes_a_setting_of_both_front_ends(tea, tmp_path, capsys):
+    from mpi_teleport.front import cli
+
+    parser = cli.build_parser("prog", "")
+    assert "--tea" in parser.format_help()
+    (tmp_path / "t.toml").write_text('tea = "black"\nnodes = 4\n')
+    assert cli.parse(parser, ["--config", str(tmp_path / "t.toml")]).tea == "black"
+    assert cli.parse(parser, ["--nodes", "4", "--tea", "black"]).tea == "black"
+    assert cli.parse(parser, ["--nodes", "4"]).tea == "green"  # (its one default)
+    # the API's keywords are checked by the same rule, spelt as keywords
+    assert table.check_values({"tea": "black"}, API) == {"tea": "black"}
+    with pytest.raises(mt.UsageError, match=r"^tea: unknown value 'red'; choose one of green"):
+        table.check_values({"tea": "red"}, API)
+    with pytest.raises(mt.UsageError, match=r"--tea: unknown value 'red'"):
+        cli.parse(parser, ["--nodes", "4", "--tea", "red"])
+    # config.json records it when set (records written before it existed stay the same)
+    run = tmp_path / "run"
+    assert sim_main([*SMALL, "--rounds", "8", "--tea", "black", "--checkpoint-every", "4",
+                     "--out", str(run)]) == 0
+    assert json.loads((run / "config.json").read_text())["tea"] == "black"
+    assert sim_main([*SMALL, "--rounds", "4", "--out", str(tmp_path / "plain")]) == 0
+    assert "tea" not in json.loads((tmp_path / "plain" / "config.json").read_text())
+    # a resume must match it (the row says so), and inherits it when not given
+    capsys.readouterr()
+    assert sim_main(["--resume", str(run), "--rounds", "12", "--tea", "green"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--tea 'black', not 'green'" in err and len(err.splitlines()) == 1
+    assert sim_main(["--resume", str(run), "--rounds", "12", "--progress", "off"]) == 0
+    assert json.loads((run / "config.json").read_text())["tea"] == "black"
+
+
+AGREE = """
+import json, sys
+from mpi_teleport.front import settings as table
+table.SETTINGS = table.SETTINGS + (table.Setting("tea", "green", "choice", "a test's row",
+                                   table.choice(("green", "black")), ("green", "black")),)
+from mpi4py import MPI
+from mpi_teleport.run import main
+extra = ["--tea", "black"] if MPI.COMM_WORLD.Get_rank() == 1 else []
+sys.exit(main(sys.argv[1:] + extra))
+"""
+
+
+def test_the_ranks_agree_on_a_row_they_were_not_told_of(tmp_path, mpirun):
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE)
+    proc = mpirun(2, [str(script), "--rounds", "2", "--dim", "4", "--algorithm",
+                      "teleportation", "--k", "1"], timeout=90, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert "tea = 'black' on rank 1, 'green' on rank 0" in proc.stderr
+
+
+def test_eval_every_means_the_same_on_both_front_ends(tmp_path):
+    """Evaluate every R rounds, record every --log-every (the records between carry the
+    training values): the API's meaning, which the command line's --eval-every now has."""
+    assert sim_main([*SMALL, "--rounds", "12", "--eval-every", "4", "--out",
+                     str(tmp_path / "cli")]) == 0
+    api = mt.teleportation(Quadratic(n=4, d=4, sigma2=10.0, zeta2=10.0), nodes=4, k=2,
+                           rounds=12, lr=0.05, log_every=2, eval_every=4, target=1e-3,
+                           out=tmp_path / "api")
+    cli_records = read_jsonl(tmp_path / "cli" / "metrics.jsonl")
+    assert without_time(cli_records) == without_time(api.records)
+    assert [r["round"] for r in cli_records] == [0, 2, 4, 6, 8, 10, 12]
+    assert [("error" in r) for r in cli_records] == [True, False, True, False, True, False, True]
+    for where in ("cli", "api"):
+        config = json.loads((tmp_path / where / "config.json").read_text())
+        assert (config["log_every"], config["eval_every"]) == (2, 4), where
+
+
+def _adamw():
+    torch = pytest.importorskip("torch")
+    return functools.partial(torch.optim.AdamW, lr=0.05, weight_decay=0.05, betas=(0.8, 0.99))
+
+
+ADAMW = ["--optimizer", "adamw", "--weight-decay", "0.05", "--betas", "0.8,0.99"]
+
+
+def test_the_command_lines_optimizer_equals_the_apis(tmp_path, mpirun):
+    optimizer = _adamw()
+    api = mt.teleportation(Quadratic(n=4, d=4, sigma2=10.0, zeta2=10.0), nodes=4, k=2,
+                           rounds=12, lr=0.05, log_every=2, target=1e-3, optimizer=optimizer,
+                           out=tmp_path / "api")
+    assert sim_main([*SMALL, *ADAMW, "--rounds", "12", "--out", str(tmp_path / "sim")]) == 0
+    proc = mpirun(4, ["-m", "mpi_teleport.run", *SMALL[2:], *ADAMW, "--rounds", "12",
+                      "--out", str(tmp_path / "mpi")], timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    want = without_time(api.records)
+    assert without_time(read_jsonl(tmp_path / "sim" / "metrics.jsonl")) == want
+    assert without_time(read_jsonl(tmp_path / "mpi" / "metrics.jsonl")) == want
+    described = json.loads((tmp_path / "api" / "config.json").read_text())["optimizer"]
+    assert described.startswith("AdamW(betas=(0.8, 0.99)")
+    for where in ("sim", "mpi"):
+        assert json.loads((tmp_path / where / "config.json").read_text())["optimizer"] == described
+
+
+def test_a_resume_compares_the_optimizer(tmp_path, capsys):
+    """Issue 50, class 1: a checkpoint written with AdamW resumed with another optimizer or
+    none is refused in one line on both front ends; with the same one it goes on."""
+    optimizer = _adamw()
+    import torch
+
+    run = tmp_path / "run"
+    mt.teleportation(Quadratic(n=4, d=4), nodes=4, k=2, rounds=6, lr=0.05, log_every=3,
+                     optimizer=optimizer, out=run, checkpoint_every=3)
+    for other in (None, torch.optim.SGD, functools.partial(torch.optim.Adam, lr=0.05)):
+        with pytest.raises(mt.UsageError, match="optimizer='AdamW") as caught:
+            mt.teleportation(Quadratic(n=4, d=4), nodes=4, k=2, rounds=9, lr=0.05,
+                             optimizer=other, resume=run)
+        assert "\n" not in str(caught.value)
+    capsys.readouterr()
+    assert sim_main(["--resume", str(run), "--rounds", "9", "--optimizer", "sgd"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--optimizer 'AdamW(" in err and len(err.splitlines()) == 1
+    # the command line continues the API's AdamW run (the flags come from its manifest)
+    assert sim_main(["--resume", str(run), "--rounds", "9", "--progress", "off"]) == 0
+    whole = mt.teleportation(Quadratic(n=4, d=4), nodes=4, k=2, rounds=9, lr=0.05,
+                             log_every=3, optimizer=optimizer)
+    assert without_time(read_jsonl(run / "metrics.jsonl")) == without_time(whole.records)
+
+
+# ----------------------------------------------------------------------------- mt.train
+@pytest.mark.parametrize("settings,says", [
+    (lambda: "teleportation", "settings: expected mpi_teleport.RunSettings"),
+    (lambda: RunSettings(spec="teleportation"), "RunSettings.spec: expected a RunSpec"),
+    (lambda: RunSettings(RunSpec("frobnicate", 4, 2, 20, 0.1)),
+     "algorithm: unknown value 'frobnicate'; choose one of teleportation, dsgd, search"),
+    (lambda: RunSettings(RunSpec("teleportation", 4, 2, -5, -0.1)),
+     "rounds must be at least 1, got -5"),
+    (lambda: RunSettings(RunSpec("teleportation", 4, 9, 5, 0.1)),
+     "k=9 exceeds the number of nodes 4"),
+    (lambda: RunSettings(RunSpec("dsgd", 4, 4, 5, 0.1), logging=Logging(every=0)),
+     "log_every must be at least 1, got 0"),
+], ids=["not-settings", "spec-a-string", "unknown-algorithm", "negative-rounds", "k-above-n",
+        "log-every-zero"])
+def test_train_checks_what_it_is_handed(settings, says):
+    with pytest.raises(mt.UsageError) as caught:
+        mt.train(Quadratic(n=4, d=2), settings())
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_train_refuses_a_comm_that_is_not_a_communicator():
+    settings = RunSettings(RunSpec("teleportation", 4, 2, 5, 0.1))
+    with pytest.raises(mt.UsageError, match="comm: expected an mpi4py communicator"):
+        mt.train(Quadratic(n=4, d=2), settings, "COMM_WORLD")
+
+
+def test_run_settings_hold_values_and_no_live_handle():
+    names = {f.name for f in dataclasses.fields(RunSettings)}
+    assert not names & {"terminator", "pool", "files", "meeting", "refused", "joining"}
+    assert {"terminator", "pool", "files", "meeting", "refused", "joining"} <= {
+        f.name for f in dataclasses.fields(RunContext)}
+    settings = RunSettings(RunSpec("teleportation", 4, 2, 5, 0.1))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.progress = True  # type: ignore[misc]
+    changed = dataclasses.replace(settings, progress=True)
+    assert changed.progress and not settings.progress
+
+
+def test_every_row_is_complete_and_written_once():
+    names = [row.name for row in table.SETTINGS]
+    assert len(names) == len(set(names))
+    for row in table.SETTINGS:
+        assert row.help and row.record in ("always", "when set", "no"), row.name
+        assert row.kind in ("int", "float", "str", "choice", "bool", "k", "path", "problem",
+                            "fails", "betas", "threads"), row.name
+        if row.rule is not None and row.default is not None and row.kind != "k":
+            assert row.rule(row.default, row.name, CLI) == row.default, row.name
+    assert table.Config().to_dict() == table.defaults()
+
+
+WRONG_ON_ONE_RANK = """
+import sys
+from mpi4py import MPI
+import mpi_teleport as mt
+from mpi_teleport.core.spec import Logging, RunSpec
+from mpi_teleport.problems.quadratic import Quadratic
+comm = MPI.COMM_WORLD
+rounds = -5 if comm.Get_rank() == 1 else 5
+try:
+    mt.train(Quadratic(n=2, d=2), mt.RunSettings(RunSpec("teleportation", 2, 1, rounds, 0.1)),
+             comm)
+    print("RAN", flush=True)
+except mt.UsageError as exc:
+    print("REFUSED " + str(exc), flush=True)
+"""
+
+
+def test_a_wrong_setting_on_one_rank_is_refused_on_every_rank(tmp_path, mpirun):
+    script = tmp_path / "wrong.py"
+    script.write_text(WRONG_ON_ONE_RANK)
+    proc = mpirun(2, [str(script)], timeout=90, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("REFUSED"))
+    assert lines == ["REFUSED rounds must be at least 1, got -5 (on rank 1 only)"] * 2
+
+
+ONE_RANK_ENV = """
+import os, sys
+name, value = sys.argv[1].split("=", 1)
+from mpi4py import MPI
+if MPI.COMM_WORLD.Get_rank() == 1:
+    os.environ[name] = value
+from mpi_teleport.run import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("setting", ["MPI_TELEPORT_PIECE_PEERS=all",
+                                     "MPI_TELEPORT_PIECE_BYTES=0"])
+def test_a_piece_setting_on_one_rank_is_agreed_before_it_decides_a_collective(
+        tmp_path, mpirun, setting):
+    """Issue 50, class 4: the rank set apart would skip the allgather of host names the
+    others run; the ranks agree on the settings in that one collective instead."""
+    script = tmp_path / "env.py"
+    script.write_text(ONE_RANK_ENV)
+    proc = mpirun(2, [str(script), setting, "--rounds", "2", "--dim", "4", "--algorithm",
+                      "teleportation", "--k", "1"], timeout=90, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    ours = [line for line in proc.stderr.splitlines() if "mpi_teleport.run: error:" in line]
+    assert len(ours) == 1 and f"{setting.split('=')[0]} (" in ours[0], proc.stderr
+    assert "differs between ranks" in ours[0] and "Traceback" not in proc.stderr
