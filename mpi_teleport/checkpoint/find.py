@@ -105,3 +105,19 @@ def prune(base: Path, keep: int, run_id: str | None) -> None:
     for path in ours:
         if path not in survivors:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def auto_resume(out: Path | None, checkpoint_dir: Path | None, algorithm: str) -> Path | None:
+    """``resume="auto"``: the directory to resume (the checkpoint directory, else ``out``)
+    when it holds a complete checkpoint of an ``algorithm`` run -- unfinished, it is
+    continued; finished, the run returns its result -- or None: a fresh run. One line
+    (UsageError) without a directory to look in."""
+    from ..errors import UsageError
+
+    if out is None and checkpoint_dir is None:
+        raise UsageError("resume='auto' needs out= or checkpoint_dir=: the directory to "
+                         "continue a run from, or to start one in")
+    for place in (checkpoint_dir, out):
+        if place is not None and Path(place).is_dir() and locate(Path(place), algorithm):
+            return Path(place)
+    return None

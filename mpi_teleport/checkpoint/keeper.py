@@ -93,9 +93,20 @@ class Keeper:
         if self.rec is not None and m.get("recorder") is not None and (
                 self.backend.root or self.backend.elastic):  # (elastic: any survivor may write)
             self.rec.restore(m["recorder"])
+            if self.backend.root and self._finished(m) and hasattr(self.rec, "last_x"):
+                # (no round runs: the final model is the checkpoint's, for Result.x)
+                from .store import load_matrix
+
+                self.rec.last_x = load_matrix(self.plan.source, m)["x"]
         self.backend.restore_clock(m.get("clocks_us"))
         self._t0 = time.perf_counter() - self.wall_offset
         return self.plan.source, m
+
+    def _finished(self, m: dict) -> bool:
+        """Whether the checkpoint ends this run: its last round, or a stop at the target
+        that this run keeps."""
+        return int(m["round"]) >= self.spec.total_rounds or bool(
+            m.get("final") and self.logging.stop_at_target)
 
     def gate(self) -> None:
         """Before the first round (a collective, in place of a barrier): a signal caught

@@ -18,6 +18,7 @@ from .runner import RunContext, RunSettings
 from ..core.algorithms import Nesterov
 from .loop_options import momentum_of
 from . import resume as resume_rules
+from ..checkpoint.find import auto_resume
 from ..core import topology as topo
 from ..checkpoint import CheckpointPlan, any_checkpoint, locate
 from ..errors import UsageError
@@ -131,7 +132,11 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     def where(name):
         return None if values[name] is None else Path(absolute(name, values[name], API))
 
-    out, ck_dir, resume = where("out"), where("checkpoint_dir"), where("resume")
+    out, ck_dir = where("out"), where("checkpoint_dir")
+    if values["resume"] == "auto":  # (continue, return a finished run, or start: find.auto_resume)
+        resume = auto_resume(out, ck_dir or (out and out / "checkpoints"), spec.algorithm)
+    else:
+        resume = where("resume")
     if ck_dir is None and resume is not None and spec.algorithm != "search":
         ck_dir = _continued_dir(resume, spec.algorithm)
     if ck_dir is None and out is not None:
