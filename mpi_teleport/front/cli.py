@@ -54,12 +54,12 @@ def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) 
     """Flags (over the TOML file, over defaults) -> validated Config checked against the
     disk (the preflight), or UsageError."""
     from . import preflight
-    from .settings import coerce, row
+    from .settings import coerce, setting
 
     ns = vars(parser.parse_args(argv))
     raw = from_toml(ns.pop("config")) if "config" in ns else {}
     for name, value in ns.items():
-        raw[name] = coerce(row(name), value, "command line")
+        raw[name] = coerce(setting(name), value, "command line")
     return preflight.load(raw, world_size)
 
 

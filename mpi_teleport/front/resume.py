@@ -253,7 +253,7 @@ def inherit(raw: dict) -> dict:
     """``--resume DIR``: settings not given take the checkpoint's values, each checked as
     the flag would be. Raises UsageError when DIR holds no complete checkpoint, or one
     the command line cannot continue."""
-    from .settings import coerce, field_names, row
+    from .settings import coerce, field_names, setting
 
     path = raw["resume"]
     p = Path(path)
@@ -280,7 +280,7 @@ def inherit(raw: dict) -> dict:
         flags = optimizer_flags(saved["optimizer"]) or {}
         saved = {**({"optimizer": flags["optimizer"]} if "optimizer" in raw else flags),
                  **{k: v for k, v in saved.items() if k != "optimizer"}}
-    merged = {name: None if saved[name] is None else coerce(row(name), saved[name], source)
+    merged = {name: None if saved[name] is None else coerce(setting(name), saved[name], source)
               for name in field_names() if name in saved and name not in _NOT_INHERITED
               and name not in raw}
     merged.update(raw)

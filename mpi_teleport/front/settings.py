@@ -441,6 +441,14 @@ def row(name: str) -> Setting | None:
     return next((s for s in rows() if s.name == name), None)
 
 
+def setting(name: str) -> Setting:
+    """The row of a setting the table has (KeyError otherwise)."""
+    found = row(name)
+    if found is None:
+        raise KeyError(name)
+    return found
+
+
 def defaults() -> dict:
     return {s.name: s.default for s in rows()}
 
