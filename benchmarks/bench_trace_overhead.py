@@ -24,7 +24,12 @@ two kinds alternate, ``--repeats`` each.
 
 Goals (issue 48): on / off <= 1.03 at d = 1e5 on 8 ranks; off / base within the noise
 (the spread of base over its own repeats). The machine this ran on may be shared: every
-sample is saved, and the table gives the spread.
+sample is saved, and the table gives the spread. On a busy or oversubscribed machine the
+wall times move by tens of percent from launch to launch, far more than the trace costs;
+so each launch also measures the recording itself on rank 0's CPU clock (a span's begin
+and end into the buffer, ``span_cost_s``) and counts the spans a round records on the
+busiest rank: their product is the trace's work per round, which the table sets against
+the fastest block's round (the least disturbed).
 
 Writes bench_trace_overhead.csv, .json and .png into --out.
 """
@@ -96,14 +101,39 @@ def worker(args) -> int:
     spans = {name: int(t.spans.n) for name, t in tracers.items()}
     for backend in backends.values():
         backend.close()
+    per_span = span_cost_s() if not args.base else None
+    counts = comm.gather(spans.get("on", 0), root=0)
     if rank == 0:
         import mpi_teleport
 
         with open(args.worker_out, "w") as f:
             json.dump({"ranks": n, "k": k, "d": d, "rounds_per_block": R, "blocks": blocks,
-                       "samples": times, "identical": same, "spans_rank0": spans,
+                       "samples": times, "identical": same, "spans_per_rank": counts,
+                       "rounds_traced": total, "span_cost_s": per_span,
                        "package": str(Path(mpi_teleport.__file__).parent)}, f)
     return 0
+
+
+def span_cost_s(count: int = 200_000) -> float:
+    """CPU seconds one span costs to record (a begin and an end into the buffer), measured
+    in this process on its thread's CPU clock (a shared machine's other processes do not
+    enter it): best of 5 runs of ``count``. Times the spans a round records, it is what the
+    trace adds to a round's work."""
+    import time as clock
+
+    from mpi_teleport.trace.spans import STEP, make_spans
+
+    best = float("inf")
+    for _ in range(5):
+        s = make_spans(count, 1, count, nvtx=None)
+        s.buf = np.zeros(count + 1, s.buf.dtype)
+        s.at(0)
+        start = clock.thread_time()
+        for _ in range(count):
+            a = s.begin(STEP)
+            s.end(STEP, a)
+        best = min(best, (clock.thread_time() - start) / count)
+    return best
 
 
 def baseline_tree(rev: str) -> Path:
@@ -155,15 +185,32 @@ def summarise(launches: list[dict]) -> dict:
     """Medians per variant over every launch's per-launch median, the paired on/off ratio
     (within a launch: the same processes, interleaved blocks) and the spread."""
     per = {"base": [], "off": [], "on": []}
+    best = {"base": [], "off": [], "on": []}
     ratios = []
+    costs = []
     for row in launches:
+        for name, values in row["samples"].items():
+            if values:
+                best[name].append(min(values))
+        if row.get("span_cost_s") and row.get("spans_per_rank"):
+            spans_per_round = max(row["spans_per_rank"]) / row["rounds_traced"]
+            costs.append((spans_per_round, row["span_cost_s"]))
         med = {name: statistics.median(v) for name, v in row["samples"].items() if v}
         for name, value in med.items():
             per[name].append(value)
         if "on" in med and "off" in med:
             ratios.append(med["on"] / med["off"])
     out = {f"{name}_ms": [1e3 * v for v in values] for name, values in per.items()}
+    out.update({f"{name}_best_ms": [1e3 * v for v in values] for name, values in best.items()})
     out["on_over_off"] = ratios
+    if costs:  # the recording's own cost per round, on the busiest rank, against the round
+        spans_per_round = statistics.median(c[0] for c in costs)
+        per_span = statistics.median(c[1] for c in costs)
+        fastest = min(best["off"] + best["base"]) if best["off"] + best["base"] else None
+        out.update(spans_per_round=spans_per_round, span_cost_us=per_span * 1e6,
+                   recording_us_per_round=spans_per_round * per_span * 1e6)
+        if fastest:
+            out["recording_over_fastest_round"] = spans_per_round * per_span / fastest
     if per["off"] and per["base"]:
         out["off_over_base"] = statistics.median(per["off"]) / statistics.median(per["base"])
         spread = (max(per["base"]) - min(per["base"])) / statistics.median(per["base"])
@@ -272,6 +319,11 @@ def main(argv=None) -> int:
     if "on_over_off_median" in summary:
         print(f"on / off (paired within launches): median {summary['on_over_off_median']:.4f} "
               f"({', '.join(f'{r:.4f}' for r in summary['on_over_off'])}); goal <= 1.03")
+    if "recording_us_per_round" in summary:
+        print(f"recording: {summary['spans_per_round']:.1f} spans a round on the busiest rank x "
+              f"{summary['span_cost_us']:.2f} us a span = {summary['recording_us_per_round']:.1f} us "
+              f"a round, {100 * summary.get('recording_over_fastest_round', 0):.3f} % of the fastest "
+              f"block's round ({min(summary['off_best_ms'] + summary['base_best_ms']):.3f} ms)")
     if "off_over_base" in summary:
         print(f"off / base: {summary['off_over_base']:.4f}; base's own spread over its launches "
               f"{100 * summary['base_spread']:.1f} %")
