@@ -257,3 +257,29 @@ def test_a_piece_setting_on_one_rank_is_agreed_before_it_decides_a_collective(
     ours = [line for line in proc.stderr.splitlines() if "mpi_teleport.run: error:" in line]
     assert len(ours) == 1 and f"{setting.split('=')[0]} (" in ours[0], proc.stderr
     assert "differs between ranks" in ours[0] and "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- the manual
+PAGE = ROOT / "docs" / "reference" / "settings.md"
+MARK = "<!-- the table: generated from SETTINGS by `python tests/test_settings_table.py` -->\n"
+
+
+def reference_page() -> str:
+    """docs/reference/settings.md as the table writes it (its prose, then the table)."""
+    import inspect
+
+    keywords = set()
+    for function in (mt.teleportation, mt.dsgd, mt.search_k):
+        keywords |= set(inspect.signature(function).parameters)
+    text = PAGE.read_text()
+    return text[:text.index(MARK) + len(MARK)] + "\n" + table.reference(keywords)
+
+
+def test_the_manuals_settings_page_is_the_table():
+    assert PAGE.read_text() == reference_page(), (
+        "docs/reference/settings.md is not the settings table: run "
+        "python tests/test_settings_table.py")
+
+
+if __name__ == "__main__":  # rewrite the manual's table from SETTINGS
+    PAGE.write_text(reference_page())

@@ -463,6 +463,29 @@ def recorded_when_set() -> dict:
     return {s.name: s.default for s in rows() if s.record == "when set"}
 
 
+def reference(keywords: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    """The manual's table of every setting (docs/reference/settings.md), written from
+    :data:`SETTINGS`: flag and TOML key, the Python keyword where the API functions take
+    one (``keywords``: their parameters), default, what a resume and the ranks do with it,
+    whether config.json records it, and the help text."""
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| setting | flag, TOML key | Python keyword | default | resume | ranks | "
+             "config.json | meaning |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in rows():
+        default = "none" if s.default is None else (
+            ",".join(map(str, s.default)) if isinstance(s.default, tuple) else s.default)
+        lines.append("| " + " | ".join(cell(c) for c in (
+            f"`{s.name}`", f"`{s.flag}`, `{s.name.replace('_', '-')}`",
+            f"`{s.name}=`" if s.name in keywords else "-", f"`{default}`",
+            "must match" if s.resume else "may change", "agree" if s.agree else "own",
+            {"always": "always", "when set": "when set", "no": "in another"}[s.record],
+            s.help)) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def check_values(values: dict, naming: Naming) -> dict:
     """``values`` with every setting the table gives a rule checked and normalised (numpy
     numbers to Python ones), or UsageError for the first that breaks its rule."""
