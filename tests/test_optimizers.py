@@ -155,17 +155,19 @@ def test_adamw_leaves_normalisation_buffers_to_the_forward_pass():
     assert result.records[-1]["loss"] < 10 and p.n_buffers > 0
 
 
-def test_the_command_line_does_not_resume_an_adam_run(tmp_path, capsys):
+def test_the_command_line_does_not_resume_a_run_of_an_optimizer_it_cannot_give(tmp_path, capsys):
+    """(--optimizer gives SGD, Adam and AdamW, and resumes their runs:
+    tests/test_settings_table.py; another optimizer's run resumes through the API.)"""
     from mpi_teleport.problems.quadratic import Quadratic
     from mpi_teleport.sim import main as sim_main
 
     mt.teleportation(Quadratic(n=4, d=3, seed=0), nodes=4, k=2, rounds=6, seed=0,
-                     optimizer=functools.partial(torch.optim.AdamW, lr=0.01),
+                     optimizer=functools.partial(torch.optim.Adadelta, lr=0.01),
                      out=tmp_path / "run", checkpoint_every=3)
     capsys.readouterr()
     assert sim_main(["--resume", str(tmp_path / "run"), "--rounds", "9"]) == 2
     err = capsys.readouterr().err
-    assert "its optimizer is AdamW" in err and len(err.strip().splitlines()) == 1
+    assert "its optimizer is Adadelta" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_long_vector_is_stepped_in_blocks_with_the_same_bits(monkeypatch):
