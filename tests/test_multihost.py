@@ -37,9 +37,13 @@ HOSTS = ["10.231.77.1", "10.231.77.2"]  # mtp-h0, mtp-h1
 def bed_env(impl: MPIImpl, tag: str | None = None) -> dict:
     """The launcher's environment on the bed. The MPICH wheel's UCX would find the other
     "host" on the same kernel and use shared memory / CMA; UCX_TLS=tcp,self makes hosts talk
-    TCP as real ones do (MPICH's own shared memory still serves ranks of one host)."""
+    TCP as real ones do (MPICH's own shared memory still serves ranks of one host). Intel
+    MPI's Hydra proxies call back to the launcher's host by its name, which no resolver of
+    the bed knows: I_MPI_HYDRA_IFACE=eth0 gives them its address instead."""
     env = impl.env(tag=tag)
     env.setdefault("UCX_TLS", "tcp,self")
+    if impl.name == "intelmpi":
+        env.setdefault("I_MPI_HYDRA_IFACE", "eth0")
     return env
 
 

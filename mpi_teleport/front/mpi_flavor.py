@@ -136,7 +136,7 @@ def find_mpirun(python: str | None = None) -> str:
     """The launcher beside `python` (default: this one), else ``mpirun``/``mpiexec`` on PATH."""
     here = Path(python or sys.executable)
     for name in ("mpirun", "mpiexec"):
-        if here.with_name(name).exists():
+        if here.with_name(name).exists() and not _calls_hydra_by_name(here.with_name(name)):
             return str(here.with_name(name))
     found = shutil.which("mpirun") or shutil.which("mpiexec")
     if not found:
@@ -145,6 +145,18 @@ def find_mpirun(python: str | None = None) -> str:
             "pip install mpich, or load your site's MPI module"
         )
     return found
+
+
+def _calls_hydra_by_name(launcher: Path) -> bool:
+    """Whether `launcher` is a shell script that runs ``mpiexec.hydra`` from PATH (Intel
+    MPI's ``mpirun``: outside an activated environment it fails, "mpiexec.hydra: not
+    found"), with Hydra's own ``mpiexec`` beside it to use instead."""
+    try:
+        with open(launcher, "rb") as f:
+            head = f.read(16384)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"mpiexec.hydra" in head and launcher.with_name("mpiexec").exists()
 
 
 def flavor_of_launcher(mpiexec: str) -> Flavor:
