@@ -76,7 +76,6 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
     record = resume_rules.plain({**_record(spec, logging, values, files),
                                  **resume_rules.describe_problem(problem, spec.seed,
                                                                  files.touches_checkpoints)})
-    plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep)
     from ..runtime.elastic import parse_failures
 
     spares = check_values({"spares": spares}, API)["spares"]
@@ -86,13 +85,15 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
 
         check_spares_fit(spares, API)
     failures = parse_failures(fail, spec.nodes, spares)  # (elastic mode, mpi_teleport/DESIGN.md §11)
-    refused = None
+    refused, source, manifest = None, None, None
     try:
-        _check_disk(spec, latency_settings, record, plan, files)
+        source, manifest = _check_disk(spec, latency_settings, record, files)
     except UsageError as exc:
         refused = str(exc)
     except OSError as exc:  # an unreadable directory or file
         refused = f"cannot read the checkpoint or output directory: {exc.strerror or exc}"
+    # (made once, the resumed checkpoint found: nothing changes it afterwards)
+    plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep, source, manifest)
     return (RunSettings(spec, logging, latency_settings, plan=plan, out=files.out,
                         manifest=record, progress=files.progress,
                         record={**record, **problem.describe()}, hold=tuple(files.held),
@@ -180,11 +181,12 @@ def _record(spec: RunSpec, logging: Logging, values: dict, files: _Files) -> dic
     return record
 
 
-def _check_disk(spec: RunSpec, latency: LatencySettings, record: dict, plan: CheckpointPlan,
-                files: _Files) -> None:
+def _check_disk(spec: RunSpec, latency: LatencySettings, record: dict,
+                files: _Files) -> tuple:
     """The API's preflight, on every process: outputs writable, a latency matrix file
     readable, the checkpoint resumed matching this run and intact, the checkpoint
-    directory free of another run's checkpoints. Fills ``plan.source``/``manifest``."""
+    directory free of another run's checkpoints. Returns the checkpoint resumed and its
+    manifest ((None, None): a fresh run)."""
     if files.out is not None:
         check_writable("out", files.out)
     if files.checkpoint_dir is not None and files.every:
@@ -194,7 +196,8 @@ def _check_disk(spec: RunSpec, latency: LatencySettings, record: dict, plan: Che
     except UsageError as exc:
         raise API.retell(exc) from None
     if spec.algorithm == "search":
-        return  # (no checkpoints: Algorithm 2 is short)
+        return None, None  # (no checkpoints: Algorithm 2 is short)
+    source, manifest = None, None
     if files.resume is not None:
         given = f"resume={str(files.resume)!r}"
         found = locate(files.resume, spec.algorithm)
@@ -203,10 +206,11 @@ def _check_disk(spec: RunSpec, latency: LatencySettings, record: dict, plan: Che
             what = f" (it holds a {other[1].get('algorithm')} run)" if other else ""
             raise UsageError(f"{given}: no complete checkpoint of a {spec.algorithm} run "
                              f"there{what}")
-        plan.source = resume_rules.check_source(given, found[0], found[1], nodes=spec.nodes,
-                                                k=spec.tokens, rounds=spec.rounds,
-                                                current=record, naming=API)
-        plan.manifest = found[1]
+        source = resume_rules.check_source(given, found[0], found[1], nodes=spec.nodes,
+                                           k=spec.tokens, rounds=spec.rounds,
+                                           current=record, naming=API)
+        manifest = found[1]
     if files.checkpoint_dir is not None:
         hint = f"resume={str(files.out or files.checkpoint_dir)!r}"
-        resume_rules.check_target(files.checkpoint_dir, plan.source, hint, API)
+        resume_rules.check_target(files.checkpoint_dir, source, hint, API)
+    return source, manifest
