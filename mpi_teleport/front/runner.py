@@ -106,12 +106,23 @@ def train(problem: Any, settings: RunSettings, comm: Any = None,
     (:class:`RunContext`; a hot spare joining the run included). The Python API's
     functions and both command lines run through here (``mpi_teleport.api.train`` is
     this function). What it is handed is checked first (one UsageError naming the
-    setting) and, under MPI, agreed by every rank before any other collective."""
+    setting) and, under MPI, agreed by every rank before any other collective. SIGINT and
+    SIGTERM during the call keep the work: :mod:`mpi_teleport.runtime.signals` says how."""
     from ..runtime.transport import Transport
 
     context = context or RunContext()
     if context.joining is not None:
         return _join(problem, settings, context)
+    if context.terminator is None and not isinstance(comm, Transport):
+        from dataclasses import replace
+
+        from ..runtime.signals import during_call
+
+        # an API call: a signal stops at an agreed round after a checkpoint, then raises
+        # in the script (runtime.signals.during_call), where the script left the handlers
+        with during_call(comm is None or comm.Get_rank() == 0) as terminator:
+            if terminator is not None:
+                return train(problem, settings, comm, replace(context, terminator=terminator))
     transport = comm if isinstance(comm, Transport) else None
     comm = None if transport is not None else comm
     agree_first(settings, transport if transport is not None else comm)

@@ -28,6 +28,20 @@ final checkpoint, prints one line, exit status 75 (130 with nowhere to write). A
 Ctrl-C before that agreed round stops the process at once: one line, then it dies of SIGINT (status 130 in the
 shell), without a final checkpoint and without a traceback. On a terminal the first one
 also says so, since the stop may take up to a logging round.
+
+**The Python API** (:func:`during_call`): ``mt.teleportation``, ``mt.dsgd``,
+``mt.search_k`` and ``mt.train`` install the same handlers for the call's duration only,
+and only for the signals whose handlers the script left as Python set them (SIGINT:
+``KeyboardInterrupt``; SIGTERM, SIGUSR1: the default), in the main thread. A signal
+then stops the run at the agreed round after the final checkpoint (where the call has
+``out=`` or ``checkpoint_dir=``), the handlers are put back, and the call raises in the
+script, so its ``try``/``finally`` runs: ``KeyboardInterrupt`` for SIGINT (its message
+says where the checkpoint is; uncaught, the script ends as after any Ctrl-C, status
+130), :class:`Stopped` (a ``SystemExit``: uncaught, the script ends with status 75
+after a checkpoint, else 128 + the signal, without a traceback) for SIGTERM and SIGUSR1.
+A second Ctrl-C before the agreed round raises ``KeyboardInterrupt`` at once, without a
+final checkpoint. After a stop by SIGTERM or SIGUSR1 later ones are ignored (the
+scheduler's duplicate SIGTERM cannot turn status 75 into 143).
 """
 from __future__ import annotations
 
@@ -36,6 +50,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 EXIT_CHECKPOINTED = 75  # stopped by a signal after a final checkpoint: requeue and --resume
 EXIT_USAGE = 2
@@ -177,6 +192,106 @@ class Terminator:
 
     def __exit__(self, *exc) -> None:
         self.restore()
+
+
+class Stopped(SystemExit):
+    """SIGTERM or SIGUSR1 (a scheduler's time limit, ``scancel``) stopped an API call at an
+    agreed round. A ``SystemExit``: uncaught, the script ends with ``code`` -- 75
+    (:data:`EXIT_CHECKPOINTED`, "resume me") after a final checkpoint, else 128 + the
+    signal -- and no traceback, its ``finally`` blocks run, and ``except Exception`` does
+    not swallow it. ``round``: where it stopped; ``checkpoint``: the final checkpoint's
+    directory, or None where the call had nowhere to write; ``resume``: what to pass as
+    ``resume=`` to continue, or None."""
+
+    def __init__(self, message: str, signum: int, r: int, checkpoint, resume):
+        super().__init__(EXIT_CHECKPOINTED if checkpoint is not None else 128 + signum)
+        self.message = message
+        self.signum, self.round, self.checkpoint, self.resume = signum, r, checkpoint, resume
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _python_default(signum: int) -> bool:
+    """The handler is still the one Python starts with (the script installed none)."""
+    handler = signal.getsignal(signum)
+    if signum == signal.SIGINT:
+        return handler is signal.default_int_handler
+    return handler in (signal.SIG_DFL, None)
+
+
+class _CallTerminator(Terminator):
+    """A :class:`Terminator` for one API call: SIGINT's handler is put back after a stop
+    (the script goes on), and a second Ctrl-C raises ``KeyboardInterrupt`` at once."""
+
+    def restore(self) -> None:
+        for s, old in self._old.items():
+            keep_ignoring = self.committed and s != signal.SIGINT
+            signal.signal(s, signal.SIG_IGN if keep_ignoring else old)
+        self._old.clear()
+        if self in _installed:
+            _installed.remove(self)
+
+    def commit(self) -> None:
+        self.committed = True
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signals:
+                if s != signal.SIGINT:
+                    signal.signal(s, signal.SIG_IGN)
+
+    def _stop_now(self, *_) -> None:
+        _say(f"{self.prog}: stopped at once by a second Ctrl-C (SIGINT), without a final "
+             "checkpoint")
+        old = self._old.get(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, old)
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def during_call(announce: bool = True):
+    """Around one API call: a :class:`Terminator` for the signals the script left to
+    Python (yielded; None where it handles them all itself, or off the main thread), and
+    the run's :class:`Terminated` turned into ``KeyboardInterrupt`` or :class:`Stopped`
+    for the script (module docstring). ``announce``: this process says the stop in one
+    line on stderr (the root), as the command line does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    mine = tuple(s for s in SIGNALS if _python_default(s))
+    if not mine:
+        yield None
+        return
+    term = _CallTerminator(mine).install()
+    try:
+        yield term
+    except Terminated as exc:
+        raised = for_script(exc)
+        if announce and isinstance(raised, Stopped):  # (a KeyboardInterrupt shows its own)
+            _say(f"{term.prog}: {raised}")
+        raise raised from None
+    finally:
+        term.restore()
+
+
+def for_script(exc: Terminated) -> BaseException:
+    """The exception an API call raises in the script after a signal stopped it."""
+    name = (signal.Signals(exc.signum).name
+            if exc.signum in signal.Signals._value2member_map_ else str(exc.signum))
+    checkpoint = exc.checkpoint
+    resume = None if checkpoint is None else str(Path(checkpoint).parent)
+    if "before round" in str(exc):  # (during the set-up: nothing ran)
+        where = (f"nothing ran; continue with resume={resume!r}" if resume
+                 else "nothing ran; start the run again")
+        message = f"stopped by {name} before round {exc.round} (during the set-up): {where}"
+    elif checkpoint is not None:
+        message = (f"stopped by {name} at round {exc.round}: checkpoint written to "
+                   f"{checkpoint}; continue with resume={resume!r} (or resume='auto')")
+    else:
+        message = (f"stopped by {name} at round {exc.round}: no checkpoint written (give out= "
+                   "or checkpoint_dir= to have one)")
+    if exc.signum == signal.SIGINT:  # (exactly KeyboardInterrupt: Python exits 130 on it)
+        return KeyboardInterrupt(message)
+    return Stopped(message, exc.signum, exc.round, checkpoint, resume)
 
 
 def _say(line: str) -> None:
