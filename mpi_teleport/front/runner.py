@@ -113,6 +113,8 @@ def train(problem: Any, settings: RunSettings, comm: Any = None,
     context = context or RunContext()
     if context.joining is not None:
         return _join(problem, settings, context)
+    if comm is not None and not isinstance(comm, Transport):
+        collective.check_communicator(comm)  # (before any MPI call could fail or hang on it)
     if context.terminator is None and not isinstance(comm, Transport):
         from dataclasses import replace
 
