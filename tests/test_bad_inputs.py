@@ -352,6 +352,8 @@ CASES = [
          says="--threads: expected an integer or 'auto', got 'many'"),
     Case("threads-on-numpy", [*SMALL, "--threads", "2"],
          says="the quadratic problem computes with numpy, not torch"),
+    Case("eval-every-with-k-auto", ["--nodes", "4", "--k", "auto", "--eval-every", "5"],
+         says="--eval-every is not taken by --k auto"),
 ]
 def _fmnist_rows(name: str, override_of) -> None:
     from test_data_safety import _fmnist, _idx, _labels  # the data-safety tests' writers

@@ -900,6 +900,9 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
     if cfg.problem not in PROBLEMS and "target" not in raw:
         cfg = cfg.replace(target=None)  # a user's problem: no target unless given
     _check_optimizer(cfg)
+    if cfg.eval_every is not None and cfg.k == "auto":  # (as search_k takes no eval_every)
+        raise UsageError("--eval-every is not taken by --k auto: Algorithm 2 selects k from "
+                         "the evaluated records; use --log-every")
     if cfg.epochs is not None and cfg.problem == "quadratic":
         raise UsageError("--epochs applies to the network problems; use --rounds for quadratic")
     if cfg.k == "auto" and network and cfg.val_fraction == 0:
