@@ -283,3 +283,21 @@ def test_a_scripts_exception_on_one_rank_before_its_first_call_ends_the_job(mpi_
     assert proc.returncode != 0
     assert proc.stderr.count("Traceback (most recent call last)") == 1, proc.stderr[-3000:]
     assert "RuntimeError: rank 1 fails before its first call" in proc.stderr
+
+
+def test_intel_mpis_mpirun_script_gives_way_to_its_hydra_mpiexec(tmp_path):
+    """Intel MPI's wheel puts beside python an `mpirun` shell script that runs mpiexec.hydra
+    from PATH (outside an activated venv: "not found", and its error text was taken for
+    MPICH) and Hydra's own `mpiexec`: the launcher takes the latter; MPICH's and Open
+    MPI's mpirun stay the choice."""
+    from mpi_teleport.front.mpi_flavor import find_mpirun
+
+    for name, text in (("python", ""), ("mpirun", "#!/bin/sh\nmpiexec.hydra \"$@\"\n"), ("mpiexec", "")):
+        (tmp_path / name).write_text(text)
+    assert find_mpirun(str(tmp_path / "python")) == str(tmp_path / "mpiexec")
+    (tmp_path / "mpirun").write_text("\x7fELF...")  # (a binary mpirun, as MPICH's)
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("python", "mpirun", "mpiexec"):
+        (other / name).write_bytes((tmp_path / name).read_bytes())
+    assert find_mpirun(str(other / "python")) == str(other / "mpirun")
