@@ -211,19 +211,23 @@ def main(argv=None) -> int:
 def run_filtered(cmd: list[str], env: dict, noise: tuple) -> int:
     """Run the launcher; its stderr (the ranks' too) passes through, less the whole lines
     matching `noise` (the MPI's own teardown chatter: Flavor.exit_noise). SIGTERM and SIGHUP
-    sent to this process go on to the launcher, which ends the job its way; Ctrl-C reaches
-    both (one process group) and this one waits for the launcher's exit status."""
-    if not noise:
-        return subprocess.call(cmd, env=env)
+    sent to this process go on to the launcher, which ends the job its way. The job runs in
+    a session of its own, so Ctrl-C reaches this process only: the first is passed on as
+    SIGUSR1, which both MPIs' launchers forward to every rank once (a run, or an API call,
+    then stops at its next logging round after a final checkpoint: status 75), a second
+    ends the job at once (SIGTERM to the launcher); this one waits for its exit status."""
     import signal
 
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE if noise else None,
+                            start_new_session=True)
     forwarded = {sig: signal.signal(sig, lambda signum, frame: proc.send_signal(signum))
                  for sig in (signal.SIGTERM, signal.SIGHUP)}
+    forwarded[signal.SIGINT] = signal.signal(signal.SIGINT, _ctrl_c(proc))
     try:
         while True:
             try:
-                copy_without(proc.stderr, sys.stderr.buffer, noise)
+                if noise:
+                    copy_without(proc.stderr, sys.stderr.buffer, noise)
                 return proc.wait()
             except KeyboardInterrupt:  # (the launcher got it too, and ends the job)
                 continue
@@ -233,6 +237,25 @@ def run_filtered(cmd: list[str], env: dict, noise: tuple) -> int:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _ctrl_c(proc):
+    """The launcher's SIGINT handler: the first Ctrl-C goes to every rank as SIGUSR1 (one
+    line says so), the next ends the job at once."""
+    import signal
+
+    count = [0]
+
+    def handle(signum, frame) -> None:
+        count[0] += 1
+        if count[0] == 1:
+            os.write(2, b"python -m mpi_teleport.launch: Ctrl-C: every rank stops at its next "
+                        b"logging round after a checkpoint (Ctrl-C again: stop at once)\n")
+            proc.send_signal(signal.SIGUSR1)
+        else:
+            proc.send_signal(signal.SIGTERM)
+
+    return handle
 
 
 def copy_without(src, dst, noise: tuple) -> None:

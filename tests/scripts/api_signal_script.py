@@ -1,6 +1,7 @@
 """An API script for tests/test_api_signals.py: ``python api_signal_script.py OUT SIGNAL
 [own]`` trains with ``resume="auto"`` in OUT and sends itself SIGNAL (SIGINT, SIGTERM or
-none) when the record of round 20 is written; ``own``: the script installs its own
+none; outside: sent by the test) when the record of round 20 is written (``slow``: half a
+second per record); ``own``: the script installs its own
 SIGTERM handler first (the call then leaves SIGTERM to it). Prints ``finally ran`` from
 its ``finally`` block and ``x <values>`` when the call returns. Under MPI (``mpi`` in
 argv) one node per rank."""
@@ -27,7 +28,11 @@ mark = out + ".sent"
 
 
 def callback(record):  # (on the root) the signal, once, at round 20
-    if name != "none" and record["round"] == 20 and not os.path.exists(mark):
+    if "slow" in sys.argv:  # (time for a signal from outside to land mid-run)
+        import time
+
+        time.sleep(1.0)
+    if name not in ("none", "outside") and record["round"] == 20 and not os.path.exists(mark):
         open(mark, "w").close()
         os.kill(os.getppid() if "parent" in sys.argv else os.getpid(), getattr(signal, name))
 
