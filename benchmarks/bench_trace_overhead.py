@@ -245,6 +245,11 @@ def plot(launches: list[dict], summary: dict, path: Path, title: str) -> None:
     right.set_ylabel("on / off - 1 (%), medians of a launch")
     right.set_title("the trace's cost, paired within a launch")
     right.legend()
+    if "recording_us_per_round" in summary:
+        right.set_title("the trace's cost, paired within a launch\n(recording itself: "
+                        f"{summary['recording_us_per_round']:.1f} us a round, "
+                        f"{100 * summary.get('recording_over_fastest_round', 0):.2f} % of the "
+                        "fastest round)", fontsize=10)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
