@@ -55,7 +55,14 @@ def main(argv=None) -> int:
         print(f"beside {args.compare}:")
         print(compare(trace, sim))
     if args.png is not None:
-        draw(trace, args.png, max(1, args.rounds), title=str(args.file.name))
+        try:
+            draw(trace, args.png, max(1, args.rounds), title=str(args.file.name))
+        except ImportError:
+            print("--png needs matplotlib (pip install matplotlib)", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"--png {args.png}: cannot write it ({exc.strerror or exc})", file=sys.stderr)
+            return 2
         print(f"wrote {args.png}")
     return 0
 
