@@ -362,3 +362,24 @@ def check_bench_stamps(data: dict) -> None:
     got = bench_tc_trace.run_steps(stamps, 2, 11)
     assert got["step_median_s"] >= 0 and got["s_per_round"] > 0
     assert bench_tc_trace.cores_used(stamps, 2, 11)["rounds"] > 0
+
+
+def test_a_hot_spare_joins_the_trace_of_the_rank_it_replaces_mpi(tmp_path):
+    """Elastic, 4 nodes and a spare, node 1 killed at round 12 after a checkpoint at 10:
+    the dead rank's spans up to the checkpoint and the spare's from its join share row 1,
+    the survivors record their recovery, and the records still equal the simulator's."""
+    from test_elastic_mpi import records
+    from test_spares_mpi import simulated, spare_run
+
+    trace = tmp_path / "t.json"
+    args = ["--algorithm", "teleportation", "--k", "2", "--checkpoint-every", "5"]
+    res, out = spare_run(tmp_path, 4, 1, args, "1@12", extra_env={tracing.TRACE_ENV: str(trace)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    code, sim = simulated(tmp_path, 4, 1, args, ["1@12"])
+    assert code == 0 and records(out / "metrics.jsonl") == records(sim / "metrics.jsonl")
+    spans = [e for e in chrome.load(trace)["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in spans} == {0, 1, 2, 3}
+    row1 = sorted({e["args"]["round"] for e in spans if e["pid"] == 1 and e["name"] == "round"})
+    assert row1[0] == 0 and row1[-1] == 23 and 12 in row1  # (before the loss, and the spare's)
+    assert [e["pid"] for e in spans if e["name"] == "join"] == [1]
+    assert {e["pid"] for e in spans if e["name"] == "recover"} == {0, 1, 2, 3}

@@ -96,6 +96,7 @@ class Tracer:
         self.backend_name = backend_name
         self.total_rounds = int(total_rounds)
         self.started = time.time()
+        self.joined: int | None = None  # a hot spare: the round it took its node over at
 
     # -- the round boundaries (the engine's spans) ------------------------------------------
     def boundary(self, r: int) -> sp.Spans | None:
@@ -140,7 +141,9 @@ class Tracer:
         from ..disk.output import write_atomic, write_atomic_with
 
         directory = parts_dir(self.path)
-        stem = directory / f"rank-{self.rank:05d}"
+        # (a spare that took over a dead rank's place keeps that rank's part beside its own)
+        joined = "" if self.joined is None else f"-joined-{self.joined}"
+        stem = directory / f"rank-{self.rank:05d}{joined}"
         write_atomic_with(stem.with_suffix(".npy"),
                           lambda f: np.save(f, self.spans.recorded(), allow_pickle=False))
         write_atomic(stem.with_suffix(".json"), json.dumps(self.meta()))
@@ -199,7 +202,9 @@ def start(path, backend, total_rounds: int, first: int = 0, joining: bool = Fals
     tracer = Tracer(run_path(Path(path), algorithm), spans, backend_name=backend.name,
                     total_rounds=total_rounds)
     backend.trace(tracer)
-    if not joining:
+    if joining:
+        tracer.joined = first
+    else:
         if backend.root:  # (a killed job's parts: this run's replace them; before the barrier)
             shutil.rmtree(parts_dir(tracer.path), ignore_errors=True)
         tracer.align(backend)
