@@ -973,6 +973,8 @@ def _check_elastic(cfg: Config, world_size: int | None) -> None:
 
 
 # ----------------------------------------------------------------------------- the API's option groups
+_STARTS = defaults()  # (the table's defaults: the option groups' fields start there)
+
 @dataclass(frozen=True)
 class Checkpoints:
     """Periodic checkpoints and resuming (flat keywords: ``checkpoint_every``,
@@ -982,9 +984,9 @@ class Checkpoints:
     ``dir``: where (default ``out/checkpoints``); ``keep``: how many to keep;
     ``resume``: a run, checkpoint or round-* directory to continue from."""
 
-    every: int = 0
+    every: int = _STARTS["checkpoint_every"]
     dir: str | Path | None = None
-    keep: int = 2
+    keep: int = _STARTS["keep_checkpoints"]
     resume: str | Path | None = None
 
 
@@ -996,9 +998,9 @@ class Latency:
     ``,bw:GBPS``; ``clock``: ``real`` or ``virtual``; ``compute_time``: the modelled
     compute time per step in microseconds."""
 
-    model: str = "none"
-    clock: str = "real"
-    compute_time: float | None = None
+    model: str = _STARTS["latency"]
+    clock: str = _STARTS["clock"]
+    compute_time: float | None = _STARTS["compute_time"]
 
 
 @dataclass(frozen=True)
@@ -1013,12 +1015,12 @@ class Records:
     every this many rounds (and the first and last; None: at every record), the other
     records carrying the training loss alone."""
 
-    every: int = 10
-    target: float | None = None
-    stop_at_target: bool = False
-    progress: bool = False
+    every: int = _STARTS["log_every"]
+    target: float | None = None  # (the API's: no target unless given)
+    stop_at_target: bool = _STARTS["stop_at_target"]
+    progress: bool = False  # (the API's: a bool; the command line's auto/on/off)
     callback: Callable[[dict], object] | None = None
-    eval_every: int | None = None
+    eval_every: int | None = _STARTS["eval_every"]
 
 
 # The flat keyword of each field, in the spelling messages use (settings.RULES' names).
