@@ -24,13 +24,15 @@ from .disk.loggers import CsvWriter, TensorBoardWriter
 from .front.settings import Checkpoints, Latency, Records
 from .problem import Problem
 from .core.schedulers import rounds_per_epoch
+from .runtime.launched import on_root
 
 from ._version import __version__
 
 __all__ = ["teleportation", "dsgd", "search_k", "train", "RunSettings", "Problem",
            "TorchProblem", "EvalMetric",
            "Result", "UsageError", "NonFiniteError", "OutputError", "CsvWriter",
-           "TensorBoardWriter", "Records", "Checkpoints", "Latency", "rounds_per_epoch"]
+           "TensorBoardWriter", "Records", "Checkpoints", "Latency", "rounds_per_epoch",
+           "on_root"]
 
 _TORCH_NAMES = ("TorchProblem", "EvalMetric")
 

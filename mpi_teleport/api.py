@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from .runtime import engine
 from .front.api_checks import checked_settings
 from .front.runner import RunSettings, train
+from .runtime.launched import resolve_comm
 from .front.loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
 from .front.settings import Checkpoints, Latency, Records, merge, merge_latency
 from .core.schedulers import Scheduler, step_size
@@ -142,9 +143,13 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         Algorithm 3 (one communication phase per round) or Algorithm 1.
     seed : int
         Keys every random number: same seed, same numbers, on any back end.
-    comm : mpi4py communicator or None
+    comm : mpi4py communicator, None or "auto"
         None: the simulator, all n nodes in this process. A communicator: one node per
-        rank.
+        rank. ``"auto"``: ``MPI.COMM_WORLD`` when an MPI launcher started this process
+        with more than one rank (``python -m mpi_teleport.launch -n 4 script.py``), else
+        the simulator, so one script runs both ways unchanged
+        (:mod:`mpi_teleport.runtime.launched`; pair it with the problem's
+        ``local_nodes="auto"`` and :func:`mpi_teleport.on_root`).
     out : path or None
         Directory for config.json, metrics.jsonl and summary.json (root only).
     records : Records, optional
@@ -253,6 +258,7 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
     >>> result.summary["k"], len(result.x)
     (4, 5)
     """
+    comm = resolve_comm(comm)  # ("auto": MPI under a launcher, else the simulator)
     rounds = rounds_for(problem, rounds, epochs, k)
     lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
     lr = step_size(lr, lr_step, problem, k, optimizer)
@@ -311,6 +317,7 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
     >>> mt.dsgd(Quadratic(n=8, d=3), nodes=8, rounds=50, lr=0.05).k
     8
     """
+    comm = resolve_comm(comm)  # ("auto": MPI under a launcher, else the simulator)
     rounds = rounds_for(problem, rounds, epochs, nodes)
     lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
     lr = step_size(lr, lr_step, problem, nodes, optimizer)
@@ -392,6 +399,7 @@ def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
     """
     from .runtime.search import check_select
 
+    comm = resolve_comm(comm)  # ("auto": MPI under a launcher, else the simulator)
     rounds = rounds_for(problem, rounds, epochs, nodes)
     lr = step_size(lr, lr_step, problem, nodes)
     spec = RunSpec("search", nodes, None, rounds, within_phase(lr, rounds), momentum, topology,

@@ -113,6 +113,10 @@ def train(problem: Any, settings: RunSettings, comm: Any = None,
     context = context or RunContext()
     if context.joining is not None:
         return _join(problem, settings, context)
+    if isinstance(comm, str) and comm == "auto":  # (MPI under a launcher, else the simulator)
+        from ..runtime.launched import auto_comm
+
+        comm = auto_comm()
     if comm is not None and not isinstance(comm, Transport):
         collective.check_communicator(comm)  # (before any MPI call could fail or hang on it)
     if context.terminator is None and not isinstance(comm, Transport):

@@ -134,9 +134,12 @@ class TorchProblem:
         Classes of the per-node histogram (default: largest label + 1).
     device : str or torch.device
         Where forward/backward passes run; ``"auto"``: the first GPU, else the CPU.
-    local_nodes : sequence of int, optional
+    local_nodes : sequence of int or "auto", optional
         The nodes this process computes (under MPI: ``[rank]``; the command line passes
         it): only their training shares and this rank's evaluation slice are kept.
+        ``"auto"``: ``[rank]`` when an MPI launcher started one rank per node, else every
+        node (:mod:`mpi_teleport.runtime.launched`), so one script runs alone and under
+        ``launch`` unchanged.
     device_tokens : bool, optional
         Under MPI, hold token and momentum as torch tensors on ``device`` (default: on
         for a GPU).
@@ -214,6 +217,10 @@ class TorchProblem:
         self.weight_decay = non_negative(weight_decay, "weight_decay")
         self.clip_norm = None if clip_norm is None else non_negative(clip_norm, "clip_norm")
         self.augment, self.user_metrics = augment, tm.check_metrics(metrics)
+        if isinstance(local_nodes, str) and local_nodes == "auto":  # (one rank per node)
+            from ..runtime.launched import auto_local_nodes
+
+            local_nodes = auto_local_nodes(self.n)
         if test_samples is not None:  # a fixed subsample: cheap frequent evaluation
             test = fixed_subsample(test, test_samples, self.seed)
         with self.torch_settings:
