@@ -674,6 +674,10 @@ _PROBLEM_FIELDS = ("problem", "nodes", "seed", "dim", "sigma2", "zeta2", "batch_
                    "alpha", "val_fraction", "data_dir", "download", "device", "elastic")
 
 
+def _config(values: dict) -> "Config":
+    return Config(**values)
+
+
 class Config:
     """The command line's settings: one attribute per row of :data:`SETTINGS`, each at its
     default unless given; frozen (:meth:`replace` makes a changed copy). Built by
@@ -709,6 +713,9 @@ class Config:
 
     def __repr__(self) -> str:
         return "Config(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
+
+    def __reduce__(self):  # (pickle, copy: rebuilt through __init__, it being frozen)
+        return (_config, (dict(self._values),))
 
     def to_dict(self) -> dict:
         return dict(self._values)
