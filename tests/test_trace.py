@@ -383,3 +383,14 @@ def test_a_hot_spare_joins_the_trace_of_the_rank_it_replaces_mpi(tmp_path):
     assert row1[0] == 0 and row1[-1] == 23 and 12 in row1  # (before the loss, and the spare's)
     assert [e["pid"] for e in spans if e["name"] == "join"] == [1]
     assert {e["pid"] for e in spans if e["name"] == "recover"} == {0, 1, 2, 3}
+
+
+def test_the_simulators_buffer_holds_every_active_nodes_spans(tmp_path, monkeypatch):
+    """120 tokens a round: the simulator's buffer is sized by its active nodes (3 spans
+    each a round), not by one process's round, so nothing is dropped."""
+    monkeypatch.setenv(tracing.TRACE_ENV, str(tmp_path / "wide.json"))
+    mt.teleportation(Quadratic(n=300, d=2, seed=1), nodes=300, k=120, rounds=30, lr=0.01)
+    data = chrome.load(tmp_path / "wide.json")
+    assert not data["otherData"]["dropped"]
+    steps = [e for e in data["traceEvents"] if e["ph"] == "X" and e["name"] == "step"]
+    assert len(steps) == 30 * 120

@@ -67,6 +67,7 @@ NAN = float("nan")  # (the cpu column where the thread's CPU time is not measure
 # send, prepare, wait, sum, handover, and a few waits of a pipelined sum.
 SPANS_PER_ROUND = 16
 BOUNDARY_SPANS = 4096  # logging, checkpoints, elastic agreements beyond the rounds
+MAX_ROWS = 1 << 20  # a buffer's rows at most (48 MiB): the simulator's many nodes
 
 
 class Spans:
@@ -88,6 +89,7 @@ class Spans:
         self.dropped = 0  # spans that did not fit
         self.node, self.round, self.token = int(node), -1, -1
         self.rounds, self.every, self.first = int(rounds), max(1, int(every)), int(first)
+        self.sampled = int(rounds)  # rounds it will record at most (make_spans: the run's)
 
     # -- sampling --------------------------------------------------------------------------
     def wants(self, t: int) -> bool:
@@ -132,6 +134,13 @@ class Spans:
                        self.node if node is None else node,
                        self.token if token is None else token, peer, cpu)
         self.n = i + 1
+
+    def reserve(self, per_round: int) -> None:
+        """Room for ``per_round`` spans in every sampled round (the simulator records
+        each active node's; at most :data:`MAX_ROWS` rows), before anything is recorded."""
+        rows = min(MAX_ROWS, self.sampled * int(per_round) + BOUNDARY_SPANS)
+        if self.n == 0 and rows > len(self.buf):
+            self.buf = np.zeros(rows, SPAN)
 
     def recorded(self) -> np.ndarray:
         """The spans recorded so far (a view)."""
@@ -189,11 +198,15 @@ def nvtx_module(modules=None):
         return None
 
 
+def sampled_rounds(rounds: int, every: int, total_rounds: int) -> int:
+    """Rounds a buffer records at most: ``rounds``, no more than the run samples."""
+    return min(int(rounds), -(-max(0, int(total_rounds)) // max(1, int(every))) + 1)
+
+
 def capacity_for(rounds: int, every: int, total_rounds: int) -> int:
     """Rows enough for ``rounds`` sampled rounds (no more than the run has) and its
     boundaries."""
-    sampled = min(int(rounds), -(-max(0, int(total_rounds)) // max(1, int(every))) + 1)
-    return sampled * SPANS_PER_ROUND + BOUNDARY_SPANS
+    return sampled_rounds(rounds, every, total_rounds) * SPANS_PER_ROUND + BOUNDARY_SPANS
 
 
 def make_spans(rounds: int, every: int, total_rounds: int, node: int = 0, first: int = 0,
@@ -202,9 +215,12 @@ def make_spans(rounds: int, every: int, total_rounds: int, node: int = 0, first:
     (:class:`CpuSpans`), else NVTX ranges too where torch uses CUDA (``nvtx``: "auto", or a
     module, or None)."""
     cap = capacity_for(rounds, every, total_rounds)
+    module = None if cpu else (nvtx_module() if nvtx == "auto" else nvtx)
     if cpu:
-        return CpuSpans(cap, node, rounds, every, first)
-    module = nvtx_module() if nvtx == "auto" else nvtx
-    if module is not None:
-        return NvtxSpans(module, cap, node, rounds, every, first)
-    return Spans(cap, node, rounds, every, first)
+        spans: Spans = CpuSpans(cap, node, rounds, every, first)
+    elif module is not None:
+        spans = NvtxSpans(module, cap, node, rounds, every, first)
+    else:
+        spans = Spans(cap, node, rounds, every, first)
+    spans.sampled = sampled_rounds(rounds, every, total_rounds)
+    return spans

@@ -111,6 +111,9 @@ class LocalBackend:
         time of the vectorised step and mix of their run."""
         tracer.rank, tracer.pid_from = 0, "node"
         self._spans = tracer.spans
+        # (every active node's spans: a round's holders and, under the clock, the next's)
+        tokens = max(sum(len(h) for h in phase.roster(phase.start)) for phase in self.spec.phases())
+        tracer.spans.reserve(4 * 2 * tokens)
         if self.oracle is not None:
             tracer.clock = "virtual"
             self.oracle.spans = tracer.spans
