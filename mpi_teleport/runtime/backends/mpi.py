@@ -232,6 +232,13 @@ class MpiBackend:
         tracer.rank = self.rank
         tracer.spans.node = self.rank
         self._spans = tracer.spans
+        # a pipelined large token's step and sum record a gradient and a wait per block
+        block = getattr(self.transport, "pipeline_bytes", 0)
+        nbytes = self.problem.dim * np.dtype(self.problem.dtype).itemsize
+        blocks = -(-nbytes // block) if block else 1
+        from ...trace.spans import SPANS_PER_ROUND
+
+        tracer.spans.reserve(SPANS_PER_ROUND + 2 * blocks)
         if not isinstance(self.problem, TracedProblem):
             self.problem = TracedProblem(self.problem)
             self._traced.append(self.problem)
