@@ -69,7 +69,7 @@ def test_custom_model_under_mpirun_equals_the_simulator(tmp_path, mpirun, capsys
 @pytest.mark.torch
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch and scikit-learn (the nn extra)")
 def test_the_mnist_port_under_mpirun_equals_the_simulator(tmp_path, mpirun, capsys):
-    """PORTING.md's example (mnist_port.py): AdamW, StepLR per epoch, the training loss in
+    """PORTING.md's example (mnist_port.py): Adadelta, StepLR per epoch, the training loss in
     every record, a test pass per epoch; the simulator and 2 ranks write the same records."""
     from mpi_teleport.examples import mnist_port
 
