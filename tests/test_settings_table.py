@@ -156,6 +156,27 @@ def test_a_resume_compares_the_optimizer(tmp_path, capsys):
     assert without_time(read_jsonl(run / "metrics.jsonl")) == without_time(whole.records)
 
 
+def test_threads_gives_a_torch_problem_its_threads(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from mpi_teleport.examples.custom_model import problem
+    from mpi_teleport.front.cli import with_threads
+
+    built = problem(nodes=2)
+    with_threads(built, 3)
+    assert built.torch_settings.threads == 3 and not built.torch_settings.auto
+    with_threads(built, "auto")
+    assert built.torch_settings.auto
+    flags = ["--problem", "mpi_teleport.examples.custom_model:problem", "--nodes", "2", "--k",
+             "1", "--rounds", "2", "--algorithm", "teleportation", "--progress", "off"]
+    assert sim_main([*flags, "--threads", "1", "--out", str(tmp_path / "one")]) == 0
+    assert sim_main([*flags, "--out", str(tmp_path / "own")]) == 0  # (the problem's own: 1)
+    assert (without_time(read_jsonl(tmp_path / "one" / "metrics.jsonl"))
+            == without_time(read_jsonl(tmp_path / "own" / "metrics.jsonl")))
+    assert json.loads((tmp_path / "one" / "config.json").read_text())["threads"] == 1
+    assert "threads" not in json.loads((tmp_path / "own" / "config.json").read_text())
+
+
 # ----------------------------------------------------------------------------- mt.train
 @pytest.mark.parametrize("settings,says", [
     (lambda: "teleportation", "settings: expected mpi_teleport.RunSettings"),
