@@ -394,3 +394,15 @@ def test_the_simulators_buffer_holds_every_active_nodes_spans(tmp_path, monkeypa
     assert not data["otherData"]["dropped"]
     steps = [e for e in data["traceEvents"] if e["ph"] == "X" and e["name"] == "step"]
     assert len(steps) == 30 * 120
+
+
+@pytest.mark.parametrize("where", ["a-directory", "missing/../../proc/no/t.json"])
+def test_a_trace_that_cannot_be_written_is_refused_before_the_first_round(tmp_path, monkeypatch,
+                                                                           where):
+    path = tmp_path / "a-directory"
+    path.mkdir()
+    target = path if where == "a-directory" else Path("/proc/no/t.json")
+    monkeypatch.setenv(tracing.TRACE_ENV, str(target))
+    with pytest.raises(mt.UsageError, match="cannot write there") as got:
+        mt.teleportation(Quadratic(n=4, d=2), nodes=4, k=2, rounds=3, lr=0.01)
+    assert "\n" not in str(got.value)

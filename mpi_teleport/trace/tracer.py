@@ -205,7 +205,26 @@ def start(path, backend, total_rounds: int, first: int = 0, joining: bool = Fals
     if joining:
         tracer.joined = first
     else:
-        if backend.root:  # (a killed job's parts: this run's replace them; before the barrier)
-            shutil.rmtree(parts_dir(tracer.path), ignore_errors=True)
+        # (collective: a place the trace cannot go is every rank's one-line refusal now,
+        # not an error after the run)
+        backend.share(lambda: prepare_dir(tracer.path))
         tracer.align(backend)
     return tracer
+
+
+def prepare_dir(path: Path) -> None:
+    """Where trace ``path`` goes, made ready at the start (rank 0): a killed job's parts
+    there removed (this run's replace them), the parts' directory made; a UsageError
+    when it cannot be written."""
+    directory = parts_dir(path)
+    try:
+        if Path(path).is_dir():
+            raise IsADirectoryError(21, "it is a directory")
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".writable"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"trace {path}: cannot write there ({exc.strerror or exc}); give a "
+                         f"path in a writable directory") from None
