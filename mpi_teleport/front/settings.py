@@ -604,8 +604,9 @@ def check_together(spec, latency: LatencySettings, naming: Naming, *, elastic: b
     n = naming.name
     # (the oracle sizes state as momentum; state_slots > 1: an optimizer's, never None)
     if spec.state_slots > 1 and spec.optimizer is not None and latency.active:
-        raise UsageError(f"optimizer={spec.optimizer.name} does not run under the latency layer "
-                         "yet; drop latency=/clock=/compute_time= or use SGD (momentum=)")
+        raise UsageError(f"{naming.given('optimizer', spec.optimizer.name)} does not run "
+                         f"under the latency layer yet; drop {n('latency')}/{n('clock')}/"
+                         f"{n('compute_time')} or use SGD ({n('momentum')})")
     if not elastic:
         return
     if mpi and spares and not spare_ranks:
@@ -615,7 +616,8 @@ def check_together(spec, latency: LatencySettings, naming: Naming, *, elastic: b
     check_elastic_runs_one_k(spec.algorithm == "search", naming)
     mode = _elastic_mode(naming)
     if spec.state_slots > 1 and spec.optimizer is not None:  # (> 1: an optimizer's)
-        raise UsageError(f"{mode} runs SGD (with momentum), not optimizer={spec.optimizer.name}")
+        raise UsageError(f"{mode} runs SGD (with momentum), not "
+                         f"{naming.given('optimizer', spec.optimizer.name)}")
     if latency.active:
         raise UsageError(f"{mode} does not run under the latency layer; drop "
                          f"{n('latency')}/{n('clock')}/{n('compute_time')}")
