@@ -115,7 +115,9 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         and a cosine, ...), before any ``step()``: the step size of round t is its
         learning rate after as many ``step()`` calls as ``lr_step`` counts (a private
         copy is replayed: a pure function of the round, the same on every rank and
-        after a resume; :mod:`mpi_teleport.core.schedulers`).
+        after a resume; :mod:`mpi_teleport.core.schedulers`); or the scheduler unbuilt,
+        built on a copy of ``optimizer=``: ``functools.partial(StepLR, step_size=1,
+        gamma=0.7)`` or ``lambda optimizer: StepLR(optimizer, 1, 0.7)``.
     lr_step : {'epoch', 'round'}
         With a scheduler: ``'epoch'`` (default) steps it once per pass over the training
         data (epoch e = floor(t * batch_size * active / n_train), active = k, or n for
@@ -128,12 +130,15 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         As a PyTorch script gives it: ``torch.optim.AdamW`` (the class),
         ``functools.partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.05)`` (a factory
         with its keywords) or ``torch.optim.AdamW(model.parameters(), lr=1e-3)`` (the
-        instance a scheduler was built on); SGD, Adam and AdamW are run. Its
-        hyperparameters are read once; ``lr`` defaults to its ``lr``. Adam's and AdamW's
-        per-parameter state (both moments) travels with the token exactly as momentum
-        does, stays with its replica in DSGD and is checkpointed; SGD's ``momentum`` and
-        ``nesterov`` become those keywords (its ``weight_decay`` torch's L2 term) (:mod:`mpi_teleport.core.optimizers`,
-        mpi_teleport/DESIGN.md §2.6). Not with the latency layer or elastic mode.
+        instance a scheduler was built on); any ``torch.optim.Optimizer``, third-party
+        subclasses included. Its hyperparameters are read once; ``lr`` defaults to its
+        ``lr``. Its per-parameter state (Adam's moments, Adadelta's averages, ...)
+        travels with the token exactly as momentum does, stays with its replica in DSGD
+        and is checkpointed; SGD's ``momentum`` and ``nesterov`` become those keywords
+        (its ``weight_decay`` torch's L2 term). What a token cannot carry (a closure:
+        LBFGS; state not per parameter) is refused in one line
+        (:mod:`mpi_teleport.core.optimizers`, mpi_teleport/DESIGN.md §2.6). With the
+        latency layer or elastic mode: one state tensor per parameter at most.
     momentum : float
         Heavy-ball momentum in [0, 1); it travels with its token.
     nesterov : bool
