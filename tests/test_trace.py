@@ -111,7 +111,9 @@ def test_nvtx_ranges_only_where_torch_uses_cuda(available, initialised, chosen):
     assert isinstance(s, sp.NvtxSpans) == chosen
     a = s.begin(sp.SUM)
     s.end(sp.SUM, a)
-    assert nvtx.pushed == (["sum", "pop"] if chosen else [])
+    s.begin(sp.ROUND)
+    s.cancel(sp.ROUND)  # (an idle rank's round: its range closed, nothing recorded)
+    assert nvtx.pushed == (["sum", "pop", "round", "pop"] if chosen else [])
     assert s.n == 1
 
 
@@ -272,9 +274,9 @@ def test_a_4_rank_mpi_trace_is_valid_and_leaves_the_records_alone(tmp_path):
         assert {"round", "step", "gradient", "send", "wait", "sum", "log", "evaluate",
                 "barrier", "gather"} <= names, names
         assert set(data["otherData"]["offsets_s"]) == {"0", "1", "2", "3"}
-        for rank in range(4):  # every rank records every round
-            assert sorted(e["args"]["round"] for e in spans
-                          if e["pid"] == rank and e["name"] == "round") == list(range(12))
+        for r in range(12):  # every round on the ranks that take part in it (k = 2 hold a
+            # token; an idle rank records nothing of a round)
+            assert len({e["pid"] for e in spans if e["name"] == "round" and e["args"]["round"] == r}) >= 2
     names = {e["name"] for e in chrome.load(tmp_path / "traced.json")["traceEvents"]}
     assert "checkpoint" in names
     check_bench_stamps(chrome.load(tmp_path / "traced.json"))  # (with CPU times)

@@ -121,6 +121,9 @@ class Spans:
         """The span of ``kind`` from ``start`` to now, in the current round."""
         self.add(kind, start, self.clock(), peer)
 
+    def cancel(self, kind: int) -> None:
+        """A span begun and not recorded (the round of an idle rank)."""
+
     def add(self, kind: int, start: float, end: float, peer: int = -1,
             round: int | None = None, node: int | None = None, token: int | None = None,
             cpu: float = NAN) -> None:
@@ -160,6 +163,9 @@ class NvtxSpans(Spans):
 
     def end(self, kind: int, start: float, peer: int = -1) -> None:
         self.add(kind, start, self.clock(), peer)
+        self._pop()
+
+    def cancel(self, kind: int) -> None:
         self._pop()
 
 

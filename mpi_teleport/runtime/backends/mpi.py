@@ -210,6 +210,7 @@ class MpiBackend:
         for wrapper in self._traced:  # (None: this round is not recorded)
             wrapper.spans = s
         a = s.begin(ROUND) if s is not None else 0.0
+        parts = s.n if s is not None else 0
         block = self._block
         if block is None or not block.t0 <= t < block.t1:
             b = s.begin(PLAN) if s is not None else 0.0
@@ -221,8 +222,11 @@ class MpiBackend:
             self._set_links(t)
         self._round(t, block.records[i])
         self._last = i
-        if s is not None:
-            s.end(ROUND, a)
+        if s is not None:  # (a rank idle in the round records nothing of it: of a
+            if s.n > parts:  # thousand ranks, most are, every round)
+                s.end(ROUND, a)
+            else:
+                s.cancel(ROUND)
 
     def trace(self, tracer) -> None:
         """Record this rank's rounds in ``tracer`` (before the first :meth:`begin`): the
