@@ -9,6 +9,9 @@ timeout, so a deadlock fails a test instead of hanging CI.
   cannot be installed the MPICH cases skip, saying why; MPI_TELEPORT_TEST_MPICH=off leaves
   them out on purpose, =all runs every MPI test under both, =PATH/TO/python uses that
   Python's mpi4py (and the mpiexec beside it) instead of .venv-mpich.
+* Intel MPI (``.venv-impi``, the ``impi-rt`` wheel) is not in the tier: tests/test_impi.py
+  asks ``implementation("intelmpi")`` for a few tests of its own (MPI_TELEPORT_TEST_IMPI).
+* ``bed`` (session): the two-host namespace test bed, held by a lease for the session.
 * ``mpirun(n, args, timeout)`` runs ``python <args>`` on n ranks of that implementation and
   returns the CompletedProcess (stdout/stderr captured); the timeout kills every process
   of the job (found by a tag in their environment, whatever the launcher's process tree).
