@@ -462,6 +462,7 @@ def test_e_callback_sees_every_record_on_the_root_and_can_stop_the_run(tmp_path)
     csv_writer.close()
     lines = (tmp_path / "run.csv").read_text().splitlines()
     assert lines[0].split(",") == ["round", "time_s", "loss", "accuracy", "consensus",
+                                   "epoch", "samples", "lr",  # (where training is: issue 47)
                                    "train_loss", "train_accuracy"]  # (widened at round 2)
     assert lines[1].endswith(",,") and not lines[2].endswith(",")
     assert len(lines) == 4

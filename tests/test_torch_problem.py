@@ -373,3 +373,27 @@ def test_chunked_evaluation_equals_models_evaluate():
     p.state.load(vector)
     p.model.eval()
     assert p.metrics_from_sums(p.evaluation_sums(vector)) == evaluate(p.model, xt, yt, batch_size=16)
+
+
+def test_records_say_where_training_is_and_config_names_the_model(tmp_path):
+    """Issue 47: every record of a TorchProblem run carries the epoch (fractional), the
+    samples drawn so far and the step size of the round just taken; config.json names the
+    model's class and the batch size."""
+    import functools
+    import json
+
+    import mpi_teleport as mt
+
+    gen = np.random.default_rng(0)
+    X = gen.standard_normal((64, 4)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    p = mt.TorchProblem(lambda: torch.nn.Linear(4, 2), (X, y), nodes=4, batch_size=8)
+    result = mt.teleportation(
+        p, nodes=4, k=2, rounds=8, log_every=2, optimizer=torch.optim.Adadelta, out=tmp_path,
+        lr=functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5))
+    where = [(r["round"], r["epoch"], r["samples"], r["lr"]) for r in result.records]
+    assert where == [(0, 0.0, 0, 1.0), (2, 0.5, 32, 1.0), (4, 1.0, 64, 1.0), (6, 1.5, 96, 0.5),
+                     (8, 2.0, 128, 0.5)]  # (64 samples, 2 x 8 a round: 4 rounds an epoch)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model"] == "Linear" and config["batch_size"] == 8 and config["n_params"] == 10
+    assert config["optimizer"].startswith("Adadelta(") and "StepLR" in config["lr"]

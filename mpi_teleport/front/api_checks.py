@@ -96,7 +96,8 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
     plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep, source, manifest)
     return (RunSettings(spec, logging, latency_settings, plan=plan, out=files.out,
                         manifest=record, progress=files.progress,
-                        record={**record, **problem.describe()}, hold=tuple(files.held),
+                        record={**record, **problem.describe(), **_config_facts(problem)},
+                        hold=tuple(files.held),
                         callback=records.callback,
                         elastic=bool(elastic) or bool(failures), failures=failures,
                         spares=spares),
@@ -145,6 +146,13 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     files = _Files(out, ck_dir, *checkpoint_policy(values),
                    resume, progress)
     return spec, logging, settings, files, values
+
+
+def _config_facts(problem) -> dict:
+    """config.json's facts of the model a problem has to tell (a TorchProblem's class
+    name and batch size: ``config_facts()``); not compared by a resume."""
+    facts = getattr(getattr(problem, "problem", problem), "config_facts", None)
+    return dict(facts()) if callable(facts) else {}
 
 
 def _continued_dir(resume: Path, algorithm: str) -> Path | None:

@@ -511,6 +511,11 @@ class TorchProblem:
                 **({"sampling": self.sampling} if self.sampling != "replacement" else {}),
                 "device": str(self.device)}
 
+    def config_facts(self) -> dict:
+        """What config.json says of the run's model beside :meth:`describe` (not compared
+        by a resume): the model's class and the batch size."""
+        return {"model": type(self.model).__name__, "batch_size": self.batch_size}
+
     def __repr__(self) -> str:
         return (f"TorchProblem({type(self.model).__name__}, nodes={self.n}, dim={self.dim}, "
                 f"n_train={self.n_train}, device={self.device})")

@@ -134,7 +134,7 @@ class Recorder(Stopwatch):
             token = int(bad[0]) if len(bad) else 0
             raise NonFiniteError(non_finite(self.problem, metrics, r, f"token {token}",
                                             self.spec.lr, self.logging.naming))
-        record = {"round": r, "time_s": time_s, **metrics, **(extra or {})}
+        record = {"round": r, "time_s": time_s, **metrics, **(extra or {}), **self.where(r)}
         self.files.metric(record)
         self.last, self.last_x = record, x
         self.rounds_run = r
@@ -151,7 +151,7 @@ class Recorder(Stopwatch):
     def record_training(self, r: int, x: np.ndarray, time_s: float, extra: dict) -> bool:
         """Round r's record without evaluation (``eval_every``): the training values in
         ``extra`` and the time; the tokens are kept for the final model. Never stops."""
-        record = {"round": r, "time_s": time_s, **extra}
+        record = {"round": r, "time_s": time_s, **extra, **self.where(r)}
         self.files.metric(record)
         self.last_x = x
         self.rounds_run = r
@@ -159,6 +159,19 @@ class Recorder(Stopwatch):
 
     def final_tokens(self):
         return self.last_x
+
+    def where(self, r: int) -> dict:
+        """Where training is after r rounds, for a problem that knows its batches (a
+        TorchProblem): ``epoch`` (passes over the training data, fractional),
+        ``samples`` (drawn by the active nodes so far) and ``lr`` (the step size of the
+        round just taken; round 0's at round 0). Empty for other problems."""
+        inner = getattr(self.problem, "problem", self.problem)
+        n_train, batch = getattr(inner, "n_train", None), getattr(inner, "batch_size", None)
+        if not n_train or not batch or not self.k:
+            return {}
+        samples = int(r) * int(batch) * int(self.k)
+        return {"epoch": samples / n_train, "samples": samples,
+                "lr": float(self.spec.lr_at(max(int(r) - 1, 0)))}
 
     def summary(self, wall_time_s: float, extra: dict | None = None) -> dict:
         spec = self.spec
