@@ -16,11 +16,16 @@ computation, the same floats.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..core import plan
 from ..core.interfaces import KIND_MODEL, KIND_MOMENTUM, KIND_Y
 from ..core.schedule import Phase
+
+if TYPE_CHECKING:
+    from ..trace.spans import Spans
 
 
 def round_plan(phase: Phase, t: int, topology, variant: str, momentum: bool) -> plan.Messages:
@@ -77,7 +82,7 @@ class Oracle:
         self.done = 0  # rounds charged so far (global round numbers)
         # a trace (mpi_teleport.trace.spans.Spans): each node's logical time in the rounds
         # it samples, recorded as the rounds are charged; None: off
-        self.spans = None
+        self.spans: Spans | None = None
 
     def time_s(self) -> float:
         return float(self.clock.max()) / 1e6
@@ -111,7 +116,9 @@ class Oracle:
         from ..trace.spans import HANDOVER, ROUND, STEP, WAIT
 
         s, end = self.spans, self.clock
-        token = {}
+        if s is None:
+            return
+        token: dict[int, int] = {}
         for holders in phase.roster(t):
             token.update((int(node), m) for m, node in enumerate(holders.tolist()))
         compute = {int(i) for i in np.asarray(msgs.compute).ravel().tolist()}

@@ -104,10 +104,11 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
             else:  # (an elastic run has one phase)
                 first, resuming = joining, True
                 backend.begin(phase, first, x0, None)  # (buffers; the tokens come in the recovery)
-                began = time.perf_counter()
+                joined = tracer.boundary(first) if tracer is not None else None
+                began = joined.begin(sp.JOIN) if joined is not None else 0.0
                 backend.join(first)
-                if tracer is not None:
-                    tracer.spans.boundary(first).add(sp.JOIN, began, time.perf_counter())
+                if joined is not None:
+                    joined.boundary(first).end(sp.JOIN, began)
                 start_clock = time.perf_counter()
             _rounds(index, phase, first, resuming, backend, recorder, spec, logging, keeper,
                     callback, joining=joining is not None, tracer=tracer)
@@ -195,7 +196,6 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
     r, stopped = first, False
     kept = r
     lost = joining
-    clock = time.perf_counter
     while True:
         if not lost:
             first, resuming = where["first"], where["resuming"]
@@ -204,31 +204,31 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
             # and agreement on the rounds the trace samples
             bound = tracer.boundary(r) if tracer is not None else None
             each_round = bound if bound is not None and elastic and tracer.spans.wants(r) else None
-            began = clock() if each_round is not None else 0.0
+            began = each_round.begin(sp.KEEP) if each_round is not None else 0.0
             if each or agreed_boundary(r):
                 backend.keep(r)
                 kept = r
             else:
                 backend.enter(r)
             if each_round is not None:
-                each_round.add(sp.KEEP, began, clock())
+                each_round.end(sp.KEEP, began)
             ok = True
             try:
                 if (r == first and not resuming) or (
                         r > first and logging.is_log_round(r, phase.start, phase.stop)):
-                    began = clock() if bound is not None else 0.0
+                    began = bound.begin(sp.LOG) if bound is not None else 0.0
                     stopped = _log(index, r, backend, recorder, spec, callback, follow=elastic,
                                    trained=r > first and not elastic,
                                    evaluate=logging.is_eval_round(r, phase.start, phase.stop),
                                    spans=bound)
                     if bound is not None:
-                        bound.boundary(r).add(sp.LOG, began, clock())
+                        bound.boundary(r).end(sp.LOG, began)
                 if r > first:
-                    due = bound is not None and keeper.plan.due(r, spec.total_rounds)
-                    began = clock() if due else 0.0
+                    due = bound if bound is not None and keeper.plan.due(r, spec.total_rounds) else None
+                    began = due.begin(sp.CHECKPOINT) if due is not None else 0.0
                     keeper.after_round(r, stopped, spec.total_rounds)
-                    if due:  # a checkpoint was written: the trace so far goes beside it
-                        bound.boundary(r).add(sp.CHECKPOINT, began, clock())
+                    if due is not None:  # a checkpoint was written: the trace so far beside it
+                        due.boundary(r).end(sp.CHECKPOINT, began)
                         tracer.flush(backend)
                 if r < last and not stopped:
                     backend.step(r)
@@ -237,25 +237,28 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
             except RankLost:
                 ok = False
             if each or not ok or stopped or agreed_boundary(r + 1):  # (between: no agreement)
-                began = clock() if each_round is not None else 0.0
+                began = each_round.begin(sp.AGREE) if each_round is not None else 0.0
                 lost = not backend.settle(r, ok)
                 if each_round is not None:
-                    each_round.boundary(r).add(sp.AGREE, began, clock())
+                    each_round.boundary(r).end(sp.AGREE, began)
         if lost:
             lost = False
             r = kept  # (the survivors go back to the last boundary agreed on)
-            began = clock()
+            again = tracer.boundary(r) if tracer is not None else None
+            began = again.begin(sp.RECOVER) if again is not None else 0.0
             try:
                 backend.recover(r)
             except RankLost:  # another loss during the recovery: the next agreement sees it
+                if again is not None:
+                    again.cancel(sp.RECOVER)
                 continue
             except TooFewSurvivors as exc:
                 recorder.files.take_over(backend.root)
                 path = None if exc.all_lost else keeper.emergency(r)
                 raise TooFewSurvivors(r, exc.living, exc.k, path, keeper.resume_from,
                                       all_lost=exc.all_lost, root=backend.root) from None
-            if tracer is not None and tracer.boundary(r) is not None:
-                tracer.spans.add(sp.RECOVER, began, clock())
+            if again is not None:
+                again.boundary(r).end(sp.RECOVER, began)
             recorder.files.take_over(backend.root)  # the lowest survivor writes from now on
             continue
         if r >= last or stopped:
@@ -283,24 +286,23 @@ def _log(phase: int, r: int, backend, recorder, spec, callback=None,
     (:mod:`mpi_teleport.core.training`); ``evaluate``: the model is evaluated (else the
     record holds the training values only, ``eval_every``). ``spans``: a trace's buffer
     (set to round r) recording the barrier, the gather and the evaluation."""
-    clock = time.perf_counter
     if not follow:
         # time_s is when every rank has finished round r, as virtual_time_s is the largest
         # clock: under Alg. 3 the root can be done with round r - 1 (its sends handed to
         # the network) while the next holders still receive; without this wait that time
         # fell into the excluded logging pause (measured rounds up to 30 % short on tc
         # links, benchmarks/results/wire-tc-bandwidth-2026-11-27.md). Elastic runs have just agreed at this boundary.
-        began = clock() if spans is not None else 0.0
+        began = spans.begin(sp.BARRIER) if spans is not None else 0.0
         backend.barrier()
         if spans is not None:
-            spans.add(sp.BARRIER, began, clock())
+            spans.end(sp.BARRIER, began)
     paused = recorder.pause()
     elapsed = recorder.elapsed()
     try:
-        began = clock() if spans is not None else 0.0
+        began = spans.begin(sp.GATHER) if spans is not None else 0.0
         mats = [backend.tokens(q) for q in range(len(spec.run_ks(phase)))]
         if spans is not None:
-            spans.add(sp.GATHER, began, clock())
+            spans.end(sp.GATHER, began)
         vt = backend.virtual_time_s(r)  # collective; on the root when the layer is on
         extra = {}
         if trained and spec.algorithm != "search":  # (collective)
@@ -311,10 +313,11 @@ def _log(phase: int, r: int, backend, recorder, spec, callback=None,
             extra["lost"] = [[x["node"], x["round"]] for x in backend.losses]
         if backend.replacements:  # [[node, round, spare], ...]: a spare took the node over
             extra["replaced"] = [[x["node"], x["round"], x["spare"]] for x in backend.replacements]
-        began = clock() if spans is not None else 0.0
+        traced = spans is not None and evaluate
+        began = spans.begin(sp.EVALUATE) if traced else 0.0
         evaluated = _evaluate(backend, recorder, phase, r, mats) if evaluate else None
-        if spans is not None and evaluate:
-            spans.add(sp.EVALUATE, began, clock())
+        if traced:
+            spans.end(sp.EVALUATE, began)
 
         def on_root() -> bool:
             written = len(recorder.files.records)

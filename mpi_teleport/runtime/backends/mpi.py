@@ -26,6 +26,7 @@ from .compiled import CompiledRounds
 from .tokens import new_state
 
 if TYPE_CHECKING:
+    from ...trace.spans import Spans
     from .device import DeviceTokenState
     from .tokens import TokenState
 
@@ -106,7 +107,7 @@ class MpiBackend:
                            and cast(ClockedTransport, transport).shares_host_links)
         # a trace (mpi_teleport.trace): the span buffer, None when off (the round pays one
         # test); the wrappers that record the executors' parts
-        self._spans = None
+        self._spans: Spans | None = None
         self._traced: list = []
 
     # -- where the tokens are --------------------------------------------------------------
@@ -206,7 +207,7 @@ class MpiBackend:
         """:meth:`step` with its parts recorded as spans (when round t is sampled)."""
         from ...trace.spans import PLAN, ROUND
 
-        s = self._spans.at(t, self.held[1])
+        s = cast("Spans", self._spans).at(t, self.held[1])  # (step: a trace is on)
         for wrapper in self._traced:  # (None: this round is not recorded)
             wrapper.spans = s
         a = s.begin(ROUND) if s is not None else 0.0
