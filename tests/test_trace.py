@@ -236,6 +236,10 @@ def test_a_killed_simulator_keeps_the_trace_of_its_last_checkpoint(tmp_path):
 
 
 # ------------------------------------------------------------------- MPI
+MPI_ARGS = ["--algorithm", "teleportation", "--k", "2", "--rounds", "12", "--log-every", "4",
+            "--dim", "6", "--momentum", "0.5", "--seed", "4", "--progress", "off"]
+
+
 def _mpi(tmp_path, name, trace: bool, extra=(), timeout=240, cpu=False):
     from conftest import run_mpi
 
@@ -246,9 +250,7 @@ def _mpi(tmp_path, name, trace: bool, extra=(), timeout=240, cpu=False):
         env[tracing.TRACE_ENV] = str(tmp_path / f"{name}.json")
     if cpu:
         env[tracing.CPU_ENV] = "1"
-    args = ["-m", "mpi_teleport.run", "--algorithm", "teleportation", "--k", "2",
-            "--rounds", "12", "--log-every", "4", "--dim", "6", "--momentum", "0.5",
-            "--seed", "4", "--progress", "off", "--out", str(tmp_path / name), *extra]
+    args = ["-m", "mpi_teleport.run", *MPI_ARGS, "--out", str(tmp_path / name), *extra]
     res = run_mpi(4, args, timeout=timeout, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     return res
@@ -256,9 +258,16 @@ def _mpi(tmp_path, name, trace: bool, extra=(), timeout=240, cpu=False):
 
 def test_a_4_rank_mpi_trace_is_valid_and_leaves_the_records_alone(tmp_path):
     """Compiled rounds (the default) with a checkpoint midway and CPU times, and the round
-    executor (under the latency layer): every rank, every round, records bit for bit
-    those of the run untraced."""
-    _mpi(tmp_path, "plain", trace=False)
+    executor (under the latency layer): every rank, every round; the records bit for bit
+    those of the run untraced (the simulator's: MPI equals it, tests/test_mpi.py)."""
+    from mpi_teleport.sim import main as sim_main
+
+    env_before = os.environ.pop(tracing.TRACE_ENV, None)
+    try:
+        assert sim_main(["--nodes", "4", *MPI_ARGS, "--out", str(tmp_path / "plain")]) == 0
+    finally:
+        if env_before is not None:
+            os.environ[tracing.TRACE_ENV] = env_before
     _mpi(tmp_path, "traced", trace=True, extra=["--checkpoint-every", "6"], cpu=True)
     _mpi(tmp_path, "layer", trace=True, extra=["--latency", "const:50", "--clock", "virtual",
                                                 "--compute-time", "20"])
