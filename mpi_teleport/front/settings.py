@@ -370,7 +370,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("seed", 0, "int", "random seed; same seed, same numbers (default 0)", seed,
             where="spec.seed"),
     Setting("out", None, "path", "directory for config.json, metrics.jsonl, summary.json "
-            "(default: write no files)", path, metavar="DIR", resume=False, where="out"),
+            "(default: write no files)", path, metavar="DIR", resume=False),  # (API: agreed as
+    # the checkpoint directory it implies, as before the table)
     Setting("log_every", 10, "int", "record every R rounds (default 10; and the first and "
             "last); evaluation time is excluded from time_s", at_least(1), metavar="R",
             resume=False, where="logging.every"),
@@ -391,7 +392,7 @@ SETTINGS: tuple[Setting, ...] = (
             "run directory, a checkpoint directory or one round-* checkpoint); settings not "
             "given are taken from the checkpoint, and the numbers equal an uninterrupted "
             "run's", path, metavar="DIR", resume=False,
-            where="plan.source"),  # (the checkpoint found there: the same on every rank)
+            where="plan.start", built=True),  # (the round it resumes: every rank's same)
     Setting("elastic", False, "bool", "MPI: go on with the surviving nodes when ranks die "
             "(needs ULFM: Open MPI under mpirun --with-ft ulfm, which python -m "
             "mpi_teleport.launch adds); Teleportation or DSGD, per-round executor "
