@@ -205,6 +205,7 @@ def train(problem: Any, settings: RunSettings, comm: Any = None,
                 own_transport = None
             return result
     finally:
+        Progress.release_all()  # (a run ended by an exception: the script's streams back)
         if release is not None:
             release()
         if own_transport is not None and not (elastic and own_transport.shrunk):

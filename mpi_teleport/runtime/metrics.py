@@ -142,7 +142,9 @@ class Recorder(Stopwatch):
         if self.rounds_to_target is None and self.problem.reached(metrics, target):
             self.rounds_to_target = r
         if self.progress is not None:
-            self.progress.headline = f"{self.problem.metric} {metrics[self.problem.metric]:.4g}"
+            # (marked with its round: the bar shows it until the next evaluation)
+            self.progress.headline = (f"{self.problem.metric} "
+                                      f"{metrics[self.problem.metric]:.4g} @{r}")
             loss = record.get("train_loss")
             self.progress.update(r, "" if loss is None else f"train loss {loss:.3g}",
                                  force=r == self.spec.rounds)
