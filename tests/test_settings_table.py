@@ -304,3 +304,28 @@ def test_the_manuals_settings_page_is_the_table():
 
 if __name__ == "__main__":  # rewrite the manual's table from SETTINGS
     PAGE.write_text(reference_page())
+
+
+API_ONE_RANK_ENV = """
+import os
+from mpi4py import MPI
+if MPI.COMM_WORLD.Get_rank() == 1:
+    os.environ["MPI_TELEPORT_PIECE_PEERS"] = "all"
+import mpi_teleport as mt
+from mpi_teleport.problems.quadratic import Quadratic
+try:
+    mt.teleportation(Quadratic(n=2, d=2), nodes=2, k=1, rounds=3, lr=0.1, comm=MPI.COMM_WORLD)
+    print("RAN", flush=True)
+except mt.UsageError as exc:
+    print("REFUSED " + str(exc), flush=True)
+"""
+
+
+def test_the_api_agrees_on_a_piece_setting_on_one_rank_too(tmp_path, mpirun):
+    script = tmp_path / "api_env.py"
+    script.write_text(API_ONE_RANK_ENV)
+    proc = mpirun(2, [str(script)], timeout=90, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    refused = [line for line in proc.stdout.splitlines() if line.startswith("REFUSED")]
+    assert len(refused) == 2 and len(set(refused)) == 1, proc.stdout
+    assert "MPI_TELEPORT_PIECE_PEERS (" in refused[0]
