@@ -131,6 +131,18 @@ def test_the_command_lines_optimizer_equals_the_apis(tmp_path, mpirun):
         assert json.loads((tmp_path / where / "config.json").read_text())["optimizer"] == described
 
 
+def test_the_command_lines_nesterov_equals_the_apis(tmp_path):
+    assert sim_main([*SMALL, "--rounds", "8", "--momentum", "0.5", "--nesterov", "--out",
+                     str(tmp_path / "cli")]) == 0
+    api = mt.teleportation(Quadratic(n=4, d=4, sigma2=10.0, zeta2=10.0), nodes=4, k=2,
+                           rounds=8, lr=0.05, log_every=2, target=1e-3, momentum=0.5,
+                           nesterov=True, out=tmp_path / "api")
+    assert without_time(read_jsonl(tmp_path / "cli" / "metrics.jsonl")) == without_time(
+        api.records)
+    for where in ("cli", "api"):
+        assert json.loads((tmp_path / where / "config.json").read_text())["nesterov"] is True
+
+
 def test_a_resume_compares_the_optimizer(tmp_path, capsys):
     """Issue 50, class 1: a checkpoint written with AdamW resumed with another optimizer or
     none is refused in one line on both front ends; with the same one it goes on."""
