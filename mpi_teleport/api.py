@@ -72,6 +72,7 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
                   callback: Callable[[dict[str, Any]], object] | None = Default(None),
                   eval_every: int | None = Default(None),
                   eval_every_epochs: float | None = None,
+                  eval_at_start: bool = Default(True),
                   checkpoints: Checkpoints | None = None,
                   checkpoint_every: int = Default(0),
                   checkpoint_dir: str | Path | None = Default(None),
@@ -174,6 +175,11 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         values alone. Default: every record evaluates.
     eval_every_epochs : float, optional
         ``eval_every`` in passes over the training data (converted as ``epochs`` is).
+    eval_at_start : bool
+        Evaluate the model before the first round (round 0's record; default True).
+        False skips that evaluation (a large test set at the start of a long run): the
+        record then carries no metric, and the last round is always evaluated, so
+        ``final_<metric>`` is the trained model's.
     target, stop_at_target
         ``rounds_to_target`` is the first logged round whose metric reaches ``target``;
         with ``stop_at_target`` the run ends there.
@@ -274,7 +280,8 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         problem, spec, nesterov=nesterov, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
-                      callback=callback, eval_every=eval_every),
+                      callback=callback, eval_every=eval_every,
+                      eval_at_start=eval_at_start),
         checkpoints=merge(Checkpoints, checkpoints,
                           checkpoint_every=checkpoint_every,
                           checkpoint_dir=checkpoint_dir,
@@ -298,6 +305,7 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
          callback: Callable[[dict[str, Any]], object] | None = Default(None),
          eval_every: int | None = Default(None),
          eval_every_epochs: float | None = None,
+         eval_at_start: bool = Default(True),
          checkpoints: Checkpoints | None = None,
          checkpoint_every: int = Default(0),
          checkpoint_dir: str | Path | None = Default(None),
@@ -333,7 +341,8 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
         problem, spec, nesterov=nesterov, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
-                      callback=callback, eval_every=eval_every),
+                      callback=callback, eval_every=eval_every,
+                      eval_at_start=eval_at_start),
         checkpoints=merge(Checkpoints, checkpoints,
                           checkpoint_every=checkpoint_every,
                           checkpoint_dir=checkpoint_dir,

@@ -106,6 +106,7 @@ class Logging:
     stop_at_target: bool = False
     naming: Naming = CLI  # how messages spell settings: --lr (command line) or lr (API)
     eval_every: int | None = None  # None: every record evaluates
+    eval_at_start: bool = True  # False: round 0's record is not evaluated (issue 47)
 
     def is_log_round(self, r: int, start: int, stop: int) -> bool:
         """Round r of a phase [start, stop): its first and last, every ``every``, and
@@ -117,7 +118,10 @@ class Logging:
     def is_eval_round(self, r: int, start: int, stop: int) -> bool:
         """Whether round r's record evaluates the model: every record without
         ``eval_every``; with it, the phase's first and last round and every
-        ``eval_every`` (the others carry the training loss only)."""
+        ``eval_every`` (the others carry the training loss only). Round 0 not without
+        ``eval_at_start`` (unless it is also the last)."""
+        if r == 0 and not self.eval_at_start and r != stop:
+            return False
         if self.eval_every is None:
             return True
         rel = r - start

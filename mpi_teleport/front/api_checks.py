@@ -184,6 +184,8 @@ def _record(spec: RunSpec, logging: Logging, values: dict, files: _Files) -> dic
         record["nesterov"] = True
     if logging.eval_every is not None:  # (likewise; a resume may change it)
         record["eval_every"] = logging.eval_every
+    if not logging.eval_at_start:  # (recorded when set, as the table says)
+        record["eval_at_start"] = False
     if spec.optimizer is not None:  # (likewise: a resume with another optimizer is refused)
         record["optimizer"] = spec.optimizer.describe()
     return record

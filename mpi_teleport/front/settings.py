@@ -357,6 +357,10 @@ SETTINGS: tuple[Setting, ...] = (
             "between (every --log-every) carry the training loss alone. Default: every "
             "record evaluates", optional(at_least(1)), metavar="R", resume=False,
             where="logging.eval_every"),
+    Setting("eval_at_start", True, "bool", "evaluate the model before the first round "
+            "(round 0's record; default). --no-eval-at-start skips that evaluation (the "
+            "record then carries no metric; the last round is always evaluated)", flag,
+            resume=False, record="when set", where="logging.eval_at_start"),
     Setting("data_dir", None, "path", "networks: data directory. fashion-mnist: the four "
             "files flat in DIR (as apt-get install dataset-fashion-mnist puts them) or in "
             "DIR/FashionMNIST/raw, each .gz or not; never written to (.gz files are "
@@ -562,6 +566,7 @@ def flat_settings(records, latency, checkpoints, out) -> dict:
     and ``out`` as the flat settings the rules check, named as the flat keywords, in the
     order the rules check them."""
     return {"log_every": records.every, "eval_every": records.eval_every,
+            "eval_at_start": records.eval_at_start,
             "target": records.target, "stop_at_target": records.stop_at_target,
             "latency": latency.model, "clock": latency.clock,
             "compute_time": latency.compute_time, "out": out,
@@ -572,7 +577,8 @@ def flat_settings(records, latency, checkpoints, out) -> dict:
 def logging_of(values: dict, naming: Naming) -> Logging:
     """The engine's :class:`~mpi_teleport.core.spec.Logging` of checked flat settings."""
     return Logging(values["log_every"], values["target"], values["stop_at_target"],
-                   naming=naming, eval_every=values["eval_every"])
+                   naming=naming, eval_every=values["eval_every"],
+                   eval_at_start=values["eval_at_start"])
 
 
 def latency_of(values: dict) -> LatencySettings:
@@ -744,7 +750,7 @@ class Config:
     def logging(self) -> Logging:
         """When this run records and evaluates (the engine's settings)."""
         return Logging(self.log_every, self.target, self.stop_at_target,
-                       eval_every=self.eval_every)
+                       eval_every=self.eval_every, eval_at_start=self.eval_at_start)
 
     def latency_settings(self) -> LatencySettings:
         """This run's latency layer (the latency package's settings)."""
@@ -1023,7 +1029,8 @@ class Records:
     there; ``progress``: a progress bar on stderr; ``callback(record)``: called with each
     record, a true return value stops the run; ``eval_every``: evaluate the model only
     every this many rounds (and the first and last; None: at every record), the other
-    records carrying the training loss alone."""
+    records carrying the training loss alone; ``eval_at_start``: evaluate round 0 (the
+    model before any step; False: skip it)."""
 
     every: int = _STARTS["log_every"]
     target: float | None = None  # (the API's: no target unless given)
@@ -1031,6 +1038,7 @@ class Records:
     progress: bool = False  # (the API's: a bool; the command line's auto/on/off)
     callback: Callable[[dict], object] | None = None
     eval_every: int | None = _STARTS["eval_every"]
+    eval_at_start: bool = _STARTS["eval_at_start"]
 
 
 # The flat keyword of each field, in the spelling messages use (settings.RULES' names).
@@ -1039,7 +1047,8 @@ FLAT = {
                   "keep": "keep_checkpoints", "resume": "resume"},
     Latency: {"model": "latency", "clock": "clock", "compute_time": "compute_time"},
     Records: {"every": "log_every", "target": "target", "stop_at_target": "stop_at_target",
-              "progress": "progress", "callback": "callback", "eval_every": "eval_every"},
+              "progress": "progress", "callback": "callback", "eval_every": "eval_every",
+              "eval_at_start": "eval_at_start"},
 }
 KEYWORD = {Checkpoints: "checkpoints", Latency: "latency", Records: "records"}
 
