@@ -6,7 +6,7 @@ same numbers in this process and under mpirun (mpi_teleport/DESIGN.md §7).
   ``--problem mpi_teleport.examples.logistic:problem``: tests/test_api.py);
 * custom_model.py: a user's torch model, ``--mpi --out X`` under ``mpirun -n 4`` and its
   main() here with ``--out Y`` write the same metrics.jsonl (``time_s`` aside);
-* mnist_port.py: PORTING.md's port of the official MNIST example, likewise (2 ranks).
+* mnist_port.py: the PyTorch-script tutorial's port of the official MNIST example, likewise (2 ranks).
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_custom_model_under_mpirun_equals_the_simulator(tmp_path, mpirun, capsys
 @pytest.mark.torch
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch and scikit-learn (the nn extra)")
 def test_the_mnist_port_under_mpirun_equals_the_simulator(tmp_path, mpirun, capsys):
-    """PORTING.md's example (mnist_port.py): Adadelta, StepLR per epoch, the training loss in
+    """The PyTorch-script tutorial's example (mnist_port.py): Adadelta, StepLR per epoch, the training loss in
     every record, a test pass per epoch; the simulator and 2 ranks write the same records."""
     from mpi_teleport.examples import mnist_port
 
