@@ -1,7 +1,7 @@
 """The official PyTorch MNIST example (``Net``: two convolutions, dropout, two linear
 layers; ``log_interval`` training-loss lines; a test pass after every epoch; ``StepLR``
-with gamma 0.7 each epoch) ported to Teleportation, as the porting tutorial (docs/tutorials/pytorch-script.md)
-walks through it. Offline, on scikit-learn's 8x8 digits standing in for MNIST (the
+with gamma 0.7 each epoch) ported to Teleportation, as the porting tutorial
+(docs/tutorials/pytorch-script.md) walks through it. Offline, on scikit-learn's 8x8 digits standing in for MNIST (the
 layers are sized for 8x8 inputs; give your own 28x28 data set to ``problem``)::
 
     python -m mpi_teleport.examples.mnist_port --nodes 4 --k 2 --epochs 3
