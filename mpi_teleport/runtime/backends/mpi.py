@@ -23,6 +23,7 @@ from ...errors import UsageError
 from ...core.interfaces import ChannelTransport, ClockedTransport, TokenTransport
 from ...core.training import round_means
 from .compiled import CompiledRounds
+from ...trace.spans import PLAN, ROUND
 from .tokens import new_state
 
 if TYPE_CHECKING:
@@ -205,9 +206,9 @@ class MpiBackend:
 
     def _traced_step(self, t: int) -> None:
         """:meth:`step` with its parts recorded as spans (when round t is sampled)."""
-        from ...trace.spans import PLAN, ROUND
-
-        s = cast("Spans", self._spans).at(t, self.held[1])  # (step: a trace is on)
+        b, i = self._block, self._last  # (the token held on entry: ``held``, inlined)
+        token = int(b.after_token[i]) if b is not None and i >= 0 else self._held[1]
+        s = cast("Spans", self._spans).at(t, token)  # (step: a trace is on)
         for wrapper in self._traced:  # (None: this round is not recorded)
             wrapper.spans = s
         a = s.begin(ROUND) if s is not None else 0.0
