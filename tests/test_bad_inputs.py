@@ -352,8 +352,6 @@ CASES = [
          says="--threads: expected an integer or 'auto', got 'many'"),
     Case("threads-on-numpy", [*SMALL, "--threads", "2"],
          says="the quadratic problem computes with numpy, not torch"),
-    Case("optimizer-under-latency", [*SMALL, "--optimizer", "adam", "--latency", "const:5"],
-         says="--optimizer Adam does not run under the latency layer yet; drop --latency/"),
     Case("eval-every-with-k-auto", ["--nodes", "4", "--k", "auto", "--eval-every", "5"],
          says="--eval-every is not taken by --k auto"),
 ]
