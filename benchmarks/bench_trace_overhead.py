@@ -102,6 +102,7 @@ def worker(args) -> int:
     for backend in backends.values():
         backend.close()
     per_span = span_cost_s() if not args.base else None
+    alone = self_cost_s(MPI.COMM_SELF) if rank == 0 and not args.base else None
     counts = comm.gather(spans.get("on", 0), root=0)
     if rank == 0:
         import mpi_teleport
@@ -110,6 +111,7 @@ def worker(args) -> int:
             json.dump({"ranks": n, "k": k, "d": d, "rounds_per_block": R, "blocks": blocks,
                        "samples": times, "identical": same, "spans_per_rank": counts,
                        "rounds_traced": total, "span_cost_s": per_span,
+                       "self_cost": alone,
                        "package": str(Path(mpi_teleport.__file__).parent)}, f)
     return 0
 
@@ -126,7 +128,6 @@ def span_cost_s(count: int = 200_000) -> float:
     best = float("inf")
     for _ in range(5):
         s = make_spans(count, 1, count, nvtx=None)
-        s.buf = np.zeros(count + 1, s.buf.dtype)
         s.at(0)
         start = clock.thread_time()
         for _ in range(count):
@@ -134,6 +135,47 @@ def span_cost_s(count: int = 200_000) -> float:
             s.end(STEP, a)
         best = min(best, (clock.thread_time() - start) / count)
     return best
+
+
+def self_cost_s(comm, rounds: int = 5000, d: int = 10) -> dict:
+    """The trace's whole cost per round, measured alone: one rank (``comm``: COMM_SELF) runs
+    the same rounds of a tiny token (d = 10: the round is nearly all bookkeeping) untraced
+    and traced, on its thread's CPU clock (best of 3 each): the difference is every cost of
+    a traced round (the spans, the wrappers, the per-round bookkeeping), whatever the
+    machine's load. Per span it is larger than ``span_cost_s``."""
+    import time as clock
+
+    from mpi_teleport.core.spec import RunSpec
+    from mpi_teleport.problems.quadratic import Quadratic
+    from mpi_teleport.runtime.backends.mpi import MpiBackend
+    from mpi_teleport.runtime.transport import Transport
+    from mpi_teleport.trace.spans import make_spans
+    from mpi_teleport.trace.tracer import Tracer
+
+    transport = Transport(comm)
+    best = {"off": float("inf"), "on": float("inf")}
+    spans = 0
+    for _ in range(3):
+        for name in ("off", "on"):
+            problem = Quadratic(n=1, d=d, seed=SEED)
+            spec = RunSpec("teleportation", 1, 1, rounds, LR, topology="ring", momentum=MOMENTUM,
+                           seed=SEED)
+            backend = MpiBackend(problem, spec, transport)
+            tracer = None
+            if name == "on":
+                tracer = Tracer(Path(tempfile.gettempdir()) / "unused.json",
+                                make_spans(rounds, 1, rounds, nvtx=None))
+                backend.trace(tracer)
+            backend.begin(spec.phases()[0], 0, problem.initial())
+            start = clock.thread_time()
+            for t in range(rounds):
+                backend.step(t)
+            best[name] = min(best[name], (clock.thread_time() - start) / rounds)
+            if tracer is not None:
+                spans = tracer.spans.n / rounds
+            backend.close()
+    return {"off_s": best["off"], "on_s": best["on"], "spans_per_round": spans,
+            "extra_s_per_round": best["on"] - best["off"]}
 
 
 def baseline_tree(rev: str) -> Path:
@@ -188,7 +230,10 @@ def summarise(launches: list[dict]) -> dict:
     best = {"base": [], "off": [], "on": []}
     ratios = []
     costs = []
+    alone = []
     for row in launches:
+        if row.get("self_cost"):
+            alone.append(row["self_cost"]["extra_s_per_round"] / max(1, row["self_cost"]["spans_per_round"]))
         for name, values in row["samples"].items():
             if values:
                 best[name].append(min(values))
@@ -211,6 +256,11 @@ def summarise(launches: list[dict]) -> dict:
                    recording_us_per_round=spans_per_round * per_span * 1e6)
         if fastest:
             out["recording_over_fastest_round"] = spans_per_round * per_span / fastest
+        if alone:  # the whole traced round's extra, per span, measured alone (1 rank)
+            whole = statistics.median(alone) * spans_per_round
+            out.update(whole_cost_us_per_round=whole * 1e6, whole_cost_us_per_span=statistics.median(alone) * 1e6)
+            if fastest:
+                out["whole_cost_over_fastest_round"] = whole / fastest
     if per["off"] and per["base"]:
         out["off_over_base"] = statistics.median(per["off"]) / statistics.median(per["base"])
         spread = (max(per["base"]) - min(per["base"])) / statistics.median(per["base"])
@@ -329,6 +379,11 @@ def main(argv=None) -> int:
               f"{summary['span_cost_us']:.2f} us a span = {summary['recording_us_per_round']:.1f} us "
               f"a round, {100 * summary.get('recording_over_fastest_round', 0):.3f} % of the fastest "
               f"block's round ({min(summary['off_best_ms'] + summary['base_best_ms']):.3f} ms)")
+    if "whole_cost_us_per_round" in summary:
+        print(f"the whole traced round's extra, measured alone (1 rank, d = 10): "
+              f"{summary['whole_cost_us_per_span']:.2f} us a span, "
+              f"{summary['whole_cost_us_per_round']:.1f} us a round here, "
+              f"{100 * summary.get('whole_cost_over_fastest_round', 0):.3f} % of the fastest round")
     if "off_over_base" in summary:
         print(f"off / base: {summary['off_over_base']:.4f}; base's own spread over its launches "
               f"{100 * summary['base_spread']:.1f} %")

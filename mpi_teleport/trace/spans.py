@@ -4,9 +4,11 @@ A span is one part of a round (its local step, the gradient inside it, the wait 
 messages, the gossip sum, ...) or of a round boundary (logging, evaluation, a checkpoint,
 elastic agreement), with its start and end on this process's ``time.perf_counter`` (or, in
 the simulator under the virtual clock, on the node's logical clock) and the round, node,
-token and peer it belongs to. The hot path pays two clock reads and one row written into a
-preallocated numpy structured array per span (about 0.4 us); when tracing is off the
-caller holds ``None`` instead of a :class:`Spans` and pays one ``is not None`` test.
+token and peer it belongs to. The hot path pays two clock reads and one row (a tuple)
+stored in a slot of a list allocated once; the rows become a numpy structured array
+(:data:`SPAN`) only when they are written out (a numpy row set from Python costs about
+0.25 us, a list slot 0.02 us; a span costs about 0.4 us of CPU in all). When tracing is off
+the caller holds ``None`` instead of a :class:`Spans` and pays one ``is not None`` test.
 
 Bounded: only rounds ``first <= t < first + rounds * every`` with ``(t - first) % every ==
 0`` are recorded (:meth:`Spans.at`), and a full buffer drops further spans (counted, never
@@ -67,13 +69,13 @@ NAN = float("nan")  # (the cpu column where the thread's CPU time is not measure
 # send, prepare, wait, sum, handover, and a few waits of a pipelined sum.
 SPANS_PER_ROUND = 16
 BOUNDARY_SPANS = 4096  # logging, checkpoints, elastic agreements beyond the rounds
-MAX_ROWS = 1 << 20  # a buffer's rows at most (48 MiB): the simulator's many nodes
+MAX_ROWS = 1 << 18  # a buffer's rows at most (about 50 MiB of rows): the simulator's nodes
 
 
 class Spans:
     """This process's span buffer.
 
-    ``capacity`` rows are allocated once; ``rounds`` and ``every`` bound what is recorded
+    ``capacity`` slots are allocated once; ``rounds`` and ``every`` bound what is recorded
     (the first ``rounds`` sampled rounds from ``first``, one in ``every``). The round and
     the token of the current round are set by :meth:`at` and stamped on every span until
     the next call, so the hot path passes only the kind and the times.
@@ -83,7 +85,8 @@ class Spans:
 
     def __init__(self, capacity: int, node: int = 0, rounds: int = 1000, every: int = 1,
                  first: int = 0):
-        self.buf = np.zeros(max(1, int(capacity)), SPAN)
+        self.capacity = max(1, int(capacity))
+        self.buf: list = [None] * self.capacity  # row tuples in SPAN's field order
         self.n = 0  # rows used
         self.flushed = 0  # rows already written out (parts)
         self.dropped = 0  # spans that did not fit
@@ -121,7 +124,7 @@ class Spans:
         """The span of ``kind`` from ``start`` to now, in the current round."""
         end = self.clock()
         i = self.n  # (add()'s body: this is the hot path)
-        if i >= len(self.buf):
+        if i >= self.capacity:
             self.dropped += 1
             return
         self.buf[i] = (kind, start, end, self.round, self.node, self.token, peer, NAN)
@@ -136,7 +139,7 @@ class Spans:
         """A span with its times given (and, where given, its round, node and token, and
         the CPU seconds the thread spent in it)."""
         i = self.n
-        if i >= len(self.buf):
+        if i >= self.capacity:
             self.dropped += 1
             return
         self.buf[i] = (kind, start, end, self.round if round is None else round,
@@ -148,12 +151,13 @@ class Spans:
         """Room for ``per_round`` spans in every sampled round (the simulator records
         each active node's; at most :data:`MAX_ROWS` rows), before anything is recorded."""
         rows = min(MAX_ROWS, self.sampled * int(per_round) + BOUNDARY_SPANS)
-        if self.n == 0 and rows > len(self.buf):
-            self.buf = np.zeros(rows, SPAN)
+        if self.n == 0 and rows > self.capacity:
+            self.buf.extend([None] * (rows - self.capacity))
+            self.capacity = rows
 
     def recorded(self) -> np.ndarray:
-        """The spans recorded so far (a view)."""
-        return self.buf[:self.n]
+        """The spans recorded so far, as a numpy structured array (:data:`SPAN`)."""
+        return np.array(self.buf[:self.n], dtype=SPAN)
 
 
 class NvtxSpans(Spans):
