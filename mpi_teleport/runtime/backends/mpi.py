@@ -206,14 +206,13 @@ class MpiBackend:
 
     def _traced_step(self, t: int) -> None:
         """:meth:`step` with its parts recorded as spans (when round t is sampled)."""
-        b, i = self._block, self._last  # (the token held on entry: ``held``, inlined)
-        token = int(b.after_token[i]) if b is not None and i >= 0 else self._held[1]
+        block, i = self._block, self._last  # (the token held on entry: ``held``, inlined)
+        token = int(block.after_token[i]) if block is not None and i >= 0 else self._held[1]
         s = cast("Spans", self._spans).at(t, token)  # (step: a trace is on)
         for wrapper in self._traced:  # (None: this round is not recorded)
             wrapper.spans = s
         a = s.begin(ROUND) if s is not None else 0.0
         parts = s.n if s is not None else 0
-        block = self._block
         if block is None or not block.t0 <= t < block.t1:
             b = s.begin(PLAN) if s is not None else 0.0
             block = self._plan_block(t)
