@@ -138,8 +138,7 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         and is checkpointed; SGD's ``momentum`` and ``nesterov`` become those keywords
         (its ``weight_decay`` torch's L2 term). What a token cannot carry (a closure:
         LBFGS; state not per parameter) is refused in one line
-        (:mod:`mpi_teleport.core.optimizers`, mpi_teleport/DESIGN.md §2.6). With the
-        latency layer or elastic mode: one state tensor per parameter at most.
+        (:mod:`mpi_teleport.core.optimizers`, mpi_teleport/DESIGN.md §2.6).
     momentum : float
         Heavy-ball momentum in [0, 1); it travels with its token.
     nesterov : bool

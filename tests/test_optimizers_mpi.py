@@ -1,6 +1,7 @@
 """Issue 47 under mpirun (4 ranks, one launch): Adadelta (Teleportation), RMSprop with a
 StepLR (DSGD), a third-party-style Optimizer subclass, and an Adadelta run interrupted
-and resumed under MPI -- each bit-identical to the simulator
+and resumed under MPI, Adadelta under the latency layer's virtual clock (its two state
+vectors one message) -- each bit-identical to the simulator, virtual time included
 (tests/scripts/torch_optimizers_ranks.py)."""
 import pytest
 
@@ -8,7 +9,8 @@ pytest.importorskip("torch")
 
 pytestmark = [pytest.mark.torch]
 
-CASES = ("adadelta-teleportation", "rmsprop-dsgd", "lion-teleportation", "adadelta-resumed")
+CASES = ("adadelta-teleportation", "rmsprop-dsgd", "lion-teleportation", "adadelta-resumed",
+         "adadelta-latency-overlap", "adadelta-latency-simple")
 
 
 def test_any_optimizer_under_mpirun_equals_the_simulator(mpirun, tmp_path):

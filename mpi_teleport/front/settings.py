@@ -604,16 +604,10 @@ def check_together(spec, latency: LatencySettings, naming: Naming, *, elastic: b
                    failures=(), mpi: bool = False, spares: int = 0,
                    spare_ranks: bool = False) -> None:
     """The rules that tie a run's settings together once the front end built them
-    (UsageError, spelt as the front end spells the settings): an optimizer's state under
-    the latency layer, and what elastic mode (``elastic``: ``--elastic``/``--fail`` or
+    (UsageError, spelt as the front end spells the settings): what elastic mode (``elastic``: ``--elastic``/``--fail`` or
     their keywords) cannot do. ``mpi``: one node per rank; ``spare_ranks``: the command
     line's hot-spare ranks exist."""
     n = naming.name
-    # (the oracle sizes state as momentum; state_slots > 1: an optimizer's, never None)
-    if spec.state_slots > 1 and spec.optimizer is not None and latency.active:
-        raise UsageError(f"{naming.given('optimizer', spec.optimizer.name)} does not run "
-                         f"under the latency layer yet; drop {n('latency')}/{n('clock')}/"
-                         f"{n('compute_time')} or use SGD ({n('momentum')})")
     if not elastic:
         return
     if mpi and spares and not spare_ranks:
@@ -622,9 +616,6 @@ def check_together(spec, latency: LatencySettings, naming: Naming, *, elastic: b
                          "mpi_teleport.run --elastic --spares S")
     check_elastic_runs_one_k(spec.algorithm == "search", naming)
     mode = _elastic_mode(naming)
-    if spec.state_slots > 1 and spec.optimizer is not None:  # (> 1: an optimizer's)
-        raise UsageError(f"{mode} runs SGD (with momentum), not "
-                         f"{naming.given('optimizer', spec.optimizer.name)}")
     if latency.active:
         raise UsageError(f"{mode} does not run under the latency layer; drop "
                          f"{n('latency')}/{n('clock')}/{n('compute_time')}")

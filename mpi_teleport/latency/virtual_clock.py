@@ -73,8 +73,11 @@ class Oracle:
     """Replays the message pattern of a run (its phases in order) on n logical clocks."""
 
     def __init__(self, model, n: int, nbytes: int, compute_us: float, topology,
-                 variant: str, momentum: bool, phases: list[Phase]):
+                 variant: str, momentum: bool, phases: list[Phase],
+                 state_nbytes: int | None = None):
         self.model, self.n, self.nbytes = model, n, int(nbytes)
+        # a token's state message (momentum: one vector; an optimizer's: several)
+        self.state_nbytes = self.nbytes if state_nbytes is None else int(state_nbytes)
         self.compute = float(compute_us)
         self.topology, self.variant, self.momentum = topology, variant, momentum
         self.phases = phases
@@ -101,7 +104,11 @@ class Oracle:
         start = self.clock.copy() if traced else None
         if msgs.fetch is not None:  # Alg. 1 line 8 (model and momentum travel together)
             senders, receivers = msgs.fetch
-            self._receive(receivers, senders, self.clock[senders], links.get(KIND_MODEL))
+            sent_at = self.clock[senders]
+            self._receive(receivers, senders, sent_at, links.get(KIND_MODEL))
+            if self.momentum and self.state_nbytes != self.nbytes:  # (its own message)
+                self._receive(receivers, senders, sent_at, links.get(KIND_MOMENTUM),
+                              self.state_nbytes)
         fetched = self.clock.copy() if traced else None
         self.clock[msgs.compute] += self.compute
         stamps = self.clock.copy()  # every message of the phase leaves with these stamps
@@ -147,11 +154,15 @@ class Oracle:
                 self.clock[dst] = np.maximum(self.clock[dst], arrival.max(axis=1))
         if msgs.momentum is not None:  # Alg. 3: momentum rides m -> m, posted with y
             senders, receivers = msgs.momentum
-            self._receive(receivers, senders, stamps[senders], links.get(KIND_MOMENTUM))
+            self._receive(receivers, senders, stamps[senders], links.get(KIND_MOMENTUM),
+                          self.state_nbytes)
 
-    def _receive(self, dst: np.ndarray, src: np.ndarray, sent_at: np.ndarray, links=None) -> None:
-        """clock[dst] = max(clock[dst], sent_at + delay(src, dst)); dst distinct."""
-        arrival = sent_at + self.model.delay_us(src, dst, self.nbytes, links)
+    def _receive(self, dst: np.ndarray, src: np.ndarray, sent_at: np.ndarray, links=None,
+                 nbytes: int | None = None) -> None:
+        """clock[dst] = max(clock[dst], sent_at + delay(src, dst)) for messages of
+        ``nbytes`` (default: a token's); dst distinct."""
+        size = self.nbytes if nbytes is None else nbytes
+        arrival = sent_at + self.model.delay_us(src, dst, size, links)
         self.clock[dst] = np.maximum(self.clock[dst], arrival)
 
 
@@ -171,4 +182,4 @@ def for_run(spec, latency, dim: int, itemsize: int) -> Oracle:
                          f"per host) or hosts:A+B+... (the hosts' sizes in rank order)")
     return Oracle(model, spec.nodes, dim * itemsize,
                   latency.compute_us, spec.topology, spec.moves, spec.state_slots > 0,
-                  spec.phases())
+                  spec.phases(), max(1, spec.state_slots) * dim * itemsize)

@@ -1,6 +1,7 @@
 """Issue 47 under MPI (run by tests/test_optimizers_mpi.py as ``mpirun -n 4 ... OUT``): any
 torch optimizer -- Adadelta under Teleportation, RMSprop under DSGD, a third-party-style
-subclass, and an Adadelta run interrupted and resumed under MPI -- each compared with the
+subclass, an Adadelta run interrupted and resumed under MPI, and Adadelta under the
+latency layer's virtual clock (both variants) -- each compared with the
 simulator on every rank; prints ``ok NAME`` (rank 0) when the two are bit-identical."""
 import functools
 import sys
@@ -93,13 +94,21 @@ def adadelta_resumed(mpi):
                             **settings)
 
 
+def adadelta_latency(mpi, variant):  # (two state vectors a token: the clock's state message)
+    return mt.teleportation(problem([comm.rank] if mpi else None), nodes=n, k=2, rounds=8,
+                            optimizer=torch.optim.Adadelta, log_every=4, variant=variant,
+                            latency="const:5,bw:1", clock="virtual", compute_time=10, **on(mpi))
+
+
 def numbers(records):
     return [{k: v for k, v in r.items() if k != "time_s"} for r in records]
 
 
 for name, case in [("adadelta-teleportation", adadelta_teleportation),
                    ("rmsprop-dsgd", rmsprop_dsgd), ("lion-teleportation", lion_teleportation),
-                   ("adadelta-resumed", adadelta_resumed)]:
+                   ("adadelta-resumed", adadelta_resumed),
+                   ("adadelta-latency-overlap", lambda mpi: adadelta_latency(mpi, "overlap")),
+                   ("adadelta-latency-simple", lambda mpi: adadelta_latency(mpi, "simple"))]:
     got, want = case(True), case(False)
     ok = numbers(got.records) == numbers(want.records) and np.array_equal(got.x, want.x)
     if not ok and comm.rank == 0 and "-v" in sys.argv:
