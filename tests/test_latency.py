@@ -292,6 +292,55 @@ def test_oracle_alg1_fetch_carries_model_and_momentum(tmp_path):
         assert o.clock.max() == expected
 
 
+def test_oracle_a_link_carries_one_round_after_the_other(tmp_path):
+    """Teleportation k = 2 (Alg. 3) on hosts {0, 1}, {2, 3}, 1000 us a message, 100 us a
+    step; seed 3's holders: round 0 nodes 0 and 1 (host 0), round 1 nodes 1 and 3, round
+    2 nodes 3 and 1. Round 0: both tokens' y go 0 -> 3 and 1 -> 3 over host 0's link
+    out (two messages: 100 + 2000 = 2100 at node 3); node 1 gets 0's y from its own host
+    at 100. Round 1: node 1 steps (200) and sends 1 -> 3, but host 0's link carries round
+    0's two messages until 2100: it leaves then and arrives at 3100 (before: 1200, as if
+    the link were free, and node 3 at its own step's 2200). 3 -> 1 leaves at 2200 over
+    host 1's link out, free: 3200."""
+    o = oracle(tmp_path, 4, "bw:0.008,hosts:2", 100.0, algorithm="teleportation", k=2,
+               variant="overlap", seed=3, dim=125, topology="ring")
+    assert [o.phases[0].roster(t)[0].tolist() for t in range(3)] == [[0, 1], [1, 3], [3, 1]]
+    o.advance_to(1)
+    assert o.clock.tolist() == [100.0, 100.0, 0.0, 2100.0]
+    o.advance_to(2)
+    assert o.clock.tolist() == [100.0, 3200.0, 0.0, 3100.0]
+
+
+def test_oracle_teleportation_takes_the_round_by_round_bound_of_its_links(tmp_path):
+    """Teleportation k = 2 over 2 + 2 ranks, no compute time: each round's messages wait
+    for the links' earlier rounds, so over 60 rounds the virtual time is the sum of each
+    round's busiest host link, in one direction (its bytes over the rate: the wire
+    benchmark's physical bound); it was 8 % under it while a link could carry two
+    rounds at once. DSGD's even rounds were equal to it either way."""
+    from mpi_teleport.core.interfaces import KIND_Y
+    from mpi_teleport.latency.virtual_clock import round_links, round_plan
+
+    for algorithm, k in (("teleportation", 2), ("dsgd", None)):
+        o = oracle(tmp_path, 4, "bw:0.008,hosts:2", 0.0, algorithm=algorithm, k=k,
+                   topology="ring", dim=125)
+        o.advance_to(60)
+        bound = 0.0
+        for phase in o.phases:
+            for t in range(phase.start, min(60, phase.stop)):
+                msgs = round_plan(phase, t, o.topology, o.variant, o.momentum)
+                links = round_links(o.model, msgs, o.variant, o.momentum, o.nbytes, 4)[KIND_Y]
+                bound += max(links.out_bytes.max(), links.in_bytes.max())  # 1 us per byte
+        assert o.clock.max() == bound, algorithm
+
+
+def test_simulator_refuses_a_view_of_host_links_that_memory_cannot_hold(tmp_path, capsys):
+    """Every simulated node keeps its view of every host link (2 floats a host): 20,000
+    hosts of one rank would need 6 GiB; refused in one line, before anything is built."""
+    assert sim_main(["--nodes", "20000", "--k", "2", "--rounds", "2", "--latency",
+                     "bw:1,hosts:1", "--progress", "off", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "put more ranks on a host (hosts:R)" in err[0], err
+
+
 # ---------------------------------------------------------------- configuration
 def test_config_defaults_and_validation(tmp_path):
     cfg = resolve({"nodes": 4})

@@ -55,6 +55,9 @@ def test_neighbours_at_1_and_3_ms_complete_at_3_ms(tmp_path, mpirun):
     (6, 3, "ring", "overlap", ["--momentum", "0.5"], "mod:7,bw:1,hosts:2"),
     (6, 3, "ring", "simple", ["--momentum", "0.5"], "mod:7,bw:1,hosts:1+3+2"),
     (5, 2, "complete", "overlap", [], "mod:7,bw:1,hosts:2"),
+    # ... and links busy across rounds: each rank's knowledge of them rides its clock messages
+    (4, 2, "ring", "overlap", ["--momentum", "0.5"], "mod:7,bw:0.008,hosts:2"),
+    (6, 3, "ring", "simple", ["--momentum", "0.5"], "mod:7,bw:0.008,hosts:1+3+2"),
 ])
 def test_mpi_virtual_time_equals_the_simulator_oracle(tmp_path, mpirun, n, k, topology, variant,
                                                       extra, spec):

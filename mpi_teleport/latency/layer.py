@@ -22,7 +22,11 @@ With shared host links (``hosts:``) a message's bandwidth time depends on the wh
 communication phase (:class:`~.model.HostLinks`); the back end hands the layer those
 loads before each round (``links``, by tag, from
 :func:`mpi_teleport.latency.virtual_clock.round_links`, the simulator's own computation).
-Messages outside the rounds (the probe) count alone on their links.
+Messages outside the rounds (the probe) count alone on their links. A message leaves
+when the links it crosses are free of earlier phases' messages as its rank knows them
+(``busy``, :meth:`~.model.LatencyModel.departure_us`): the clock message carries the
+departure and the sender's knowledge, which the receiver merges (max), as the oracle
+does. A resumed run starts that knowledge afresh (a checkpoint keeps the clocks only).
 
 The logical clock is kept under both clocks; records then get ``virtual_time_s`` (max
 over ranks, gathered at logging rounds) beside ``time_s``. Latency changes time, never
@@ -81,6 +85,10 @@ class LatencyTransport:
         # the host links' loads of the round being run, by tag (``hosts:``; set by the back
         # end before each round): {} counts every message alone on its links
         self.links: dict = {}
+        # hosts: this rank's knowledge of when every host link is free of the messages on
+        # it (LatencyModel.departure_us), sent after the clock in every clock message and
+        # merged (max) on receipt; empty without hosts:
+        self.busy = np.zeros(model.link_slots(self.size))
         # CPU time of work done while waiting (meanwhile), overlapping the next wait
         self._beside_us = 0.0
         # Whether a stop was asked (a signal): the run's Keeper sets it. A waiting rank then
@@ -117,7 +125,7 @@ class LatencyTransport:
             if source == self.rank:
                 self.inner.post_recvs([(source, tag, buf)], pending)
                 continue
-            stamp = np.empty(1)
+            stamp = np.empty(1 + len(self.busy))
             pending.requests += self.inner.irecv(buf, source, tag)
             pending.requests += self._stamps.irecv(stamp, source, tag)
             pending.stamps.append((source, buf.nbytes, stamp, self.links.get(tag)))
@@ -126,13 +134,27 @@ class LatencyTransport:
     def post_sends(self, sends, pending: LatencyPending | None = None) -> LatencyPending:
         pending = pending or LatencyPending()
         now = time.perf_counter()
-        for dest, tag, buf in sends:
+        # hosts: the messages of one call (one communication phase) leave when the links
+        # they cross are free, as this rank knows them now; then it knows them busy with
+        # its own messages, and every clock message carries that (the oracle's _shared)
+        leave = {}
+        if len(self.busy):
+            known = self.busy.copy()
+            for e, (dest, tag, buf) in enumerate(sends):
+                if dest != self.rank:
+                    leave[e] = float(self.model.departure_us(self.rank, dest, self.clock_us,
+                                                             self.busy))
+                    links = self.links.get(tag)
+                    end = leave[e] + float(self.model.wire_us(self.rank, dest, buf.nbytes, links))
+                    self.model.occupy(known, self.rank, dest, end)
+            self.busy = known
+        for e, (dest, tag, buf) in enumerate(sends):
             if dest == self.rank:
                 self.inner.post_sends([(dest, tag, buf)], pending)
                 continue
-            stamp = np.array([self.clock_us])
+            stamp = np.concatenate(([leave.get(e, self.clock_us)], self.busy))
             delay = (self.model.delay_us(self.rank, dest, buf.nbytes, self.links.get(tag))
-                     if self.real else 0.0)
+                     + stamp[0] - self.clock_us if self.real else 0.0)
             if delay > 0:  # real clock: hand it to MPI only at post time + delay
                 heapq.heappush(self._deferred, (now + delay * 1e-6, self._seq, dest, tag,
                                                 np.array(buf, copy=True), stamp))
@@ -186,6 +208,8 @@ class LatencyTransport:
             arrival = stamp[0] + self.model.delay_us(source, self.rank, nbytes, links)
             if arrival > self.clock_us:
                 self.clock_us = arrival
+            if len(self.busy):  # the sender's knowledge of the host links
+                np.maximum(self.busy, stamp[1:], out=self.busy)
         pending.stamps.clear()
         pending.keep.clear()
         if self._inflight:  # completed deferred sends release their buffers

@@ -17,9 +17,14 @@ phase of a round, :func:`mpi_teleport.latency.virtual_clock.round_links`) share 
 hosts. A message from host a to host b (a != b) takes ``max(out[a], in[b]) * 8 / rate``,
 where ``out[a]`` is every byte of the phase leaving host a for other hosts and ``in[b]``
 every byte entering b from them (:class:`HostLinks`): equal messages that share a link
-finish together, when the busier of their two links has carried its whole load. A
-message between two ranks of one host crosses no host link and costs no bandwidth time
-(its latency term stays). Without ``hosts:`` every message has its links to itself, as
+finish together, when the busier of their two links has carried its whole load. A link
+carries one phase after the other: a message leaves no earlier than the links it crosses
+are free of the earlier phases' messages, as far as its sender knows
+(:meth:`LatencyModel.departure_us`; each rank's knowledge of the links' busy times travels
+with its messages). Teleportation needs it: a round's next holder may have its inputs
+early (from its own host) while the round's other messages still cross the link it sends
+on. A message between two ranks of one host crosses no host link and costs no bandwidth
+time (its latency term stays). Without ``hosts:`` every message has its links to itself, as
 before: ``bytes * 8 / rate``.
 
 Self-messages are always free. A delay above one hour per message (``MAX_DELAY_US``) or a
@@ -90,6 +95,40 @@ class LatencyModel:
         if self.per_host:
             return np.floor_divide(ranks, sizes[0])
         return np.searchsorted(np.cumsum(sizes), ranks, side="right")
+
+    def link_slots(self, n: int) -> int:
+        """The length of a rank's knowledge of the host links' busy times (``hosts:``):
+        slot h is host h's link out, slot H + h its link in (H hosts of ``n`` ranks); 0
+        without ``hosts:`` (no link is shared, none is ever busy)."""
+        if not self.hosts or self.bw_gbps is None:
+            return 0
+        return 2 * (int(np.max(self.host_of(np.arange(max(n, 1))))) + 1)
+
+    def departure_us(self, i, j, stamp, busy):
+        """When i's message to j starts on the wire (``hosts:``): at its sender's clock
+        ``stamp``, or later while a host link it crosses still carries an earlier phase's
+        messages, as far as the sender knows (``busy``: its busy times, :meth:`link_slots`;
+        one row per message when i, j are arrays). A link carries one phase after the
+        other: Teleportation's next holders may start sending while the previous round's
+        messages still cross the link they need (DESIGN.md §8). Within a host: ``stamp``."""
+        src, dst = self.host_of(i), self.host_of(j)
+        half = np.shape(busy)[-1] // 2
+        if np.ndim(busy) == 1:
+            out, into = busy[src], busy[half + dst]
+        else:
+            rows = np.arange(np.shape(busy)[0])
+            out, into = busy[rows, src], busy[rows, half + dst]
+        return np.where(np.equal(src, dst), stamp, np.maximum(stamp, np.maximum(out, into)))
+
+    def occupy(self, busy: np.ndarray, i: int, j: int, end: float) -> None:
+        """Mark, in one rank's knowledge ``busy``, the host links that i's message to j
+        crosses as busy until ``end`` (its departure + :meth:`wire_us`); nothing within a
+        host."""
+        src, dst = int(self.host_of(i)), int(self.host_of(j))
+        if src != dst:
+            half = len(busy) // 2
+            busy[src] = max(busy[src], end)
+            busy[half + dst] = max(busy[half + dst], end)
 
     def host_links(self, senders, receivers, nbytes: int, n: int) -> "HostLinks":
         """The bytes over every host's link, each direction, when the messages

@@ -16,7 +16,7 @@ computation, the same floats.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -26,6 +26,10 @@ from ..core.schedule import Phase
 
 if TYPE_CHECKING:
     from ..trace.spans import Spans
+
+
+# the oracle's view of the host links per node (n x 2 hosts floats) is refused above this
+MAX_LINK_KNOWLEDGE_BYTES = 2 ** 30
 
 
 def round_plan(phase: Phase, t: int, topology, variant: str, momentum: bool) -> plan.Messages:
@@ -82,6 +86,11 @@ class Oracle:
         self.topology, self.variant, self.momentum = topology, variant, momentum
         self.phases = phases
         self.clock = np.zeros(n)
+        # hosts: each node's knowledge of when every host link is free of the messages
+        # already on it (LatencyModel.departure_us); it travels with the messages, as the
+        # MPI ranks' do in their clock messages. None without hosts:
+        slots = model.link_slots(n)
+        self.busy = np.zeros((n, slots)) if slots else None
         self.done = 0  # rounds charged so far (global round numbers)
         # a trace (mpi_teleport.trace.spans.Spans): each node's logical time in the rounds
         # it samples, recorded as the rounds are charged; None: off
@@ -105,10 +114,16 @@ class Oracle:
         if msgs.fetch is not None:  # Alg. 1 line 8 (model and momentum travel together)
             senders, receivers = msgs.fetch
             sent_at = self.clock[senders]
-            self._receive(receivers, senders, sent_at, links.get(KIND_MODEL))
-            if self.momentum and self.state_nbytes != self.nbytes:  # (its own message)
-                self._receive(receivers, senders, sent_at, links.get(KIND_MOMENTUM),
-                              self.state_nbytes)
+            if self.busy is not None:  # one phase on the shared links
+                edges = [(senders, receivers, links.get(KIND_MODEL), self.nbytes)]
+                if self.momentum and self.state_nbytes != self.nbytes:
+                    edges.append((senders, receivers, links.get(KIND_MOMENTUM), self.state_nbytes))
+                self._shared(edges, self.clock.copy())
+            else:
+                self._receive(receivers, senders, sent_at, links.get(KIND_MODEL))
+                if self.momentum and self.state_nbytes != self.nbytes:  # (its own message)
+                    self._receive(receivers, senders, sent_at, links.get(KIND_MOMENTUM),
+                                  self.state_nbytes)
         fetched = self.clock.copy() if traced else None
         self.clock[msgs.compute] += self.compute
         stamps = self.clock.copy()  # every message of the phase leaves with these stamps
@@ -144,6 +159,14 @@ class Oracle:
     def _gossip(self, msgs, stamps, links) -> None:
         """The gossip phase's receives (and Alg. 3's momentum hop)."""
         gossip = links.get(KIND_Y)
+        if self.busy is not None:  # shared host links: one phase, links busy across phases
+            edges = [(s, r, gossip, self.nbytes) for s, r in msgs.groups]
+            edges += [(np.repeat(s, len(r)), np.tile(r, len(s)), gossip, self.nbytes)
+                      for s, r in msgs.complete]
+            if msgs.momentum is not None:
+                edges.append((*msgs.momentum, links.get(KIND_MOMENTUM), self.state_nbytes))
+            self._shared(edges, stamps)
+            return
         for senders, receivers in msgs.groups:
             self._receive(receivers, senders, stamps[senders], gossip)
         for senders, receivers in msgs.complete:
@@ -156,6 +179,36 @@ class Oracle:
             senders, receivers = msgs.momentum
             self._receive(receivers, senders, stamps[senders], links.get(KIND_MOMENTUM),
                           self.state_nbytes)
+
+    def _shared(self, edges, stamps: np.ndarray) -> None:
+        """One communication phase over shared host links (``hosts:``): the messages
+        ``edges`` ((senders, receivers, the phase's HostLinks, bytes) each) leave at their
+        senders' ``stamps``, each when the host links it crosses are free of the earlier
+        phases' messages as its sender knows them (LatencyModel.departure_us), and take
+        their phase's shared time. A sender then knows its own messages' links busy until
+        they end; each message carries its sender's knowledge to its receiver (the MPI
+        layer's clock message), which keeps the latest of both: the same max operations as
+        the ranks', so the simulator's clocks equal theirs bit for bit."""
+        model, busy = self.model, cast(np.ndarray, self.busy)
+        half = busy.shape[1] // 2
+        known = busy.copy()
+        sent = []
+        for src, dst, links, nbytes in edges:
+            src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+            if src.size == 0:
+                continue
+            leave = model.departure_us(src, dst, stamps[src], busy[src])
+            np.maximum.at(self.clock, dst, leave + model.delay_us(src, dst, nbytes, links))
+            a, b = model.host_of(src), model.host_of(dst)
+            cross = np.flatnonzero(a != b)
+            end = leave[cross] + model.wire_us(src[cross], dst[cross], nbytes, links)
+            np.maximum.at(known, (src[cross], a[cross]), end)  # the sender's own messages
+            np.maximum.at(known, (src[cross], half + b[cross]), end)
+            sent.append((src, dst))
+        carried = [(dst, known[src]) for src, dst in sent]  # the senders' knowledge, as sent
+        for dst, rows in carried:
+            np.maximum.at(known, dst, rows)
+        self.busy = known
 
     def _receive(self, dst: np.ndarray, src: np.ndarray, sent_at: np.ndarray, links=None,
                  nbytes: int | None = None) -> None:
@@ -180,6 +233,12 @@ def for_run(spec, latency, dim: int, itemsize: int) -> Oracle:
         raise UsageError(f"--latency {latency.spec!r}: hosts:auto takes the ranks' hosts from "
                          f"MPI's placement, which the simulator has not; give hosts:R (ranks "
                          f"per host) or hosts:A+B+... (the hosts' sizes in rank order)")
+    slots = model.link_slots(spec.nodes)
+    if spec.nodes * slots * 8 > MAX_LINK_KNOWLEDGE_BYTES:
+        raise UsageError(f"--latency {latency.spec!r}: {slots // 2} hosts of {spec.nodes} nodes: "
+                         f"the simulator keeps every node's view of every host link "
+                         f"({spec.nodes * slots * 8 / 2**30:.1f} GiB); put more ranks on a host "
+                         f"(hosts:R) or leave hosts: out")
     return Oracle(model, spec.nodes, dim * itemsize,
                   latency.compute_us, spec.topology, spec.moves, spec.state_slots > 0,
                   spec.phases(), max(1, spec.state_slots) * dim * itemsize)
