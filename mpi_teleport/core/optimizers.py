@@ -234,14 +234,14 @@ class TorchRule:
     def __repr__(self) -> str:
         return f"TorchRule({self.describe()}, state={list(self.keys)})"
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         for key in ("_lock", "_local", "_tiny"):
             state.pop(key)
         state["_history"] = [{}]
         return state
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock, self._local, self._tiny = threading.Lock(), threading.local(), None
 
@@ -316,7 +316,7 @@ class TorchRule:
                     view.copy_(got[k])
 
 
-def _offsets(shapes: Any) -> list:
+def _offsets(shapes: Any) -> list[Any]:
     """(shape, offset) of each parameter in a token, in order."""
     out, off = [], 0
     for shape in shapes:
@@ -381,7 +381,7 @@ def _private(opt: Any) -> Any:
     return clone
 
 
-def _stand_in(opt: Any, shapes: Any, initial: dict[str, Any] | None) -> tuple[Any, list]:
+def _stand_in(opt: Any, shapes: Any, initial: dict[str, Any] | None) -> tuple[Any, list[Any]]:
     """A private copy of ``opt`` over zero parameters of ``shapes`` (with the state it makes
     when built, for one that does)."""
     torch = _torch()
@@ -444,7 +444,7 @@ def _first_state(initial: dict[str, Any], slots: dict[str, Any]) -> dict[str, An
 
 
 def _probe(opt: Any, shapes: Any, name: str, initial: dict[str, Any] | None, scale: float,
-           lr: float | None = None) -> tuple[tuple[str, ...], dict[str, list]]:
+           lr: float | None = None) -> tuple[tuple[str, ...], dict[str, list[Any]]]:
     """Three steps of a private copy on zero parameters of ``shapes`` (gradients scaled by
     ``scale``; the step size times ``lr`` when given): the per-parameter state keys
     (floating tensors shaped like the parameter) and the scalar state's values after each
@@ -454,7 +454,7 @@ def _probe(opt: Any, shapes: Any, name: str, initial: dict[str, Any] | None, sca
     if lr is not None:
         probe.param_groups[0]["lr"] = float(probe.param_groups[0]["lr"]) * lr
     keys: list[str] = []
-    scalars: dict[str, list] = {}
+    scalars: dict[str, list[Any]] = {}
     for step in (1, 2, 3):
         for i, p in enumerate(params):
             p.grad = scale * torch.linspace(0.5 * step, 1.5 + i, p.numel()).reshape(p.shape)

@@ -75,7 +75,7 @@ def is_scheduler_factory(obj: object) -> bool:
     if not callable(obj) or is_scheduler(obj):
         return False
     try:
-        names = [q.name for q in inspect.signature(obj).parameters.values()  # type: ignore[arg-type]
+        names = [q.name for q in inspect.signature(obj).parameters.values()
                  if q.default is inspect.Parameter.empty]
     except (TypeError, ValueError):
         return False
@@ -166,9 +166,14 @@ def scheduled_lr(scheduler: Any, lr_step: str, problem: Any = None,
     if lr_step == "epoch":
         batch_rounds = _epoch_of(problem, active)  # type: ignore[arg-type]  # (given with "epoch")
         samples, n_train = problem.batch_size * active, problem.n_train
-        first_round = lambda e: -(-e * n_train // samples)  # noqa: E731  (epoch e's first round)
+
+        def first_round(e: int) -> int:  # (epoch e's first round)
+            return int(-(-e * n_train // samples))
     else:
-        batch_rounds, first_round = None, lambda e: e  # noqa: E731
+        batch_rounds = None
+
+        def first_round(e: int) -> int:
+            return e
     replay = copy.deepcopy(scheduler)  # (its own optimizer: the user's is never stepped)
     lrs = [float(replay.get_last_lr()[0])]
     _replay_step(copy.deepcopy(scheduler), name, None)  # (one that cannot step: refused now)

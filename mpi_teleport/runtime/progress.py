@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from typing import Any
 
 # The ETA is shown once this share of the rounds has run and this many seconds passed.
 ETA_AFTER_SHARE, ETA_AFTER_S = 0.02, 2.0
@@ -93,8 +94,8 @@ class Progress:
         """Route the script's output above the bar (once, while it is shown)."""
         if self._saved is not None:
             return
-        saved = {"stream": self.stream, "stdout": sys.stdout, "stderr": sys.stderr,
-                 "handlers": []}
+        saved: dict[str, Any] = {"stream": self.stream, "stdout": sys.stdout,
+                                 "stderr": sys.stderr, "handlers": []}
         wrap = {id(sys.stdout): _AboveBar(sys.stdout, self),
                 id(sys.stderr): _AboveBar(sys.stderr, self)}
         if id(self.stream) not in wrap:
