@@ -10,7 +10,8 @@ MPI_ALLOWED = {"mpi_teleport.runtime.transport", "mpi_teleport.run", "mpi_telepo
                "mpi_teleport.front.mpi_flavor",  # reads the library's version string, no MPI_Init
                "mpi_teleport.examples.logistic", "mpi_teleport.examples.custom_model",
                "mpi_teleport.examples.ported_script",
-               "mpi_teleport.examples.mnist_port"}  # (entry points: --mpi)
+               "mpi_teleport.examples.mnist_port",  # (entry points: --mpi)
+               "mpi_teleport.runtime.launched"}  # (comm="auto": the script's COMM_WORLD, for it)
 # Leaf modules: they import nothing of the package.
 LEAVES = {"mpi_teleport.errors"}
 
