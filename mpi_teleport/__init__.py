@@ -25,6 +25,7 @@ from .front.settings import Checkpoints, Latency, Records
 from .problem import Problem
 from .core.schedulers import rounds_per_epoch
 from .runtime.launched import on_root
+from .runtime.signals import Stopped
 
 from ._version import __version__
 
@@ -32,7 +33,7 @@ __all__ = ["teleportation", "dsgd", "search_k", "train", "RunSettings", "Problem
            "TorchProblem", "EvalMetric",
            "Result", "UsageError", "NonFiniteError", "OutputError", "CsvWriter",
            "TensorBoardWriter", "Records", "Checkpoints", "Latency", "rounds_per_epoch",
-           "on_root"]
+           "on_root", "Stopped"]
 
 _TORCH_NAMES = ("TorchProblem", "EvalMetric")
 
