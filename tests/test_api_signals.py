@@ -62,7 +62,8 @@ def test_ctrl_c_under_launch_reaches_every_rank_once_and_resuming_ends_as_uninte
     """A terminal's Ctrl-C (SIGINT to the foreground process group) under ``launch -n 4
     script.py``: the launcher passes it on once, as SIGUSR1, every rank stops at the same
     round after the checkpoint, the scripts' finally runs, the job ends with 75; run again
-    with resume="auto" it ends as the uninterrupted run (the simulator's, bit for bit)."""
+    with resume="auto" it ends as the uninterrupted run (the simulator's, bit for bit), and
+    once more it returns the finished run's model."""
     import os
     import signal
     import time
@@ -94,3 +95,6 @@ def test_ctrl_c_under_launch_reaches_every_rank_once_and_resuming_ends_as_uninte
     resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert final_x(resumed) == final_x(whole) and final_x(whole)
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]  # (finished: its result, every rank)
+    assert final_x(again) == final_x(whole)
