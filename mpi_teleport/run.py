@@ -17,7 +17,7 @@ import traceback
 import warnings
 from typing import TYPE_CHECKING, cast
 
-from .front import cli, report, runner
+from .front import cli, preflight, report, runner
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
@@ -27,6 +27,7 @@ from .problems import make_problem, needs_local_rank
 from .runtime.transport import Transport
 
 if TYPE_CHECKING:
+    from .front.prepare import Prepared
     from .front.settings import Config
 
 PROG = "mpirun -n N python -m mpi_teleport.run"
@@ -34,13 +35,14 @@ PROG = "mpirun -n N python -m mpi_teleport.run"
 
 def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
                  terminator=None, pool=None, local=None,
-                 meeting: runner.Meeting | None = None) -> dict | None:
+                 meeting: runner.Meeting | None = None, prepared=None) -> dict | None:
     """One run over the communicator; rank 0 writes the files and returns the summary.
     A problem that cannot be built on some rank (node-local data missing, no GPU) stops
     every rank with one line: the ranks agree on it before anything else. ``pool``: the
     job's hot spares (``--spares``); ``local``: this rank's index on its host, when known;
     ``meeting``: the survivors' (elastic: a run that ends in an exception after a loss
-    hands it their communicator, :class:`runner.Meeting`)."""
+    hands it their communicator, :class:`runner.Meeting`); ``prepared``: the job's
+    preparation (:func:`mpi_teleport.front.preflight.prepared`; None: made here)."""
     problem, error, stopped = None, None, 0
     if local is None:  # (collective: before failing)
         local = transport.local_rank() if needs_local_rank(cfg.problem_settings()) else 0
@@ -55,10 +57,10 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
     if refused:
         raise UsageError(refused)
     if stopped:  # (every rank: a rank not signalled stops with the others)
-        raise cli.stopped_in_setup(cfg, algorithm, k, stopped, terminator)
+        raise cli.stopped_in_setup(cfg, algorithm, stopped, terminator, prepared)
     if k == "auto" and terminator is not None:
         terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
-    settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True)
+    settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True, prepared=prepared)
     context = runner.RunContext(terminator=terminator, pool=pool, progress=progress,
                                 meeting=meeting)
     return api.train(problem, settings, transport, context).summary  # (the root's; None elsewhere)
@@ -79,13 +81,14 @@ def main(argv=None) -> int:
         "--topology base2 --out runs/x\n"
         "Outputs (with --out, written by rank 0): config.json, metrics.jsonl, summary.json.",
     )
-    cfg, error, release, pool = None, None, lambda: None, None
+    cfg, prepared, error, release, pool = None, None, None, lambda: None, None
     meeting = runner.Meeting()  # (elastic: the survivors meet before they leave)
     try:
         quiet = contextlib.redirect_stdout(io.StringIO()) if rank else contextlib.nullcontext()
         with quiet, warnings.catch_warnings():  # --help prints once; no warning ahead of a refusal
             warnings.simplefilter("ignore")
             cfg = cli.parse(parser, argv, world_size=comm.Get_size())
+            prepared = preflight.prepared(cfg)  # (the disk, the plans: the API's step too)
     except UsageError as exc:  # (reported below, after every rank has had its say)
         error = str(exc)
     except SystemExit as exc:  # --help
@@ -100,7 +103,8 @@ def main(argv=None) -> int:
         # Rank 0 holds --out and --checkpoint-dir for the job; every rank learns a refusal
         # (another job holds them) in the same collective, so none waits for the others
         # (the API's path too: a refusal is a UsageError on every rank, reported below).
-        release = runner.hold_agreed(report.lock_dirs(cfg), transport, rank == 0) or release
+        prepared = cast("Prepared", prepared)
+        release = runner.hold_agreed(prepared.hold, transport, rank == 0) or release
         summaries: list[dict | None] = []
         local = None
         if cfg.elastic and cfg.spares:  # hot spares: S ranks wait outside the rounds
@@ -109,7 +113,7 @@ def main(argv=None) -> int:
             from .front import spares
 
             summary = spares.serve(cfg, pool, cast(int, local), terminator,  # (set with the pool)
-                                   meeting)
+                                   meeting, prepared)
             if summary is None:  # released by the nodes (or a signal): this spare ends here
                 _leave(pool.released)
             summaries.append(summary)
@@ -117,7 +121,7 @@ def main(argv=None) -> int:
             for algorithm, k in report.runs_requested(cfg):
                 progress = cli.progress_for(cfg, algorithm, rank0=rank == 0)
                 summaries.append(run_on_ranks(cfg, algorithm, k, transport, progress, terminator,
-                                              pool, local, meeting))
+                                              pool, local, meeting, prepared))
         if _prints(comm, summaries, pool):  # (comparison.json too: while held)
             # (the printing process: a summary of every run)
             text = report.finish(cfg, cast(list[dict], summaries),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import warnings
 
-from .front import cli, report, runner
+from .front import cli, preflight, report, runner
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
@@ -26,18 +26,19 @@ PROG = "python -m mpi_teleport.sim"
 
 
 def simulate(cfg, algorithm: str, k, files: RunFiles | None = None,
-             progress: Progress | None = None, terminator=None) -> dict:
+             progress: Progress | None = None, terminator=None, prepared=None) -> dict:
     """Run Teleportation (k tokens, or 'auto' for Algorithm 2) or Decentralized SGD (k = n,
-    fixed placement) of a Config in this process; returns the summary."""
+    fixed placement) of a Config in this process; returns the summary. ``prepared``: the
+    job's preparation (:func:`mpi_teleport.front.preflight.prepared`; None: made here)."""
     keep_freed_memory()
     try:
         with signals.interruptible():  # (a slow factory: a signal need not wait for it)
             problem = make_problem(cfg.problem_settings())
     except signals.SetupInterrupted as stop:
-        raise cli.stopped_in_setup(cfg, algorithm, k, stop.signum, terminator) from None
+        raise cli.stopped_in_setup(cfg, algorithm, stop.signum, terminator, prepared) from None
     if k == "auto" and terminator is not None:
         terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
-    settings = cli.settings_of(cfg, algorithm, k, problem)
+    settings = cli.settings_of(cfg, algorithm, k, problem, prepared=prepared)
     context = runner.RunContext(terminator=terminator, progress=progress, files=files)
     return api.train(problem, settings, None, context).summary  # (one process: the root's)
 
@@ -56,12 +57,14 @@ def main(argv=None) -> int:
             with warnings.catch_warnings():  # nothing printed ahead of a refusal's one line
                 warnings.simplefilter("ignore")
                 cfg = cli.parse(parser, argv)
+            prepared = preflight.prepared(cfg)  # (the disk, the plans: the API's step too)
             # --out, --checkpoint-dir: this job's alone (the one lock function, one process)
-            release = runner.hold_agreed(report.lock_dirs(cfg), None, True)
+            release = runner.hold_agreed(prepared.hold, None, True)
             summaries = []
             for algorithm, k in report.runs_requested(cfg):
                 progress = cli.progress_for(cfg, algorithm)
-                summaries.append(simulate(cfg, algorithm, k, None, progress, terminator))
+                summaries.append(simulate(cfg, algorithm, k, None, progress, terminator,
+                                          prepared))
             # (comparison.json too is written while the directory is held)
             text = report.finish(cfg, summaries, report.header(cfg, f"simulator, n={cfg.nodes}"))
     except (UsageError, NonFiniteError, DatasetMissingError) as exc:

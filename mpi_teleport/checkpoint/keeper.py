@@ -15,9 +15,10 @@ from .find import prune
 from ..disk.output import write_atomic
 from .store import RUN_MARKER, round_dir, write_manifest
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointPlan:
-    """Checkpointing of one run (one algorithm of compare)."""
+    """Checkpointing of one run (one algorithm of compare); made once, the checkpoint it
+    resumes found (:func:`mpi_teleport.front.prepare.prepare`)."""
 
     dir: Path | None  # where its checkpoints go (None: nowhere)
     every: int  # periodic checkpoints every this many rounds (0: none)

@@ -10,7 +10,6 @@ public.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime import collective
@@ -20,41 +19,17 @@ from .loop_options import momentum_of
 from . import resume as resume_rules
 from ..checkpoint.find import auto_resume
 from ..core import topology as topo
-from ..checkpoint import CheckpointPlan, any_checkpoint, locate
+from ..checkpoint import CheckpointPlan, locate
 from ..errors import UsageError
-from ..latency.model import parse_spec
 from .settings import Checkpoints, Latency, Records
-from ..disk.paths import absolute, check_writable
+from ..disk.paths import absolute
+from .prepare import Leg, Places, Prepared, prepare
 from ..problem import with_defaults
 from .settings import (API, check_checkpoints, check_k, check_spares, check_values,
                        checkpoint_policy, flag,
                        flat_settings, latency_of, logging_of, recorded)
 from ..core.spec import Logging, RunSpec
 from ..latency.model import LatencySettings
-
-
-@dataclass(frozen=True)
-class _Files:
-    """Where one API run writes and what it resumes (absolute paths, checked)."""
-
-    out: Path | None
-    checkpoint_dir: Path | None  # given, or out/checkpoints
-    every: int
-    keep: int
-    resume: Path | None
-    progress: bool
-
-    @property
-    def touches_checkpoints(self) -> bool:
-        """The run may write a checkpoint (periodic, or on a signal) or resumes one."""
-        return self.checkpoint_dir is not None or self.resume is not None
-
-    @property
-    def held(self) -> list:
-        """The directories the run locks: out, and the checkpoint directory it writes."""
-        return [(path, what) for path, what in ((self.out, "out"),
-                                                (self.checkpoint_dir, "checkpoint_dir"))
-                if path is not None and (what == "out" or self.every)]
 
 
 def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Records,
@@ -67,15 +42,15 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
     becomes the context's ``refused``, which :func:`mpi_teleport.train` makes one
     UsageError on every process, before anything is written."""
     problem = with_defaults(problem)  # (TypeError naming what is missing)
-    spec, logging, latency_settings, files, values = _checked(spec, nesterov, comm, out,
-                                                              records, checkpoints, latency)
+    spec, logging, latency_settings, places, ck_dir, values = _checked(
+        spec, nesterov, comm, out, records, checkpoints, latency)
     given = problem.nodes
     if isinstance(given, int) and not isinstance(given, bool) and given != spec.nodes:
         raise UsageError(f"the problem was built for nodes={given} but the run has "
                          f"nodes={spec.nodes}: give both the same number")
-    record = resume_rules.plain({**_record(spec, logging, values, files),
-                                 **resume_rules.describe_problem(problem, spec.seed,
-                                                                 files.touches_checkpoints)})
+    touches = ck_dir is not None or places.resume is not None  # (may write or read one)
+    record = resume_rules.plain({**_record(spec, logging, values, places.out, ck_dir),
+                                 **resume_rules.describe_problem(problem, spec.seed, touches)})
     from ..runtime.elastic import parse_failures
 
     spares = check_values({"spares": spares}, API)["spares"]
@@ -85,19 +60,22 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
 
         check_spares_fit(spares, API)
     failures = parse_failures(fail, spec.nodes, spares)  # (elastic mode, mpi_teleport/DESIGN.md §11)
-    refused, source, manifest = None, None, None
+    # the step the command line takes too (front.prepare): a refusal is this process's,
+    # which train makes one UsageError on every process in the collective of the locks
+    leg = Leg(spec.algorithm, None if spec.algorithm == "search" else spec.tokens, ck_dir)
+    refused, prepared = None, Prepared()
     try:
-        source, manifest = _check_disk(spec, latency_settings, record, files)
+        prepared = prepare([leg], places, nodes=spec.nodes, rounds=spec.rounds, record=record,
+                           naming=API, latency=latency_settings.spec)
+        plan = prepared.plan(spec.algorithm)
     except UsageError as exc:
         refused = str(exc)
-    except OSError as exc:  # an unreadable directory or file
-        refused = f"cannot read the checkpoint or output directory: {exc.strerror or exc}"
-    # (made once, the resumed checkpoint found: nothing changes it afterwards)
-    plan = CheckpointPlan(files.checkpoint_dir, files.every, files.keep, source, manifest)
-    return (RunSettings(spec, logging, latency_settings, plan=plan, out=files.out,
-                        manifest=record, progress=files.progress,
+        plan = CheckpointPlan(ck_dir, places.every, places.keep)  # (not run: train refuses)
+    return (RunSettings(spec, logging, latency_settings, plan=plan,
+                        out=places.out, manifest=record,
+                        progress=flag(records.progress, "progress", API),
                         record={**record, **problem.describe(), **_config_facts(problem)},
-                        hold=tuple(files.held),
+                        hold=prepared.hold,
                         callback=records.callback,
                         elastic=bool(elastic) or bool(failures), failures=failures,
                         spares=spares),
@@ -105,10 +83,13 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
 
 
 def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: Checkpoints,
-             latency: Latency) -> tuple[RunSpec, Logging, LatencySettings, _Files, dict]:
+             latency: Latency) -> tuple[RunSpec, Logging, LatencySettings, Places,
+                                        Path | None, dict]:
     """The run's settings with every value checked by the rules the command line uses
     (spelt as the flat keywords: ``log_every``, also for ``Records(every=...)``), or
-    UsageError (one line)."""
+    UsageError (one line). Returns also where the run writes and its checkpoint
+    directory (given; beside the checkpoint it resumes when that run kept them apart;
+    else ``out/checkpoints``)."""
     if comm is not None:  # (before any MPI call could hang on it)
         collective.check_communicator(comm)
     else:
@@ -118,7 +99,7 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
         "topology": spec.topology, "variant": spec.variant, "seed": spec.seed,
         **flat_settings(records, latency, checkpoints, out),
     }, API)
-    progress = flag(records.progress, "progress", API)
+    flag(records.progress, "progress", API)
     k = spec.k
     if spec.algorithm == "teleportation":
         k = check_k(spec.k, values["nodes"], spec.algorithm, API)
@@ -143,9 +124,9 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
         ck_dir = _continued_dir(resume, spec.algorithm)
     if ck_dir is None and out is not None:
         ck_dir = out / "checkpoints"
-    files = _Files(out, ck_dir, *checkpoint_policy(values),
-                   resume, progress)
-    return spec, logging, settings, files, values
+    given = where("checkpoint_dir")
+    places = Places(out, given, resume, *checkpoint_policy(values))
+    return spec, logging, settings, places, ck_dir, values
 
 
 def _config_facts(problem) -> dict:
@@ -168,7 +149,8 @@ def _continued_dir(resume: Path, algorithm: str) -> Path | None:
     return None if apart is None else Path(apart)
 
 
-def _record(spec: RunSpec, logging: Logging, values: dict, files: _Files) -> dict:
+def _record(spec: RunSpec, logging: Logging, values: dict, out: Path | None,
+            ck_dir: Path | None) -> dict:
     """The settings a checkpoint manifest keeps (named as the command line's Config
     names them, so ``--resume`` reads them) and a resume compares."""
     record = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.tokens,
@@ -176,8 +158,8 @@ def _record(spec: RunSpec, logging: Logging, values: dict, files: _Files) -> dic
               "lr_schedule": "function" if callable(spec.lr) else "constant",
               "momentum": float(spec.momentum), "topology": topo.describe(spec.topology),
               "variant": spec.variant, "seed": spec.seed, **recorded(values),
-              "out": None if files.out is None else str(files.out),
-              "checkpoint_dir": None if files.checkpoint_dir is None else str(files.checkpoint_dir)}
+              "out": None if out is None else str(out),
+              "checkpoint_dir": None if ck_dir is None else str(ck_dir)}
     if spec.algorithm == "search":
         record["k_select"] = spec.k_select
     if isinstance(spec.momentum, Nesterov):  # (only then: other runs' records unchanged)
@@ -189,38 +171,3 @@ def _record(spec: RunSpec, logging: Logging, values: dict, files: _Files) -> dic
     if spec.optimizer is not None:  # (likewise: a resume with another optimizer is refused)
         record["optimizer"] = spec.optimizer.describe()
     return record
-
-
-def _check_disk(spec: RunSpec, latency: LatencySettings, record: dict,
-                files: _Files) -> tuple:
-    """The API's preflight, on every process: outputs writable, a latency matrix file
-    readable, the checkpoint resumed matching this run and intact, the checkpoint
-    directory free of another run's checkpoints. Returns the checkpoint resumed and its
-    manifest ((None, None): a fresh run)."""
-    if files.out is not None:
-        check_writable("out", files.out)
-    if files.checkpoint_dir is not None and files.every:
-        check_writable("checkpoint_dir", files.checkpoint_dir)
-    try:
-        parse_spec(latency.spec, spec.nodes)  # reads and checks a matrix file
-    except UsageError as exc:
-        raise API.retell(exc) from None
-    if spec.algorithm == "search":
-        return None, None  # (no checkpoints: Algorithm 2 is short)
-    source, manifest = None, None
-    if files.resume is not None:
-        given = f"resume={str(files.resume)!r}"
-        found = locate(files.resume, spec.algorithm)
-        if found is None:
-            other = any_checkpoint(files.resume)
-            what = f" (it holds a {other[1].get('algorithm')} run)" if other else ""
-            raise UsageError(f"{given}: no complete checkpoint of a {spec.algorithm} run "
-                             f"there{what}")
-        source = resume_rules.check_source(given, found[0], found[1], nodes=spec.nodes,
-                                           k=spec.tokens, rounds=spec.rounds,
-                                           current=record, naming=API)
-        manifest = found[1]
-    if files.checkpoint_dir is not None:
-        hint = f"resume={str(files.out or files.checkpoint_dir)!r}"
-        resume_rules.check_target(files.checkpoint_dir, source, hint, API)
-    return source, manifest

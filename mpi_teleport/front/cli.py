@@ -70,10 +70,12 @@ def fail(prog: str, message: str, show: bool = True) -> int:
     return EXIT_USAGE
 
 
-def stopped_in_setup(cfg, algorithm: str, k, signum: int, terminator=None):
+def stopped_in_setup(cfg, algorithm: str, signum: int, terminator=None, prepared=None):
     """The :class:`Terminated` of a run whose set-up a signal interrupted (every process
     alike): nothing ran, so nothing is written; a resumed run's checkpoint still stands
-    (status 75, resume it again), else status 128 + the signal. The stop is final."""
+    (status 75, resume it again), else status 128 + the signal. The stop is final.
+    ``prepared``: the job's preparation (:func:`~mpi_teleport.front.preflight.prepared`;
+    None: made here)."""
     from pathlib import Path
 
     from . import preflight
@@ -81,7 +83,7 @@ def stopped_in_setup(cfg, algorithm: str, k, signum: int, terminator=None):
 
     if terminator is not None:
         terminator.commit()
-    plan = preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None
+    plan = (prepared or preflight.prepared(cfg)).plan(algorithm)
     resumed = plan is not None and plan.manifest is not None
     # (resumed: a plan; `and plan is not None` repeats it for the type checker)
     return Terminated(signum, plan.start if resumed and plan is not None else 0,
@@ -229,7 +231,7 @@ def with_threads(problem, threads) -> None:
     inner.torch_settings = TorchSettings(threads)
 
 
-def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False):
+def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, prepared=None):
     """The :class:`~mpi_teleport.front.runner.RunSettings` of one run of a Config (one
     algorithm of ``compare``; ``k`` 'auto': Algorithm 2): its spec (--epochs and the
     optimizer applied to ``problem``), logging, latency, checkpoint plan and config.json
@@ -237,7 +239,9 @@ def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False):
     it as a user's script would; a hot spare joining the run too). ``mpi``: the MPI
     runtime's (the record says so). What the command line holds for the run (its signal
     handler, hot spares, progress bar, the survivors' meeting) goes in the
-    :class:`~mpi_teleport.front.runner.RunContext`."""
+    :class:`~mpi_teleport.front.runner.RunContext`. ``prepared``: the job's preparation
+    (:func:`~mpi_teleport.front.preflight.prepared`, whose checkpoint plan the run takes;
+    None: made here)."""
     from . import preflight
     from .report import out_dir
     from .runner import RunSettings
@@ -262,7 +266,7 @@ def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False):
         record["factory_args"] = used["factory_args"]
     failures = parse_failures(list(cfg.fail or ()), cfg.nodes, cfg.spares)
     return RunSettings(spec, cfg.logging(), cfg.latency_settings(),
-                       plan=preflight.checkpoint_plan(cfg, algorithm) if k != "auto" else None,
+                       plan=(prepared or preflight.prepared(given)).plan(algorithm),
                        out=out_dir(cfg, algorithm), manifest=manifest_of(given, spec),
                        record=record, resume_from=cfg.out, problem_name=cfg.problem,
                        summary_extra=phases,  # (rounds per phase: also summary.json)

@@ -3,11 +3,12 @@
 The values of the settings are checked by :func:`mpi_teleport.front.settings.resolve` (through
 :mod:`mpi_teleport.front.settings`, the same rules as the Python API); what depends on files
 happens here, on every process before any communication: the settings a ``--resume``
-inherits from its checkpoint (:func:`mpi_teleport.front.resume.inherit`), the data directory,
-a latency matrix file, the checkpoint policy (where checkpoints go, whether that place
-holds another run's, whether the checkpoint resumed matches this run) and the memory a
-run needs (:func:`check_fits`). :func:`load` is the whole path from
-raw settings to a Config. Where a run writes and locking it: :mod:`mpi_teleport.disk.paths`.
+inherits from its checkpoint (:func:`mpi_teleport.front.resume.inherit`), the data directory
+and the memory a run needs (:func:`check_fits`). :func:`load` is the whole path from
+raw settings to a Config. What the runs then ask of the disk (a latency matrix file,
+writable outputs, the checkpoint resumed, the checkpoint directories, the locks) is the
+step both front ends share, :func:`mpi_teleport.front.prepare.prepare`
+(:func:`prepared` makes a Config's).
 """
 from __future__ import annotations
 
@@ -15,14 +16,12 @@ import os
 from pathlib import Path
 
 from . import report
-from ..checkpoint import any_checkpoint, locate
-from ..checkpoint.keeper import CheckpointPlan
+from .prepare import Leg, Places, Prepared, prepare
 from .settings import NETWORK_PROBLEMS, resolve
 from ..errors import UsageError
-from ..latency.model import parse_spec
-from ..disk.paths import absolute_paths, check_writable
+from ..disk.paths import absolute_paths
 from .report import leg_dir
-from .resume import check_source, check_target, inherit
+from .resume import inherit
 from .settings import CLI, checkpoint_policy
 from .loop_options import recorded_settings
 
@@ -40,66 +39,40 @@ def load(raw: dict, world_size: int | None = None):
 
 
 def check(cfg):
-    """The checks of a resolved Config against the disk; returns it, or raises UsageError."""
+    """The checks of a resolved Config's data directory; returns it, or raises UsageError
+    (what the runs ask of the disk: :func:`prepared`)."""
     if (cfg.problem in NETWORK_PROBLEMS and cfg.problem != "digits" and not cfg.download
             and cfg.data_dir is not None):  # (none given: the reader searches, and says where)
         if not os.path.isdir(cfg.data_dir):
             raise UsageError(f"--data-dir {cfg.data_dir!r} does not exist; put the {cfg.problem} "
                              "files there or add --download on a machine with internet")
-    parse_spec(cfg.latency, cfg.nodes)  # reads and checks a matrix file
-    return check_checkpoints(cfg)
-
-
-def check_checkpoints(cfg):
-    """Check the checkpoint settings of a resolved Config against the disk (before any
-    communication); their values alone were checked by settings.resolve. Raises
-    UsageError with one line."""
-    auto = any(k == "auto" for _, k in report.runs_requested(cfg))
-    if cfg.checkpoint_dir is not None:
-        check_writable("--checkpoint-dir", Path(cfg.checkpoint_dir))
-    if cfg.out is not None:
-        check_writable("--out", Path(cfg.out))
-    if auto:
-        return cfg
-    resumed_any = False
-    for algorithm, k in report.runs_requested(cfg):
-        k = cfg.nodes if algorithm == "dsgd" else k
-        source = None
-        if cfg.resume is not None:
-            source = _source(cfg, algorithm, k)
-            resumed_any = resumed_any or source is not None
-        target = leg_dir(cfg, algorithm)
-        if target is not None:
-            check_target(target, source, f"--resume {cfg.out or target}", CLI)
-    if cfg.resume is not None and not resumed_any:
-        raise UsageError(f"--resume {cfg.resume}: no complete checkpoint of this run there")
     return cfg
 
 
-def _source(cfg, algorithm: str, k: int) -> Path | None:
-    """The checkpoint one run resumes from (validated), or None (compare: that
-    algorithm has none yet and starts afresh)."""
-    found = locate(Path(cfg.resume), algorithm, cfg.algorithm == "compare")
-    if found is None:
-        if cfg.algorithm == "compare":
-            return None
-        other = any_checkpoint(Path(cfg.resume))
-        what = f" (it holds a {other[1].get('algorithm')} run)" if other else ""
-        raise UsageError(f"--resume {cfg.resume}: no complete checkpoint of a {algorithm} "
-                         f"run there{what}")
-    path, manifest = found
-    return check_source(f"--resume {cfg.resume}", path, manifest, nodes=cfg.nodes, k=k,
-                        rounds=cfg.rounds, current=recorded_settings(cfg), naming=CLI)
+def legs(cfg) -> list[Leg]:
+    """The runs a Config asks for (both of ``compare``), as :func:`prepare.prepare` takes
+    them: Algorithm 2 (``--k auto``) takes no checkpoints."""
+    return [Leg(algorithm, None if k == "auto" else cfg.nodes if algorithm == "dsgd" else k,
+                None if k == "auto" else leg_dir(cfg, algorithm))
+            for algorithm, k in report.runs_requested(cfg)]
 
 
-def checkpoint_plan(cfg, algorithm: str) -> CheckpointPlan:
-    """The (already validated) checkpoint plan of one run of a Config."""
-    p = CheckpointPlan(leg_dir(cfg, algorithm), *checkpoint_policy(cfg.to_dict()))
-    if cfg.resume is not None:
-        found = locate(Path(cfg.resume), algorithm, cfg.algorithm == "compare")
-        if found is not None:
-            p.source, p.manifest = found
-    return p
+def places(cfg) -> Places:
+    """Where a Config's job writes and what it resumes."""
+    def where(value):
+        return None if value is None else Path(value)
+
+    return Places(where(cfg.out), where(cfg.checkpoint_dir), where(cfg.resume),
+                  *checkpoint_policy(cfg.to_dict()), compare=cfg.algorithm == "compare")
+
+
+def prepared(cfg) -> Prepared:
+    """The command line's preparation of a job (every run of it), the API's step
+    (:func:`mpi_teleport.front.prepare.prepare`): a latency matrix file, writable outputs,
+    the checkpoint resumed against this run (``--resume``), the checkpoint directories;
+    the runs' checkpoint plans and the directories the job locks. UsageError otherwise."""
+    return prepare(legs(cfg), places(cfg), nodes=cfg.nodes, rounds=cfg.rounds,
+                   record=recorded_settings(cfg), naming=CLI, latency=cfg.latency)
 
 
 # ----------------------------------------------------------------------------- memory

@@ -1,5 +1,5 @@
 """The runs a Config asks for (one algorithm, or both for ``compare``), where each
-writes and which directories the job holds, and the printed comparison table; shared
+writes, and the printed comparison table; shared
 by the simulator and the MPI command line."""
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 
 from ..disk.output import write_json
-from ..disk.paths import distinct_dirs
 
 
 def runs_requested(cfg) -> list[tuple[str, int | str]]:
@@ -118,20 +117,3 @@ def leg_dir(cfg, algorithm: str) -> Path | None:
         return base / algorithm if cfg.algorithm == "compare" else base
     out = out_dir(cfg, algorithm)
     return None if out is None else out / "checkpoints"
-
-
-def lock_dirs(cfg) -> list[tuple[Path, str]]:
-    """The directories a run of a Config writes into and must hold alone while it runs
-    (the run directory, an explicit checkpoint directory, and the checkpoint directories
-    of periodic checkpoints), as (path, flag) pairs."""
-    found: list[tuple[Path, str]] = []
-    if cfg.out is not None:
-        found.append((Path(cfg.out), "--out"))
-    if cfg.checkpoint_dir is not None:
-        found.append((Path(cfg.checkpoint_dir), "--checkpoint-dir"))
-    if cfg.checkpoint_every:
-        for algorithm, k in runs_requested(cfg):
-            target = leg_dir(cfg, algorithm) if k != "auto" else None
-            if target is not None:
-                found.append((target, "checkpoint directory"))
-    return distinct_dirs(found)

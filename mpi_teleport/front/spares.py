@@ -21,14 +21,15 @@ from pathlib import Path
 SPARE_LOG = "MPI_TELEPORT_SPARE_LOG"  # a directory: each spare writes spare-<id>.json there
 
 
-def serve(cfg, pool, local_rank: int, terminator, meeting=None) -> dict | None:
+def serve(cfg, pool, local_rank: int, terminator, meeting=None, prepared=None) -> dict | None:
     """Wait as a spare. Returns the run's summary once this process took a node over and
     the run ended, or None when the nodes released it (``pool.released``: their exit
     status). A signal (SIGTERM, SIGUSR1: the job's end) does not end the wait: the nodes
     write their checkpoint first and then release the spares with status 75; a spare
     leaving at once would end the job under mpirun before that checkpoint is written.
     ``meeting``: where a run that ends in an exception hands over the survivors'
-    communicator (:class:`~mpi_teleport.front.runner.Meeting`)."""
+    communicator (:class:`~mpi_teleport.front.runner.Meeting`); ``prepared``: the job's
+    preparation (:func:`~mpi_teleport.front.preflight.prepared`), whose plan it takes."""
     from . import cli
     from . import report
     from .runner import RunContext, train
@@ -43,7 +44,7 @@ def serve(cfg, pool, local_rank: int, terminator, meeting=None) -> dict | None:
         return None
     (algorithm, k), = report.runs_requested(cfg)  # (elastic mode runs one algorithm)
     problem = make_problem(cfg.problem_settings(), local_rank, local_nodes=[pool.node])  # the dead node's data
-    settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True)
+    settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True, prepared=prepared)
     # (the run goes on as that node, from the survivors' round, on the reformed
     # communicator: the message that woke this spare said which)
     joining = RunContext(terminator=terminator, pool=pool, meeting=meeting,
