@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch]
 
 CASES = ("adadelta-teleportation", "rmsprop-dsgd", "lion-teleportation", "adadelta-resumed",
-         "adadelta-latency-simple")
+         "adadelta-latency-overlap", "adadelta-latency-simple")
 
 
 def test_any_optimizer_under_mpirun_equals_the_simulator(mpirun, tmp_path):

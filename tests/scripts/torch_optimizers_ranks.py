@@ -1,8 +1,8 @@
 """Issue 47 under MPI (run by tests/test_optimizers_mpi.py as ``mpirun -n 4 ... OUT``): any
 torch optimizer -- Adadelta under Teleportation, RMSprop under DSGD, a third-party-style
 subclass, an Adadelta run interrupted and resumed under MPI, and Adadelta under the
-latency layer's virtual clock (Algorithm 1: the state travels apart from y) -- each
-compared with the
+latency layer's virtual clock (both variants; one launch, so each case costs little) --
+each compared with the
 simulator on every rank; prints ``ok NAME`` (rank 0) when the two are bit-identical."""
 import functools
 import sys
@@ -108,6 +108,7 @@ def numbers(records):
 for name, case in [("adadelta-teleportation", adadelta_teleportation),
                    ("rmsprop-dsgd", rmsprop_dsgd), ("lion-teleportation", lion_teleportation),
                    ("adadelta-resumed", adadelta_resumed),
+                   ("adadelta-latency-overlap", lambda mpi: adadelta_latency(mpi, "overlap")),
                    ("adadelta-latency-simple", lambda mpi: adadelta_latency(mpi, "simple"))]:
     got, want = case(True), case(False)
     ok = numbers(got.records) == numbers(want.records) and np.array_equal(got.x, want.x)
