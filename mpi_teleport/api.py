@@ -41,7 +41,8 @@ from .front.api_checks import checked_settings
 from .front.runner import RunSettings, train
 from .runtime.launched import resolve_comm
 from .front.loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
-from .front.settings import Checkpoints, Latency, Records, merge, merge_latency
+from .front.settings import (Checkpoints, Latency, Records, keyword_default, merge,
+                             merge_latency)
 from .core.schedulers import Scheduler, step_size
 from .core.spec import RunSpec
 from .core.topology import Topology
@@ -52,38 +53,50 @@ if TYPE_CHECKING:
     def Default(value: _T) -> _T:
         """For the type checker, a keyword's Default(...) reads as its value (at run time
         it is settings.Default, the sentinel: see mpi_teleport/front/settings.py)."""
+
+    def unset(name: str) -> Any:
+        """For the type checker, a keyword's default from the table reads as any value (at
+        run time settings.unset: the row's default as a Default)."""
 else:
-    from .front.settings import Default
+    from .front.settings import Default, unset
+# The keywords' defaults are the settings table's (front/settings.py: keyword_default, the
+# row's one default, or the Python keyword's where it differs); unset(name): the same, told
+# apart from that value given (the keywords an option object can also set: merge).
 
 __all__ = ["teleportation", "dsgd", "search_k", "train", "RunSettings"]
 
 
 def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None,
                   lr: float | Callable[[int], float] | Scheduler | None = None,
-                  epochs: float | None = None, lr_step: str = "epoch", optimizer: Any = None,
-                  topology: Topology = "ring", momentum: float = 0.0,
-                  nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm: Any = None,
-                  out: str | Path | None = None,
+                  epochs: float | None = keyword_default("epochs"), lr_step: str = "epoch",
+                  optimizer: Any = None,
+                  topology: Topology = keyword_default("topology"),
+                  momentum: float = keyword_default("momentum"),
+                  nesterov: bool = keyword_default("nesterov"),
+                  variant: str = keyword_default("variant"),
+                  seed: int = keyword_default("seed"), comm: Any = None,
+                  out: str | Path | None = keyword_default("out"),
                   records: Records | None = None,
-                  log_every: int = Default(10),
-                  target: float | None = Default(None),
-                  stop_at_target: bool = Default(False),
-                  progress: bool = Default(False),
+                  log_every: int = unset("log_every"),
+                  target: float | None = unset("target"),
+                  stop_at_target: bool = unset("stop_at_target"),
+                  progress: bool = unset("progress"),
                   callback: Callable[[dict[str, Any]], object] | None = Default(None),
-                  eval_every: int | None = Default(None),
+                  eval_every: int | None = unset("eval_every"),
                   eval_every_epochs: float | None = None,
-                  eval_at_start: bool = Default(True),
+                  eval_at_start: bool = unset("eval_at_start"),
                   checkpoints: Checkpoints | None = None,
-                  checkpoint_every: int = Default(0),
-                  checkpoint_dir: str | Path | None = Default(None),
-                  keep_checkpoints: int = Default(2),
-                  resume: str | Path | None = Default(None),
-                  latency: str | Latency = Default("none"),
-                  clock: str = Default("real"),
-                  compute_time: float | None = Default(None),
-                  elastic: bool = False,
-                  fail: str | Sequence[str | tuple[int, int]] | None = None,
-                  spares: int = 0) -> engine.Result:
+                  checkpoint_every: int = unset("checkpoint_every"),
+                  checkpoint_dir: str | Path | None = unset("checkpoint_dir"),
+                  keep_checkpoints: int = unset("keep_checkpoints"),
+                  resume: str | Path | None = unset("resume"),
+                  latency: str | Latency = unset("latency"),
+                  clock: str = unset("clock"),
+                  compute_time: float | None = unset("compute_time"),
+                  elastic: bool = keyword_default("elastic"),
+                  fail: str | Sequence[str | tuple[int, int]] | None = keyword_default(
+                      "fail"),
+                  spares: int = keyword_default("spares")) -> engine.Result:
     """Train with Teleportation (Takezawa & Stich, ICLR 2025).
 
     In each round only k of the n nodes are active: they take the models (tokens) of the
@@ -292,29 +305,33 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
 
 def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
          lr: float | Callable[[int], float] | Scheduler | None = None,
-         epochs: float | None = None, lr_step: str = "epoch", optimizer: Any = None,
-         topology: Topology = "ring", momentum: float = 0.0, nesterov: bool = False,
-         seed: int = 0, comm: Any = None,
-         out: str | Path | None = None,
+         epochs: float | None = keyword_default("epochs"), lr_step: str = "epoch",
+         optimizer: Any = None,
+         topology: Topology = keyword_default("topology"),
+         momentum: float = keyword_default("momentum"),
+         nesterov: bool = keyword_default("nesterov"),
+         seed: int = keyword_default("seed"), comm: Any = None,
+         out: str | Path | None = keyword_default("out"),
          records: Records | None = None,
-         log_every: int = Default(10),
-         target: float | None = Default(None),
-         stop_at_target: bool = Default(False),
-         progress: bool = Default(False),
+         log_every: int = unset("log_every"),
+         target: float | None = unset("target"),
+         stop_at_target: bool = unset("stop_at_target"),
+         progress: bool = unset("progress"),
          callback: Callable[[dict[str, Any]], object] | None = Default(None),
-         eval_every: int | None = Default(None),
+         eval_every: int | None = unset("eval_every"),
          eval_every_epochs: float | None = None,
-         eval_at_start: bool = Default(True),
+         eval_at_start: bool = unset("eval_at_start"),
          checkpoints: Checkpoints | None = None,
-         checkpoint_every: int = Default(0),
-         checkpoint_dir: str | Path | None = Default(None),
-         keep_checkpoints: int = Default(2),
-         resume: str | Path | None = Default(None),
-         latency: str | Latency = Default("none"),
-         clock: str = Default("real"),
-         compute_time: float | None = Default(None),
-         elastic: bool = False, fail: str | Sequence[str | tuple[int, int]] | None = None,
-         spares: int = 0) -> engine.Result:
+         checkpoint_every: int = unset("checkpoint_every"),
+         checkpoint_dir: str | Path | None = unset("checkpoint_dir"),
+         keep_checkpoints: int = unset("keep_checkpoints"),
+         resume: str | Path | None = unset("resume"),
+         latency: str | Latency = unset("latency"),
+         clock: str = unset("clock"),
+         compute_time: float | None = unset("compute_time"),
+         elastic: bool = keyword_default("elastic"),
+         fail: str | Sequence[str | tuple[int, int]] | None = keyword_default("fail"),
+         spares: int = keyword_default("spares")) -> engine.Result:
     """Train with Decentralized SGD: every node active every round, node m always holds
     replica m, gossip over ``topology`` among all n nodes.
 
@@ -352,19 +369,24 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
 
 
 def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
-             lr: float | Callable[[int], float] | Scheduler, epochs: float | None = None,
+             lr: float | Callable[[int], float] | Scheduler,
+             epochs: float | None = keyword_default("epochs"),
              lr_step: str = "epoch",
-             topology: Topology = "ring", momentum: float = 0.0,
-             nesterov: bool = False, variant: str = "overlap", seed: int = 0, comm: Any = None,
-             out: str | Path | None = None, select: str = "averaged",
+             topology: Topology = keyword_default("topology"),
+             momentum: float = keyword_default("momentum"),
+             nesterov: bool = keyword_default("nesterov"),
+             variant: str = keyword_default("variant"),
+             seed: int = keyword_default("seed"), comm: Any = None,
+             out: str | Path | None = keyword_default("out"),
+             select: str = keyword_default("k_select"),
              records: Records | None = None,
-             log_every: int = Default(10),
-             target: float | None = Default(None),
-             progress: bool = Default(False),
+             log_every: int = unset("log_every"),
+             target: float | None = unset("target"),
+             progress: bool = unset("progress"),
              callback: Callable[[dict[str, Any]], object] | None = Default(None),
-             latency: str | Latency = Default("none"),
-             clock: str = Default("real"),
-             compute_time: float | None = Default(None)) -> engine.Result:
+             latency: str | Latency = unset("latency"),
+             clock: str = unset("clock"),
+             compute_time: float | None = unset("compute_time")) -> engine.Result:
     """Algorithm 2: choose k with 2T rounds instead of n T.
 
     Phase 1 runs Teleportation with k = n for T = ``rounds`` rounds; phase 2 runs every

@@ -52,7 +52,7 @@ def check(cfg):
 def legs(cfg) -> list[Leg]:
     """The runs a Config asks for (both of ``compare``), as :func:`prepare.prepare` takes
     them: Algorithm 2 (``--k auto``) takes no checkpoints."""
-    return [Leg(algorithm, None if k == "auto" else cfg.nodes if algorithm == "dsgd" else k,
+    return [Leg(algorithm, None if k == "auto" else cfg.nodes if algorithm == "dsgd" else int(k),
                 None if k == "auto" else leg_dir(cfg, algorithm))
             for algorithm, k in report.runs_requested(cfg)]
 

@@ -48,6 +48,7 @@ RUNS = ("teleportation", "dsgd", "search")  # what runs (RunSpec.algorithm)
 VARIANTS = ("overlap", "simple")  # Algorithm 3, Algorithm 1
 CLOCKS = ("real", "virtual")
 SEED_LIMIT = 2**63
+AS_FLAG = type("AsFlag", (), {"__repr__": lambda self: "AS_FLAG"})()  # (Setting.keyword_default)
 
 
 
@@ -248,7 +249,10 @@ class Setting:
     in the optimizer's description); ``where``: the attribute of :class:`~.runner.RunSettings` that
     carries it (``"spec.rounds"``), checked by :func:`mpi_teleport.train` on what it is
     handed and agreed by the ranks (``built``: it holds what was built of the setting,
-    e.g. the optimizer's step rule: agreed, not checked by the rule)."""
+    e.g. the optimizer's step rule: agreed, not checked by the rule);
+    ``keyword_default``: the Python keyword's default where it differs from the command
+    line's (``target``: none unless given; ``progress``: a bool), else the row's one
+    default serves both (:func:`keyword_default`; the API's signatures read it)."""
 
     name: str
     default: Any
@@ -262,6 +266,7 @@ class Setting:
     record: str = "always"
     where: str | None = None
     built: bool = False  # RunSettings holds what was built of it (the optimizer's rule)
+    keyword_default: Any = AS_FLAG  # the Python keyword's, where it differs
 
     @property
     def flag(self) -> str:
@@ -319,7 +324,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dim", 50, "int", "quadratic: dimension d (default 50)", at_least(1), metavar="D"),
     Setting("target", 1e-3, "float", "target for rounds_to_target: error <= target for "
             "quadratic (default 1e-3), test accuracy >= target for networks (default 0.9)",
-            optional(positive), where="logging.target"),  # (network problems: 0.9 unless given)
+            optional(positive), where="logging.target",  # (network problems: 0.9 unless given)
+            keyword_default=None),  # (the API's: no target unless given)
     Setting("stop_at_target", False, "bool", "stop as soon as a logged round reaches "
             "--target", flag, resume=False, where="logging.stop_at_target"),
     Setting("latency", "none", "str", "injected network latency, microseconds: none "
@@ -380,7 +386,8 @@ SETTINGS: tuple[Setting, ...] = (
             "last); evaluation time is excluded from time_s", at_least(1), metavar="R",
             resume=False, where="logging.every"),
     Setting("progress", "auto", "choice", "progress bar on stderr: auto = when stderr is a "
-            "terminal (default)", choices=PROGRESS, resume=False, agree=False),
+            "terminal (default)", choices=PROGRESS, resume=False, agree=False,
+            keyword_default=False),  # (the API's: a bool)
     Setting("checkpoint_every", 0, "int", "write a checkpoint (every token's model and "
             "momentum, the round, the metrics so far) every R rounds, plus one at the end; 0 "
             "= never (default). SIGTERM/SIGUSR1 always write a final one where a checkpoint "
@@ -458,6 +465,20 @@ def defaults() -> dict:
     return {s.name: s.default for s in rows()}
 
 
+def keyword_default(name: str) -> Any:
+    """The default of a setting's Python keyword (:mod:`mpi_teleport.api`'s signatures
+    read it, so it is written once, in its row): the row's default, or its
+    ``keyword_default`` where the API's differs."""
+    found = setting(name)
+    return found.default if found.keyword_default is AS_FLAG else found.keyword_default
+
+
+def unset(name: str) -> "Default":
+    """A keyword's default from the table, told apart from the same value given (the
+    keywords an option object may also set: :func:`merge`)."""
+    return Default(keyword_default(name))
+
+
 def resumable_changes() -> frozenset:
     """Settings a resumed run may change: they never change the numbers of the tokens."""
     return frozenset(s.name for s in rows() if not s.resume)
@@ -479,12 +500,17 @@ def reference(keywords: set[str] = frozenset()) -> str:  # type: ignore[assignme
     lines = ["| setting | flag, TOML key | Python keyword | default | resume | ranks | "
              "config.json | meaning |",
              "|---|---|---|---|---|---|---|---|"]
+    def shown(value) -> str:
+        return "none" if value is None else (
+            ",".join(map(str, value)) if isinstance(value, tuple) else str(value))
+
     for s in rows():
-        default = "none" if s.default is None else (
-            ",".join(map(str, s.default)) if isinstance(s.default, tuple) else s.default)
+        default = f"`{shown(s.default)}`"
+        if s.keyword_default is not AS_FLAG and s.name in keywords:
+            default += f" (Python: `{shown(s.keyword_default)}`)"
         lines.append("| " + " | ".join(cell(c) for c in (
             f"`{s.name}`", f"`{s.flag}`, `{s.name.replace('_', '-')}`",
-            f"`{s.name}=`" if s.name in keywords else "-", f"`{default}`",
+            f"`{s.name}=`" if s.name in keywords else "-", default,
             "must match" if s.resume else "may change", "agree" if s.agree else "own",
             {"always": "always", "when set": "when set", "no": "in another"}[s.record],
             s.help)) + " |")
@@ -980,7 +1006,8 @@ def _check_elastic(cfg: Config, world_size: int | None) -> None:
 
 
 # ----------------------------------------------------------------------------- the API's option groups
-_STARTS = defaults()  # (the table's defaults: the option groups' fields start there)
+_STARTS = {s.name: keyword_default(s.name) for s in rows()}  # (the option groups' fields
+# start at the keywords' defaults: the table's)
 
 @dataclass(frozen=True)
 class Checkpoints:
@@ -992,9 +1019,9 @@ class Checkpoints:
     ``resume``: a run, checkpoint or round-* directory to continue from."""
 
     every: int = _STARTS["checkpoint_every"]
-    dir: str | Path | None = None
+    dir: str | Path | None = _STARTS["checkpoint_dir"]
     keep: int = _STARTS["keep_checkpoints"]
-    resume: str | Path | None = None
+    resume: str | Path | None = _STARTS["resume"]
 
 
 @dataclass(frozen=True)
@@ -1024,9 +1051,9 @@ class Records:
     model before any step; False: skip it)."""
 
     every: int = _STARTS["log_every"]
-    target: float | None = None  # (the API's: no target unless given)
+    target: float | None = _STARTS["target"]  # (the API's: no target unless given)
     stop_at_target: bool = _STARTS["stop_at_target"]
-    progress: bool = False  # (the API's: a bool; the command line's auto/on/off)
+    progress: bool = _STARTS["progress"]  # (the API's: a bool; the command line's auto/on/off)
     callback: Callable[[dict], object] | None = None
     eval_every: int | None = _STARTS["eval_every"]
     eval_at_start: bool = _STARTS["eval_at_start"]
