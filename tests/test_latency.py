@@ -15,7 +15,7 @@ from mpi_teleport.front.cli import run_spec
 from mpi_teleport.latency.model import LatencySettings
 from mpi_teleport.latency.virtual_clock import for_run
 from mpi_teleport.front.settings import UsageError, resolve
-from mpi_teleport.front.preflight import load
+from mpi_teleport.front.preflight import load, prepared
 from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 
@@ -355,7 +355,9 @@ def test_config_defaults_and_validation(tmp_path):
     with pytest.raises(UsageError, match="unknown model"):
         resolve({"nodes": 4, "latency": "ring:5"})
     with pytest.raises(UsageError, match="4 nodes"):
-        load({"nodes": 4, "latency": "matrix:" + write_csv(tmp_path / "d.csv", TRIANGLE)})  # (disk: preflight)
+        # (the disk: the one preparation step)
+        prepared(load({"nodes": 4, "latency": "matrix:" + write_csv(tmp_path / "d.csv",
+                                                                    TRIANGLE)}))
     with pytest.raises(UsageError, match="--compute-time"):
         resolve({"nodes": 4, "compute_time": -1.0})
     with pytest.raises(UsageError, match="--compute-time"):
