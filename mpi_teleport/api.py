@@ -85,6 +85,7 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
                   eval_every: int | None = unset("eval_every"),
                   eval_every_epochs: float | None = None,
                   eval_at_start: bool = unset("eval_at_start"),
+                  trace: str | Path | None = unset("trace"),
                   checkpoints: Checkpoints | None = None,
                   checkpoint_every: int = unset("checkpoint_every"),
                   checkpoint_dir: str | Path | None = unset("checkpoint_dir"),
@@ -192,6 +193,11 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         False skips that evaluation (a large test set at the start of a long run): the
         record then carries no metric, and the last round is always evaluated, so
         ``final_<metric>`` is the trained model's.
+    trace : str or Path, optional
+        Write a timeline of every rank's rounds there: a Chrome trace-event file (one
+        process per rank; Perfetto, chrome://tracing), at every checkpoint and at the end;
+        ``python -m mpi_teleport.trace PATH`` says where the time went (the manual's "A
+        run's timeline"). A path that cannot be written is refused before the first round.
     target, stop_at_target
         ``rounds_to_target`` is the first logged round whose metric reaches ``target``;
         with ``stop_at_target`` the run ends there.
@@ -293,7 +299,7 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
                       callback=callback, eval_every=eval_every,
-                      eval_at_start=eval_at_start),
+                      eval_at_start=eval_at_start, trace=trace),
         checkpoints=merge(Checkpoints, checkpoints,
                           checkpoint_every=checkpoint_every,
                           checkpoint_dir=checkpoint_dir,
@@ -321,6 +327,7 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
          eval_every: int | None = unset("eval_every"),
          eval_every_epochs: float | None = None,
          eval_at_start: bool = unset("eval_at_start"),
+         trace: str | Path | None = unset("trace"),
          checkpoints: Checkpoints | None = None,
          checkpoint_every: int = unset("checkpoint_every"),
          checkpoint_dir: str | Path | None = unset("checkpoint_dir"),
@@ -358,7 +365,7 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
                       callback=callback, eval_every=eval_every,
-                      eval_at_start=eval_at_start),
+                      eval_at_start=eval_at_start, trace=trace),
         checkpoints=merge(Checkpoints, checkpoints,
                           checkpoint_every=checkpoint_every,
                           checkpoint_dir=checkpoint_dir,
@@ -386,7 +393,8 @@ def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
              callback: Callable[[dict[str, Any]], object] | None = Default(None),
              latency: str | Latency = unset("latency"),
              clock: str = unset("clock"),
-             compute_time: float | None = unset("compute_time")) -> engine.Result:
+             compute_time: float | None = unset("compute_time"),
+             trace: str | Path | None = unset("trace")) -> engine.Result:
     """Algorithm 2: choose k with 2T rounds instead of n T.
 
     Phase 1 runs Teleportation with k = n for T = ``rounds`` rounds; phase 2 runs every
@@ -442,7 +450,7 @@ def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
     settings, context = checked_settings(
         problem, spec, nesterov=nesterov, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
-                      progress=progress, callback=callback),
+                      progress=progress, callback=callback, trace=trace),
         checkpoints=Checkpoints(),
         latency=merge_latency(latency, clock, compute_time))
     return train(problem, settings, comm, context)

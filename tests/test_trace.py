@@ -268,7 +268,8 @@ def test_a_4_rank_mpi_trace_is_valid_and_leaves_the_records_alone(tmp_path):
     finally:
         if env_before is not None:
             os.environ[tracing.TRACE_ENV] = env_before
-    _mpi(tmp_path, "traced", trace=True, extra=["--checkpoint-every", "6"], cpu=True)
+    _mpi(tmp_path, "traced", trace=False, cpu=True,  # (the flag: --trace)
+         extra=["--checkpoint-every", "6", "--trace", str(tmp_path / "traced.json")])
     _mpi(tmp_path, "layer", trace=True, extra=["--latency", "const:50", "--clock", "virtual",
                                                 "--compute-time", "20"])
     plain = without_time(read_jsonl(tmp_path / "plain" / "metrics.jsonl"))
@@ -417,3 +418,26 @@ def test_a_trace_that_cannot_be_written_is_refused_before_the_first_round(tmp_pa
     with pytest.raises(mt.UsageError, match="cannot write there") as got:
         mt.teleportation(Quadratic(n=4, d=2), nodes=4, k=2, rounds=3, lr=0.01)
     assert "\n" not in str(got.value)
+
+
+def test_the_trace_setting_on_the_command_line_and_in_the_api(tmp_path, monkeypatch):
+    """--trace PATH (recorded in config.json) and trace= write the file as the variable
+    does; an empty or non-path value is one line."""
+    from mpi_teleport.sim import main as sim_main
+
+    monkeypatch.delenv(tracing.TRACE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert sim_main(["--nodes", "4", "--k", "2", "--algorithm", "teleportation", "--rounds", "6",
+                     "--out", "cli", "--trace", "cli.json", "--progress", "off"]) == 0
+    check_trace(tmp_path / "cli.json", [], range(6), by="node")
+    assert json.loads((tmp_path / "cli" / "config.json").read_text())["trace"] == "cli.json"
+    result = mt.teleportation(Quadratic(n=4, d=2), nodes=4, k=2, rounds=5, lr=0.01,
+                              trace=tmp_path / "api.json", out=tmp_path / "api")
+    check_trace(tmp_path / "api.json", [], range(5), by="node")
+    assert json.loads((tmp_path / "api" / "config.json").read_text())["trace"] == str(
+        tmp_path / "api.json")
+    untraced = mt.teleportation(Quadratic(n=4, d=2), nodes=4, k=2, rounds=5, lr=0.01)
+    assert without_time(result.records) == without_time(untraced.records)
+    with pytest.raises(mt.UsageError, match="^trace: expected a path"):
+        mt.teleportation(Quadratic(n=4, d=2), nodes=4, k=2, rounds=5, lr=0.01, trace=5)
+    assert sim_main(["--nodes", "4", "--k", "2", "--rounds", "3", "--trace", ""]) == 2

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from os import PathLike
 from typing import TYPE_CHECKING, Callable, cast
 
 import numpy as np
@@ -107,6 +108,7 @@ class Logging:
     naming: Naming = CLI  # how messages spell settings: --lr (command line) or lr (API)
     eval_every: int | None = None  # None: every record evaluates
     eval_at_start: bool = True  # False: round 0's record is not evaluated (issue 47)
+    trace: str | PathLike[str] | None = None  # the run's timeline goes there (issue 48)
 
     def is_log_round(self, r: int, start: int, stop: int) -> bool:
         """Round r of a phase [start, stop): its first and last, every ``every``, and

@@ -168,6 +168,8 @@ def _record(spec: RunSpec, logging: Logging, values: dict, out: Path | None,
         record["eval_every"] = logging.eval_every
     if not logging.eval_at_start:  # (recorded when set, as the table says)
         record["eval_at_start"] = False
+    if logging.trace is not None:  # (likewise)
+        record["trace"] = str(logging.trace)
     if spec.optimizer is not None:  # (likewise: a resume with another optimizer is refused)
         record["optimizer"] = spec.optimizer.describe()
     return record

@@ -205,6 +205,13 @@ def path(value, field, naming):
     return value
 
 
+def file_path(value, field, naming):
+    """A file's path (``--trace``): :func:`path`'s rule, an empty one refused as a file's."""
+    if isinstance(value, str) and not value:
+        raise UsageError(f"{naming.name(field)} is empty; give a file's path")
+    return path(value, field, naming)
+
+
 def betas(value, field, naming):
     """Adam's two decay rates, each in [0, 1)."""
     items = list(value) if isinstance(value, (list, tuple)) else None
@@ -367,6 +374,11 @@ SETTINGS: tuple[Setting, ...] = (
             "(round 0's record; default). --no-eval-at-start skips that evaluation (the "
             "record then carries no metric; the last round is always evaluated)", flag,
             resume=False, record="when set", where="logging.eval_at_start"),
+    Setting("trace", None, "path", "write a timeline of every rank's rounds to PATH: a "
+            "Chrome trace-event file, one process per rank (Perfetto, chrome://tracing), "
+            "written at every checkpoint and at the end; python -m mpi_teleport.trace PATH "
+            "says where the time went (default: none)", file_path, metavar="PATH", resume=False,
+            record="when set", where="logging.trace"),
     Setting("data_dir", None, "path", "networks: data directory. fashion-mnist: the four "
             "files flat in DIR (as apt-get install dataset-fashion-mnist puts them) or in "
             "DIR/FashionMNIST/raw, each .gz or not; never written to (.gz files are "
@@ -592,7 +604,7 @@ def flat_settings(records, latency, checkpoints, out) -> dict:
     and ``out`` as the flat settings the rules check, named as the flat keywords, in the
     order the rules check them."""
     return {"log_every": records.every, "eval_every": records.eval_every,
-            "eval_at_start": records.eval_at_start,
+            "eval_at_start": records.eval_at_start, "trace": records.trace,
             "target": records.target, "stop_at_target": records.stop_at_target,
             "latency": latency.model, "clock": latency.clock,
             "compute_time": latency.compute_time, "out": out,
@@ -604,7 +616,7 @@ def logging_of(values: dict, naming: Naming) -> Logging:
     """The engine's :class:`~mpi_teleport.core.spec.Logging` of checked flat settings."""
     return Logging(values["log_every"], values["target"], values["stop_at_target"],
                    naming=naming, eval_every=values["eval_every"],
-                   eval_at_start=values["eval_at_start"])
+                   eval_at_start=values["eval_at_start"], trace=values["trace"])
 
 
 def latency_of(values: dict) -> LatencySettings:
@@ -767,7 +779,8 @@ class Config:
     def logging(self) -> Logging:
         """When this run records and evaluates (the engine's settings)."""
         return Logging(self.log_every, self.target, self.stop_at_target,
-                       eval_every=self.eval_every, eval_at_start=self.eval_at_start)
+                       eval_every=self.eval_every, eval_at_start=self.eval_at_start,
+                       trace=self.trace)
 
     def latency_settings(self) -> LatencySettings:
         """This run's latency layer (the latency package's settings)."""
@@ -1048,7 +1061,8 @@ class Records:
     record, a true return value stops the run; ``eval_every``: evaluate the model only
     every this many rounds (and the first and last; None: at every record), the other
     records carrying the training loss alone; ``eval_at_start``: evaluate round 0 (the
-    model before any step; False: skip it)."""
+    model before any step; False: skip it); ``trace``: a path for the run's timeline
+    (:mod:`mpi_teleport.trace`; None: none)."""
 
     every: int = _STARTS["log_every"]
     target: float | None = _STARTS["target"]  # (the API's: no target unless given)
@@ -1057,6 +1071,7 @@ class Records:
     callback: Callable[[dict], object] | None = None
     eval_every: int | None = _STARTS["eval_every"]
     eval_at_start: bool = _STARTS["eval_at_start"]
+    trace: str | Path | None = _STARTS["trace"]
 
 
 # The flat keyword of each field, in the spelling messages use (settings.RULES' names).
@@ -1066,7 +1081,7 @@ FLAT = {
     Latency: {"model": "latency", "clock": "clock", "compute_time": "compute_time"},
     Records: {"every": "log_every", "target": "target", "stop_at_target": "stop_at_target",
               "progress": "progress", "callback": "callback", "eval_every": "eval_every",
-              "eval_at_start": "eval_at_start"},
+              "eval_at_start": "eval_at_start", "trace": "trace"},
 }
 KEYWORD = {Checkpoints: "checkpoints", Latency: "latency", Records: "records"}
 

@@ -93,7 +93,7 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
         restore = keeper.restore()
         start_clock = time.perf_counter() - keeper.wall_offset
         keeper.gate()  # (collective) a signal during the set-up stops the run here
-    tracer = _tracer(trace, backend, spec, keeper.start if joining is None else joining,
+    tracer = _tracer(trace or logging.trace, backend, spec, keeper.start if joining is None else joining,
                      joining is not None)
     try:
         for index, phase in enumerate(spec.phases()):
