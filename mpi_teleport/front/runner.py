@@ -296,6 +296,7 @@ def agreement(settings) -> dict:
 def _comparable(value):
     """A setting's value as the ranks compare it (pickled in one allgather)."""
     from ..core import topology as topo
+    from ..core.optimizers import Adam, SgdDecay, TorchRule
 
     if value is None or isinstance(value, (bool, int, str)) and type(value) in (bool, int, str):
         return value
@@ -305,9 +306,8 @@ def _comparable(value):
         return [_comparable(v) for v in value]
     if isinstance(value, Path):
         return str(value)
-    describe = getattr(value, "describe", None)
-    if callable(describe):
-        return describe()
+    if isinstance(value, (Adam, SgdDecay, TorchRule)):  # an optimizer's rule: its own words
+        return value.describe()
     if callable(value):
         try:  # (a step size or topology function: its first values)
             return [repr(value(t)) for t in range(2)]
