@@ -53,7 +53,8 @@ FORWARDED_ENV = ("PYTHONPATH", "OMP_NUM_THREADS", "MPI_TELEPORT_TEST_TAG", "MPI_
                  "MPI_TELEPORT_SPARE_LOG", "MPI_TELEPORT_TEST_DIE_ONCE",
                  "MPI_TELEPORT_PIECE_BYTES", "MPI_TELEPORT_PIECE_PEERS",
                  "MPI_TELEPORT_PIPELINE_BYTES",  # (transport.py: cut alike)
-                 "MPI_TELEPORT_TRACE", "MPI_TELEPORT_TRACE_ROUNDS", "MPI_TELEPORT_TRACE_EVERY")
+                 "MPI_TELEPORT_TRACE", "MPI_TELEPORT_TRACE_ROUNDS", "MPI_TELEPORT_TRACE_EVERY",
+                 "MPI_TELEPORT_TRACE_CPU")
 
 
 def ranks_per_host(n: int, hosts: str | None) -> int:
