@@ -279,6 +279,20 @@ def last_node_mean(d: Path):
     return values[-1] if values else None
 
 
+def selection_curves(args) -> list:
+    """The finished selection runs' curves (seed 0, every step size): what a partial
+    report can show before any final run has finished."""
+    out = []
+    for alpha in args.alphas:
+        for method in args.methods:
+            for lr in args.lrs:
+                d = run_dir(args, "select", method, alpha, lr, args.seeds[0])
+                if (d / "summary.json").is_file():
+                    out.append({"alpha": alpha, "method": method, "lr": lr,
+                                "curve": load_curve(d, rounds_per_epoch(args, method))})
+    return out
+
+
 def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: str = STEM) -> dict:
     import csv
 
@@ -329,6 +343,7 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
                       "message": json.loads((run_dir(args, "final", m, a, lr, seed) / DIVERGED).read_text())["message"]}
                      for (a, m) in sorted(table) for lr in sorted(table[(a, m)])
                      for seed in diverged(args, (a, m), lr)],
+        "selection_curves": selection_curves(args),
         "data_md5": data_md5, "wall_time_s": wall,
         "runs_dir": os.path.relpath(args.runs, out), "runs": runs,
     }
@@ -377,7 +392,9 @@ def plot(result: dict, path: Path) -> None:
 
     alphas = sorted(result["alphas"], reverse=True)  # the paper: alpha = 10 first
     keys = [("accuracy", "averaged model")]
-    if any(r["curve"].get("node_mean_accuracy") for r in result["runs"]):
+    selection = not result["runs"]  # (a partial report before any final run: the selection)
+    runs = result["runs"] or [{**c, "seed": 0} for c in result.get("selection_curves", [])]
+    if any(r["curve"].get("node_mean_accuracy") for r in runs):
         keys.append(("node_mean_accuracy", "mean over the models held"))
     fig, axes = plt.subplots(len(keys), len(alphas), figsize=(6.2 * len(alphas), 4.4 * len(keys)),
                              squeeze=False)
@@ -385,8 +402,13 @@ def plot(result: dict, path: Path) -> None:
     for row, (key, what) in enumerate(keys):
         for ax, alpha in zip(axes[row], alphas):
             for method in result["methods"]:
-                rs = [r for r in result["runs"] if r["alpha"] == alpha and r["method"] == method
+                rs = [r for r in runs if r["alpha"] == alpha and r["method"] == method
                       and r["curve"].get(key) and None not in r["curve"][key]]
+                if selection:  # one line per step size, seed 0
+                    for r, style in zip(rs, ("-", "--", ":")):
+                        ax.plot(r["curve"]["epoch"], 100 * np.array(r["curve"][key]), style,
+                                color=colors.get(method), label=f"{LABELS[method]}, lr {r['lr']:g}")
+                    continue
                 if not rs:
                     continue
                 n = min(len(r["curve"][key]) for r in rs)
@@ -401,14 +423,17 @@ def plot(result: dict, path: Path) -> None:
             ax.set_ylabel("test accuracy (%)")
             ax.grid(alpha=0.3)
             ax.legend(loc="lower right", fontsize=8)
-    seeds = len(result["seeds"])
+    seeds = 1 if selection else len(result["seeds"])
+    picked = (f" -- the step-size selection (seed 0, {result['select_epochs']:g} epochs), "
+              "no final run yet")
     recipe = "the authors' recipe" if result.get("recipe") == "authors" else (
         f"the authors' {', '.join(result['authors_choices'])}" if result.get("authors_choices")
         else "the paper's table")
     fig.suptitle(f"Fashion-MNIST, {result['model']}, {recipe}\nn = {result['n']} nodes, batch "
                  f"{result['batch_size']}, momentum {result['momentum']:g}, {result['epochs']:g} "
                  f"epochs, mean over {seeds} seed{'s' if seeds > 1 else ''}, shaded min..max"
-                 f"{chr(10) + 'PARTIAL: finished runs only' if result.get('partial') else ''}",
+                 f"{chr(10) + 'PARTIAL: finished runs only' if result.get('partial') else ''}"
+                 f"{picked if selection else ''}",
                  fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.97 if len(keys) > 1 else 0.94))
     fig.savefig(path, dpi=120)
