@@ -181,7 +181,7 @@ def fashion_mnist(nodes: int, seed: int = 0, *, choices=CHOICES, data_dir=None,
     (except that it always is a :class:`NodeMeanProblem` when ``evaluation`` is chosen).
     Returns a TorchProblem."""
     from . import datasets, models, partitions
-    from .network import _classifier
+    from .classifier import classifier
 
     chosen = check_choices(choices)
     train_images, train_labels = datasets.open_fashion_mnist(data_dir, True, download=download)
@@ -206,11 +206,11 @@ def fashion_mnist(nodes: int, seed: int = 0, *, choices=CHOICES, data_dir=None,
         extra["problem_class"] = NodeMeanProblem
         extra["problem_args"] = {"node_test": node_test, "recipe": recipe}
     models.configure_torch_threads(1)
-    return _classifier("lenet-gn" if "model" in chosen else "lenet5",
-                       (train_images, train_labels), (test_images, test_labels), nodes, seed,
-                       alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
-                       device=device, local_nodes=local_nodes, staged=staged,
-                       evaluation_part=evaluation_part, sampling=sampling, **extra)
+    return classifier("lenet-gn" if "model" in chosen else "lenet5",
+                      (train_images, train_labels), (test_images, test_labels), nodes, seed,
+                      alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
+                      device=device, local_nodes=local_nodes, staged=staged,
+                      evaluation_part=evaluation_part, sampling=sampling, **extra)
 
 
 def authors(nodes: int, seed: int = 0, **settings):

@@ -14,27 +14,10 @@ buffers, so a token is exactly their parameters.
 """
 from __future__ import annotations
 
+from .classifier import classifier
 from .device import pick_device  # noqa: F401  (its historical home)
 
 DATASET_SIZES = {"fashion-mnist": 60000, "cifar10": 50000}
-
-
-def _classifier(model_name: str, train, test, nodes: int, seed: int, *, alpha: float,
-                batch_size: int, val_fraction: float, device, local_nodes, staged,
-                evaluation_part=None, sampling: str = "replacement", partition=None,
-                augment=None, problem_class=None, problem_args=None):
-    """``partition``, ``augment``, ``problem_class`` (a TorchProblem subclass) and its
-    ``problem_args``: the authors' recipe's choices (:mod:`.authors_recipe`)."""
-    from . import models
-    from .torch_problem import TorchProblem
-
-    models.configure_torch_threads(1)  # before any torch work: bit-reproducible kernels
-    cls = TorchProblem if problem_class is None else problem_class
-    return cls(models.build_model(model_name, seed), train, nodes=nodes, seed=seed,
-               alpha=alpha, batch_size=batch_size, sampling=sampling, test=test,
-               validation_fraction=val_fraction, n_classes=10, device=device,
-               local_nodes=local_nodes, staged=staged, evaluation_part=evaluation_part,
-               partition=partition, augment=augment, **(problem_args or {}))
 
 
 def digits(nodes: int, seed: int = 0, *, alpha: float = 0.1, batch_size: int = 32,
@@ -47,11 +30,11 @@ def digits(nodes: int, seed: int = 0, *, alpha: float = 0.1, batch_size: int = 3
     """
     from . import datasets
 
-    return _classifier("digits-cnn", datasets.load_digits_dataset(True, seed=0),
-                       datasets.load_digits_dataset(False, seed=0), nodes, seed, alpha=alpha,
-                       batch_size=batch_size, val_fraction=val_fraction, device=device,
-                       local_nodes=local_nodes, staged=staged,
-                       evaluation_part=evaluation_part, sampling=sampling)
+    return classifier("digits-cnn", datasets.load_digits_dataset(True, seed=0),
+                      datasets.load_digits_dataset(False, seed=0), nodes, seed, alpha=alpha,
+                      batch_size=batch_size, val_fraction=val_fraction, device=device,
+                      local_nodes=local_nodes, staged=staged,
+                      evaluation_part=evaluation_part, sampling=sampling)
 
 
 def fashion_mnist(nodes: int, seed: int = 0, *, data_dir=None, download: bool = False,
@@ -80,11 +63,11 @@ def fashion_mnist(nodes: int, seed: int = 0, *, data_dir=None, download: bool = 
             local_nodes=local_nodes, staged=staged, evaluation_part=evaluation_part,
             sampling=sampling)
 
-    return _classifier("lenet5", datasets.open_fashion_mnist(data_dir, True, download=download),
-                       datasets.open_fashion_mnist(data_dir, False, download=download), nodes,
-                       seed, alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
-                       device=device, local_nodes=local_nodes, staged=staged,
-                       evaluation_part=evaluation_part, sampling=sampling)
+    return classifier("lenet5", datasets.open_fashion_mnist(data_dir, True, download=download),
+                      datasets.open_fashion_mnist(data_dir, False, download=download), nodes,
+                      seed, alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
+                      device=device, local_nodes=local_nodes, staged=staged,
+                      evaluation_part=evaluation_part, sampling=sampling)
 
 
 def cifar10(nodes: int, seed: int = 0, *, data_dir=None, download: bool = False,
@@ -96,11 +79,11 @@ def cifar10(nodes: int, seed: int = 0, *, data_dir=None, download: bool = False,
     from . import datasets
 
     data_dir = "data" if data_dir is None else data_dir
-    return _classifier("vgg11", datasets.open_cifar10(data_dir, True, download=download),
-                       datasets.open_cifar10(data_dir, False, download=download), nodes, seed,
-                       alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
-                       device=device, local_nodes=local_nodes, staged=staged,
-                       evaluation_part=evaluation_part, sampling=sampling)
+    return classifier("vgg11", datasets.open_cifar10(data_dir, True, download=download),
+                      datasets.open_cifar10(data_dir, False, download=download), nodes, seed,
+                      alpha=alpha, batch_size=batch_size, val_fraction=val_fraction,
+                      device=device, local_nodes=local_nodes, staged=staged,
+                      evaluation_part=evaluation_part, sampling=sampling)
 
 
 FACTORIES = {"digits": digits, "fashion-mnist": fashion_mnist, "cifar10": cifar10}
