@@ -110,7 +110,8 @@ class LatencyModel:
         messages, as far as the sender knows (``busy``: its busy times, :meth:`link_slots`;
         one row per message when i, j are arrays). A link carries one phase after the
         other: Teleportation's next holders may start sending while the previous round's
-        messages still cross the link they need (DESIGN.md §8). Within a host: ``stamp``."""
+        messages still cross the link they need (mpi_teleport/DESIGN.md §8). Within a host:
+        ``stamp``."""
         src, dst = self.host_of(i), self.host_of(j)
         half = np.shape(busy)[-1] // 2
         if np.ndim(busy) == 1:
