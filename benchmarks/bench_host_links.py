@@ -82,7 +82,8 @@ def cases(bench: dict) -> list[dict]:
                               old, last)
             got[name] = (ends[last - 1] - ends[first - 1]) / 1e6 / (last - first)
         measured, bound = row["measured_s_per_round"], row["bound_s_per_round"]
-        rows.append({"config": row["config"], "repeat": row.get("repeat", 0),
+        rows.append({"config": row["config"], "implementation": row["implementation"],
+                     "repeat": row.get("repeat", 0),
                      "message_bytes": row["message_bytes"], "rate_mbit": row["rate_mbit"],
                      "rounds": f"{first}-{last}", "load_before": row["load_before"],
                      "load_after": row["load_after"], "measured_s_per_round": measured,
@@ -129,9 +130,12 @@ def plot(rows: list[dict], per_round: list[dict], path: Path) -> None:
     panels = 2 if per_round else 1
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.2), squeeze=False)
     ax = axes[0][0]
-    configs = list(dict.fromkeys(r["config"] for r in rows))
+    def case(r: dict) -> str:
+        return f"{r['config']}\n{r['message_bytes'] / 1e6:g} MB, {r['implementation']}"
+
+    configs = list(dict.fromkeys(case(r) for r in rows))
     for x, config in enumerate(configs):
-        mine = [r for r in rows if r["config"] == config]
+        mine = [r for r in rows if case(r) == config]
         for key, colour, dx, label in (("old_over_measured", "tab:red", -0.12, "old model"),
                                        ("new_over_measured", "tab:blue", 0.0, "new model (oracle)"),
                                        ("layer_over_measured", "tab:green", 0.12, "new model (MPI layer)")):
@@ -141,9 +145,9 @@ def plot(rows: list[dict], per_round: list[dict], path: Path) -> None:
             ax.plot([x + dx - 0.05, x + dx + 0.05], [statistics.median(ys)] * 2, color=colour, lw=2)
     ax.axhspan(0.95, 1.05, color="0.9", zorder=0)
     ax.axhline(1.0, color="0.5", lw=0.8)
-    ax.set_xticks(range(len(configs)), configs)
+    ax.set_xticks(range(len(configs)), configs, fontsize=7)
     ax.set_ylabel("predicted / measured (s per round)")
-    ax.set_title("2 MB, 100 Mbit/s, two hosts (each run a dot)")
+    ax.set_title("100 Mbit/s, two hosts (each run a dot)")
     ax.legend(fontsize=8)
     if per_round:
         ax = axes[0][1]
@@ -167,6 +171,8 @@ def main(argv=None) -> int:
     parser.add_argument("--trace-step-us", type=float, default=None,
                         help="the modelled step of the traced run (default: the median step of "
                              "the bench's Teleportation rows)")
+    parser.add_argument("--trace-dim", type=int, default=250000, help="the traced run's --dim")
+    parser.add_argument("--trace-rate", type=float, default=100.0, help="the traced run's Mbit/s")
     parser.add_argument("--skip", type=int, default=16, help="traced rounds left out at the start")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--tag", default="")
@@ -176,16 +182,16 @@ def main(argv=None) -> int:
         bench = json.loads(Path(path).read_text())
         rows += [dict(r, source=Path(path).name) for r in cases(bench)]
     for r in rows:
-        print(f"{r['config']:20s} run {r['repeat']}: measured {r['measured_s_per_round']:.4f} s/round "
+        print(f"{r['config']:20s} {r['message_bytes'] / 1e6:g} MB {r['implementation']} run {r['repeat']}: measured {r['measured_s_per_round']:.4f} s/round "
               f"(x{r['measured_over_bound']:.3f} the bound), predicted / measured: old "
               f"{r['old_over_measured']:.3f}, new {r['new_over_measured']:.3f} (oracle), "
               f"{r['layer_over_measured']:.3f} (MPI layer); load {r['load_before']:.1f}-{r['load_after']:.1f}")
     per_round: list[dict] = []
     if args.trace:
-        tele = [r["step_s_per_round"] for r in rows if r["config"] == "teleportation-4-k2"]
+        tele = [r["step_s_per_round"] for r in rows if r["config"] == "teleportation-4-k2"
+                and r["message_bytes"] == 8 * args.trace_dim]
         step = args.trace_step_us if args.trace_step_us is not None else statistics.median(tele) * 1e6
-        first = bench["rows"][0]
-        per_round = traced_rounds(args.trace, first["rate_mbit"], first["dim"], step, args.skip)
+        per_round = traced_rounds(args.trace, args.trace_rate, args.trace_dim, step, args.skip)
         for key in ("measured", "new", "old"):
             print(f"traced rounds {per_round[0]['round']}-{per_round[-1]['round']}, {key}: "
                   f"{sum(r[key] for r in per_round):.2f} message times")
