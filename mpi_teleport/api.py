@@ -6,7 +6,7 @@ package works on a duplicate of it, freed at the end). The same call gives the s
 records, bit for bit, either way.
 
 What a call does when something is wrong (details: ``mpi_teleport/DESIGN.md`` section 9.1,
-``jobs/README.md`` "What happens on failure"):
+the manual's page ``docs/howto/failures.md``):
 
 * **Bad arguments** and a **problem that breaks its contract** at the initial model
   (``initial()`` of the wrong shape, dtype or with NaN; ``gradient()`` returning None, the

@@ -15,7 +15,7 @@ runs ``python -m mpi_teleport.run`` under it, or a user's script (a ``.py`` file
 ``-m module``) with the arguments that follow it, under this Python and mpi4py's runner
 (``python -m mpi4py``: an uncaught exception on one rank ends the whole job). With
 ``--config FILE`` it reads the file as the run does (elastic = true there adds ULFM). On a cluster, call
-your site's ``mpirun``/``srun`` directly instead (jobs/README.md).
+your site's ``mpirun``/``srun`` directly instead (the manual: docs/tutorials/slurm.md).
 """
 from __future__ import annotations
 

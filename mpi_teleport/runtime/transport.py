@@ -464,7 +464,7 @@ def ulfm_problem() -> str | None:
         name = version.split(",")[0].split("\n")[0].strip() or "this MPI"
         return (f"--elastic needs an MPI with ULFM (Open MPI 5 under mpirun --with-ft ulfm); "
                 f"{name} has none: run without --elastic and requeue with --resume "
-                f"(jobs/README.md)")
+                f"(the manual: docs/howto/which-mpi.md)")
     if not hasattr(MPI.Comm, "Agree") or os.environ.get("OMPI_MCA_mpi_ft_enable") not in ("1", "true"):
         return ("--elastic needs ULFM switched on: launch with mpirun --with-ft ulfm (python -m "
                 "mpi_teleport.launch adds it), not srun or plain mpirun")
