@@ -113,3 +113,19 @@ def test_each_rank_gets_its_local_nodes_under_mpi(tmp_path, mpirun):
     assert sorted(p.name for p in tmp_path.glob("log.*")) == ["log.[0]", "log.[1]"]
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["factory_args"]["local_nodes"] == "[rank]"
+
+
+def test_a_run_by_epochs_resumes_past_the_default_rounds(tmp_path, mod):
+    """--epochs sets the rounds from the data, so a checkpoint past --rounds' default (1000)
+    resumes; one past the epochs' rounds is refused in one line."""
+    out = tmp_path / "e"
+    base = ["--nodes", "4", "--problem", "my_factories:anything", "--algorithm",
+            "teleportation", "--k", "2", "--lr", "0.1", "--out", str(out), "--progress", "off",
+            "--checkpoint-every", "600"]  # 1 epoch = 6 rounds
+    assert sim_main(base + ["--epochs", "250"]) == 0  # checkpoints at 1200 and 1500
+    import shutil
+    shutil.rmtree(out / "checkpoints" / "round-00001500")  # as if stopped after 1200
+    assert sim_main(base + ["--epochs", "250", "--resume", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rounds_run"] == 1500 and (out / "checkpoints" / "round-00001500").is_dir()
+

@@ -265,8 +265,13 @@ def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, prepared=
         record = {key: value for key, value in record.items() if key not in unused}
         record["factory_args"] = used["factory_args"]
     failures = parse_failures(list(cfg.fail or ()), cfg.nodes, cfg.spares)
-    return RunSettings(spec, cfg.logging(), cfg.latency_settings(),
-                       plan=(prepared or preflight.prepared(given)).plan(algorithm),
+    plan = (prepared or preflight.prepared(given)).plan(algorithm)
+    if cfg.epochs is not None and plan is not None and plan.manifest is not None:
+        from .resume import check_rounds  # (preflight could not: the rounds come from the data)
+
+        check_rounds(f"--resume {given.resume}", plan.manifest, spec.rounds,
+                     f"--epochs {cfg.epochs:g} ({spec.rounds} rounds)")
+    return RunSettings(spec, cfg.logging(), cfg.latency_settings(), plan=plan,
                        out=out_dir(cfg, algorithm), manifest=manifest_of(given, spec),
                        record=record, resume_from=cfg.out, problem_name=cfg.problem,
                        summary_extra=phases,  # (rounds per phase: also summary.json)

@@ -71,7 +71,9 @@ def prepared(cfg) -> Prepared:
     (:func:`mpi_teleport.front.prepare.prepare`): a latency matrix file, writable outputs,
     the checkpoint resumed against this run (``--resume``), the checkpoint directories;
     the runs' checkpoint plans and the directories the job locks. UsageError otherwise."""
-    return prepare(legs(cfg), places(cfg), nodes=cfg.nodes, rounds=cfg.rounds,
+    # (--epochs: the rounds depend on the problem's data; settings_of checks them)
+    rounds = cfg.rounds if cfg.epochs is None else None
+    return prepare(legs(cfg), places(cfg), nodes=cfg.nodes, rounds=rounds,
                    record=recorded_settings(cfg), naming=CLI, latency=cfg.latency)
 
 

@@ -61,12 +61,13 @@ class Prepared:
         return dict(self.plans).get(algorithm)
 
 
-def prepare(legs, places: Places, *, nodes: int, rounds: int, record: dict, naming: Naming,
+def prepare(legs, places: Places, *, nodes: int, rounds: int | None, record: dict, naming: Naming,
             latency: str | None = None) -> Prepared:
     """Check ``legs`` (the job's runs) against the disk, on this process, before any
     communication, and return their plans and the directories to lock; UsageError (one
     line) otherwise. ``record``: the settings a checkpoint keeps, compared with the
-    resumed one's; ``latency``: the latency spec (a matrix file is read here)."""
+    resumed one's; ``latency``: the latency spec (a matrix file is read here); ``rounds``
+    None: not known yet (the front end checks a resumed round against them later)."""
     try:
         return _prepare(tuple(legs), places, nodes, rounds, record, naming, latency)
     except OSError as exc:  # an unreadable directory or file

@@ -150,11 +150,12 @@ def refuse_mismatch(where: str, saved: dict, current: dict, names: list[str], na
                       f"new run)")
 
 
-def check_source(where: str, path: Path, manifest: dict, *, nodes: int, k, rounds: int,
-                 current: dict, naming) -> Path:
+def check_source(where: str, path: Path, manifest: dict, *, nodes: int, k,
+                 rounds: int | None, current: dict, naming) -> Path:
     """The checkpoint a run resumes from, checked against this run's settings and on disk
     (every array file's header), or UsageError. Runs on every process before any
-    communication."""
+    communication. ``rounds`` None: not known yet (``--epochs``: the problem sets it;
+    :func:`check_rounds` then)."""
     if int(manifest.get("n", -1)) != nodes:
         raise UsageError(f"{where}: the checkpoint has n={manifest.get('n')} nodes, this run "
                          f"n={nodes}; resume with the same number of nodes (ranks)")
@@ -165,15 +166,21 @@ def check_source(where: str, path: Path, manifest: dict, *, nodes: int, k, round
     bad = mismatch(saved, current)
     if bad:
         raise refuse_mismatch(where, saved, current, bad, naming)
-    r = int(manifest["round"])
-    if r > rounds:
-        raise UsageError(f"{where}: the checkpoint is at round {r}, beyond "
-                         f"{naming.given('rounds', rounds)}")
+    if rounds is not None:
+        check_rounds(where, manifest, rounds, naming.given("rounds", rounds))
     reason = _missing_files(path, manifest)
     if reason:
         raise UsageError(f"{where}: checkpoint {path} is damaged: {reason}")
     check_arrays(path, manifest)  # headers only: truncated, pickled, object, mis-shaped
     return path
+
+
+def check_rounds(where: str, manifest: dict, rounds: int, given: str) -> None:
+    """UsageError when the checkpoint lies beyond the run's last round ``rounds``
+    (``given``: how the user set it, e.g. '--rounds 1000' or '--epochs 50 (2250 rounds)')."""
+    r = int(manifest["round"])
+    if r > rounds:
+        raise UsageError(f"{where}: the checkpoint is at round {r}, beyond {given}")
 
 
 def _missing_files(directory: Path, manifest: dict) -> str | None:
