@@ -590,14 +590,16 @@ class ElasticTransport(Transport):
     def _guard(self, call, *args, **kwargs):
         try:
             return call(*args, **kwargs)
-        except self._mpi.Exception:
+        except self._mpi.Exception as exc:
             try:
                 self.comm.Revoke()
             except self._mpi.Exception:
                 pass
             from ..errors import RankLost
 
-            raise RankLost("a rank died during a collective") from None
+            # (the MPI error said: a loss is PROC_FAILED or REVOKED; anything else is a bug
+            # worth seeing, not a guess)
+            raise RankLost(f"a rank died during a collective ({_error_name(exc)})") from None
 
     def gather_rows(self, row, holders, d, dtype=np.float64):
         holding = np.zeros(self.size, dtype=bool)
@@ -819,3 +821,11 @@ class SparePool:
         them, once: a spare leaves at the first word)."""
         if self.root:
             self._send_all(TAG_DONE, status, synchronous=True)
+
+
+def _error_name(exc) -> str:
+    """An MPI exception's error class and text, e.g. 'MPI_ERR_PROC_FAILED: ...'."""
+    try:
+        return exc.Get_error_string().strip() or str(exc)
+    except Exception:  # noqa: BLE001  (a message, never a second failure)
+        return str(exc)
