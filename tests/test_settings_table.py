@@ -143,6 +143,29 @@ def test_the_command_lines_nesterov_equals_the_apis(tmp_path):
         assert json.loads((tmp_path / where / "config.json").read_text())["nesterov"] is True
 
 
+def test_both_front_ends_record_a_setting_alike(tmp_path):
+    """One builder of RunSettings and one record (front/build.py's build and record) for
+    both front ends: a setting both hold is recorded alike in config.json and in a
+    checkpoint's manifest (the places each writes to aside)."""
+    assert sim_main([*SMALL, "--rounds", "8", "--sigma2", "10", "--zeta2", "10",
+                     "--eval-every", "4", "--checkpoint-every", "4",
+                     "--out", str(tmp_path / "cli")]) == 0
+    mt.teleportation(Quadratic(n=4, d=4, sigma2=10.0, zeta2=10.0), nodes=4, k=2, rounds=8,
+                     lr=0.05, log_every=2, eval_every=4, target=1e-3, checkpoint_every=4,
+                     out=tmp_path / "api")
+    places = {"out", "checkpoint_dir", "progress"}  # (where each wrote; off or False)
+    for name in ("config.json", "checkpoints/round-00000008/MANIFEST.json"):
+        cli, api = (json.loads((tmp_path / where / name).read_text())
+                    for where in ("cli", "api"))
+        cli, api = (record.get("config", record) for record in (cli, api))
+        both = (set(cli) & set(api)) - places
+        assert {"nodes", "algorithm", "k", "rounds", "lr", "momentum", "topology", "seed",
+                "log_every", "eval_every", "target", "latency", "checkpoint_every",
+                "problem", "dim", "sigma2", "zeta2", "resume", "elastic", "fail",
+                "spares"} <= both, name
+        assert {n: cli[n] for n in both} == {n: api[n] for n in both}, name
+
+
 def test_a_resume_compares_the_optimizer(tmp_path, capsys):
     """Issue 50, class 1: a checkpoint written with AdamW resumed with another optimizer or
     none is refused in one line on both front ends; with the same one it goes on."""

@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runtime import collective
+from .build import build, record
 from .runner import RunContext, RunSettings
 from ..core.algorithms import Nesterov
 from .loop_options import momentum_of
 from . import resume as resume_rules
 from ..checkpoint.find import auto_resume
-from ..core import topology as topo
 from ..checkpoint import CheckpointPlan, locate
 from ..errors import UsageError
 from .settings import Checkpoints, Latency, Records
@@ -26,10 +26,8 @@ from ..disk.paths import absolute
 from .prepare import Leg, Places, Prepared, prepare
 from ..problem import with_defaults
 from .settings import (API, check_checkpoints, check_k, check_spares, check_values,
-                       checkpoint_policy, flag,
-                       flat_settings, latency_of, logging_of, recorded)
-from ..core.spec import Logging, RunSpec
-from ..latency.model import LatencySettings
+                       checkpoint_policy, flag, flat_settings)
+from ..core.spec import RunSpec
 
 
 def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Records,
@@ -42,15 +40,14 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
     becomes the context's ``refused``, which :func:`mpi_teleport.train` makes one
     UsageError on every process, before anything is written."""
     problem = with_defaults(problem)  # (TypeError naming what is missing)
-    spec, logging, latency_settings, places, ck_dir, values = _checked(
-        spec, nesterov, comm, out, records, checkpoints, latency)
+    spec, places, ck_dir, values = _checked(spec, nesterov, comm, out, records, checkpoints,
+                                            latency)
     given = problem.nodes
     if isinstance(given, int) and not isinstance(given, bool) and given != spec.nodes:
         raise UsageError(f"the problem was built for nodes={given} but the run has "
                          f"nodes={spec.nodes}: give both the same number")
     touches = ck_dir is not None or places.resume is not None  # (may write or read one)
-    record = resume_rules.plain({**_record(spec, logging, values, places.out, ck_dir),
-                                 **resume_rules.describe_problem(problem, spec.seed, touches)})
+    identity = resume_rules.describe_problem(problem, spec.seed, touches)
     from ..runtime.elastic import parse_failures
 
     spares = check_values({"spares": spares}, API)["spares"]
@@ -59,32 +56,34 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
         from .preflight import check_spares_fit
 
         check_spares_fit(spares, API)
-    failures = parse_failures(fail, spec.nodes, spares)  # (elastic mode, mpi_teleport/DESIGN.md §11)
+    parse_failures(fail, spec.nodes, spares)  # (elastic mode, mpi_teleport/DESIGN.md §11)
+    values = {**values, "algorithm": spec.algorithm, "k": spec.tokens, "lr": spec.lr,
+              "lr_schedule": "function" if callable(spec.lr) else "constant",
+              "nesterov": isinstance(spec.momentum, Nesterov),
+              "out": places.out, "checkpoint_dir": ck_dir, "resume": places.resume,
+              "progress": flag(records.progress, "progress", API),
+              "elastic": bool(elastic), "fail": fail, "spares": spares,
+              **({"k_select": spec.k_select} if spec.algorithm == "search" else {})}
     # the step the command line takes too (front.prepare): a refusal is this process's,
     # which train makes one UsageError on every process in the collective of the locks
     leg = Leg(spec.algorithm, None if spec.algorithm == "search" else spec.tokens, ck_dir)
     refused, prepared = None, Prepared()
     try:
-        prepared = prepare([leg], places, nodes=spec.nodes, rounds=spec.rounds, record=record,
-                           naming=API, latency=latency_settings.spec)
+        prepared = prepare([leg], places, nodes=spec.nodes, rounds=spec.rounds,
+                           record=record(values, spec.optimizer, identity), naming=API,
+                           latency=values["latency"])
         plan = prepared.plan(spec.algorithm)
     except UsageError as exc:
         refused = str(exc)
         plan = CheckpointPlan(ck_dir, places.every, places.keep)  # (not run: train refuses)
-    return (RunSettings(spec, logging, latency_settings, plan=plan,
-                        out=places.out, manifest=record,
-                        progress=flag(records.progress, "progress", API),
-                        record={**record, **problem.describe(), **_config_facts(problem)},
-                        hold=prepared.hold,
-                        callback=records.callback,
-                        elastic=bool(elastic) or bool(failures), failures=failures,
-                        spares=spares),
-            RunContext(refused=refused))
+    settings = build(values, spec, naming=API, plan=plan, out=places.out, identity=identity,
+                     facts={**problem.describe(), **_config_facts(problem)},
+                     hold=prepared.hold, callback=records.callback)
+    return settings, RunContext(refused=refused)
 
 
 def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: Checkpoints,
-             latency: Latency) -> tuple[RunSpec, Logging, LatencySettings, Places,
-                                        Path | None, dict]:
+             latency: Latency) -> tuple[RunSpec, Places, Path | None, dict]:
     """The run's settings with every value checked by the rules the command line uses
     (spelt as the flat keywords: ``log_every``, also for ``Records(every=...)``), or
     UsageError (one line). Returns also where the run writes and its checkpoint
@@ -110,8 +109,6 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
                    momentum_of(values["momentum"], nesterov),
                    values["topology"], values["variant"], values["seed"], spec.k_select,
                    spec.optimizer)
-    logging, settings = logging_of(values, API), latency_of(values)
-
     def where(name):
         return None if values[name] is None else Path(absolute(name, values[name], API))
 
@@ -126,7 +123,7 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
         ck_dir = out / "checkpoints"
     given = where("checkpoint_dir")
     places = Places(out, given, resume, *checkpoint_policy(values))
-    return spec, logging, settings, places, ck_dir, values
+    return spec, places, ck_dir, values
 
 
 def _config_facts(problem) -> dict:
@@ -147,29 +144,3 @@ def _continued_dir(resume: Path, algorithm: str) -> Path | None:
         return None
     apart = None if found is None else resume_rules.kept_apart(found[0])
     return None if apart is None else Path(apart)
-
-
-def _record(spec: RunSpec, logging: Logging, values: dict, out: Path | None,
-            ck_dir: Path | None) -> dict:
-    """The settings a checkpoint manifest keeps (named as the command line's Config
-    names them, so ``--resume`` reads them) and a resume compares."""
-    record = {"algorithm": spec.algorithm, "nodes": spec.nodes, "k": spec.tokens,
-              "rounds": spec.rounds, "lr": resume_rules.describe_lr(spec.lr),
-              "lr_schedule": "function" if callable(spec.lr) else "constant",
-              "momentum": float(spec.momentum), "topology": topo.describe(spec.topology),
-              "variant": spec.variant, "seed": spec.seed, **recorded(values),
-              "out": None if out is None else str(out),
-              "checkpoint_dir": None if ck_dir is None else str(ck_dir)}
-    if spec.algorithm == "search":
-        record["k_select"] = spec.k_select
-    if isinstance(spec.momentum, Nesterov):  # (only then: other runs' records unchanged)
-        record["nesterov"] = True
-    if logging.eval_every is not None:  # (likewise; a resume may change it)
-        record["eval_every"] = logging.eval_every
-    if not logging.eval_at_start:  # (recorded when set, as the table says)
-        record["eval_at_start"] = False
-    if logging.trace is not None:  # (likewise)
-        record["trace"] = str(logging.trace)
-    if spec.optimizer is not None:  # (likewise: a resume with another optimizer is refused)
-        record["optimizer"] = spec.optimizer.describe()
-    return record

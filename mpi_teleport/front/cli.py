@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from .settings import Config, UsageError, from_toml, rows
+from .settings import CLI, Config, UsageError, from_toml, rows
 from ..problems import is_factory
 from ..runtime.collective import first_error, ranks_text
 from ..runtime.signals import EXIT_USAGE
@@ -175,14 +175,6 @@ def run_spec(cfg, algorithm: str, k, problem=None):
                    cfg.variant, cfg.seed, cfg.k_select, rule)
 
 
-def manifest_of(cfg, spec) -> dict:
-    """What config.json and a checkpoint's manifest keep of a Config and its spec
-    (:func:`~mpi_teleport.front.loop_options.recorded_settings`)."""
-    from .loop_options import recorded_settings
-
-    return recorded_settings(cfg, spec.optimizer)
-
-
 def phase_rounds(cfg, rounds_given: int, n_train) -> dict:
     """How many rounds each phase of ``--k auto`` runs and why (config.json, summary.json);
     ``cfg`` is the Config after --epochs was applied, ``rounds_given`` its --rounds."""
@@ -233,19 +225,20 @@ def with_threads(problem, threads) -> None:
 
 def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, prepared=None):
     """The :class:`~mpi_teleport.front.runner.RunSettings` of one run of a Config (one
-    algorithm of ``compare``; ``k`` 'auto': Algorithm 2): its spec (--epochs and the
-    optimizer applied to ``problem``), logging, latency, checkpoint plan and config.json
-    record, for :func:`mpi_teleport.train` (the simulator and the MPI command line call
-    it as a user's script would; a hot spare joining the run too). ``mpi``: the MPI
-    runtime's (the record says so). What the command line holds for the run (its signal
-    handler, hot spares, progress bar, the survivors' meeting) goes in the
+    algorithm of ``compare``; ``k`` 'auto': Algorithm 2), built by the one builder both
+    front ends use (:func:`mpi_teleport.front.build.build`) from the Config's values: its
+    spec (--epochs and the optimizer applied to ``problem``), the checkpoint plan of the
+    job's preparation, and config.json (the run's algorithm and k, the back end, the
+    problem's facts) beside the manifest (the job's settings), for
+    :func:`mpi_teleport.train` (the simulator and the MPI command line call it as a
+    user's script would; a hot spare joining the run too). ``mpi``: the MPI runtime's
+    (the record says so). What the command line holds for the run (its signal handler,
+    hot spares, progress bar, the survivors' meeting) goes in the
     :class:`~mpi_teleport.front.runner.RunContext`. ``prepared``: the job's preparation
-    (:func:`~mpi_teleport.front.preflight.prepared`, whose checkpoint plan the run takes;
-    None: made here)."""
+    (:func:`~mpi_teleport.front.preflight.prepared`; None: made here)."""
     from . import preflight
+    from .build import build
     from .report import out_dir
-    from .runner import RunSettings
-    from ..runtime.elastic import parse_failures
     from ..problems import describe, factory
 
     given = cfg
@@ -254,26 +247,25 @@ def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, prepared=
     cfg = with_epochs(cfg, algorithm, k, problem)  # (a factory's problem: its batch size)
     with_threads(problem, cfg.threads)
     spec = run_spec(cfg, algorithm, k, problem)
-    k_shown = cfg.nodes if algorithm == "dsgd" else k
     phases = {}
     if k == "auto":  # how many rounds each phase runs, and why (--epochs or --rounds)
         phases = phase_rounds(cfg, given.rounds, getattr(problem, "n_train", None))
-    record = {**manifest_of(cfg, spec), "algorithm": algorithm, "k": k_shown,
-              "backend": "mpi" if mpi else "sim", **phases, **describe(problem)}
+    # config.json: this run's algorithm and k (n for DSGD) among the job's settings
+    values = {**cfg.to_dict(), "algorithm": algorithm,
+              "k": cfg.nodes if algorithm == "dsgd" else k}
+    facts = {"backend": "mpi" if mpi else "sim", **phases, **describe(problem)}
     if used is not None:  # what the factory received; flags it did not take left out
         unused = set(used["unused"]) - ({"batch_size"} if cfg.epochs is not None else set())
-        record = {key: value for key, value in record.items() if key not in unused}
-        record["factory_args"] = used["factory_args"]
-    failures = parse_failures(list(cfg.fail or ()), cfg.nodes, cfg.spares)
+        values = {key: value for key, value in values.items() if key not in unused}
+        facts = {key: value for key, value in facts.items() if key not in unused}
+        facts["factory_args"] = used["factory_args"]
     plan = (prepared or preflight.prepared(given)).plan(algorithm)
     if cfg.epochs is not None and plan is not None and plan.manifest is not None:
         from .resume import check_rounds  # (preflight could not: the rounds come from the data)
 
         check_rounds(f"--resume {given.resume}", plan.manifest, spec.rounds,
                      f"--epochs {cfg.epochs:g} ({spec.rounds} rounds)")
-    return RunSettings(spec, cfg.logging(), cfg.latency_settings(), plan=plan,
-                       out=out_dir(cfg, algorithm), manifest=manifest_of(given, spec),
-                       record=record, resume_from=cfg.out, problem_name=cfg.problem,
-                       summary_extra=phases,  # (rounds per phase: also summary.json)
-                       elastic=bool(cfg.elastic or failures), failures=failures,
-                       spares=cfg.spares, agree_every=cfg.agree_every)
+    return build(values, spec, naming=CLI, plan=plan, out=out_dir(cfg, algorithm),
+                 facts=facts, manifest_values=given.to_dict(), resume_from=cfg.out,
+                 problem_name=cfg.problem,
+                 summary_extra=phases)  # (rounds per phase: also summary.json)

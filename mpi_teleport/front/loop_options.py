@@ -113,18 +113,3 @@ def momentum_of(momentum: float, nesterov) -> float:
     if not momentum > 0:
         raise UsageError(f"nesterov=True needs momentum > 0, got momentum={momentum!r}")
     return Nesterov(momentum)
-
-
-def recorded_settings(cfg, rule=None) -> dict:
-    """What config.json and a checkpoint's manifest keep of a command line's Config (the
-    table's recorded settings), the optimizer as the rule it steps with (``rule``, or
-    the one :func:`step_rule` builds), as the API records it: a resume through either
-    front end compares the same values."""
-    record = cfg.recorded()
-    record.pop("optimizer", None)
-    if rule is None and (cfg.optimizer != "sgd" or cfg.weight_decay):
-        rule = step_rule(cfg)[1]
-    if rule is not None:
-        record["optimizer"] = rule.describe()
-    return record
-

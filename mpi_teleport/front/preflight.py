@@ -23,7 +23,8 @@ from ..disk.paths import absolute_paths
 from .report import leg_dir
 from .resume import inherit
 from .settings import CLI, checkpoint_policy
-from .loop_options import recorded_settings
+from .build import record
+from .loop_options import step_rule
 
 
 def load(raw: dict, world_size: int | None = None):
@@ -74,7 +75,8 @@ def prepared(cfg) -> Prepared:
     # (--epochs: the rounds depend on the problem's data; settings_of checks them)
     rounds = cfg.rounds if cfg.epochs is None else None
     return prepare(legs(cfg), places(cfg), nodes=cfg.nodes, rounds=rounds,
-                   record=recorded_settings(cfg), naming=CLI, latency=cfg.latency)
+                   record=record(cfg.to_dict(), step_rule(cfg)[1]), naming=CLI,
+                   latency=cfg.latency)
 
 
 # ----------------------------------------------------------------------------- memory

@@ -18,7 +18,7 @@ or runs silently.
   :func:`from_toml`), :class:`Config`, the rules :func:`check_values` applies (the API's
   keywords too), what a resume may change (:func:`resumable_changes`), what the ranks
   agree on (:meth:`Config.agreed`, :func:`agreement`), what config.json records
-  (:meth:`Config.recorded`), the check of a hand-built RunSettings (:func:`check_run`)
+  (:func:`mpi_teleport.front.build.record`), the check of a hand-built RunSettings (:func:`check_run`)
   and the settings reference of the manual. :func:`check_k` and
   :func:`check_checkpoints` are the rules that tie settings together.
 * :class:`Records`, :class:`Checkpoints`, :class:`Latency`: the API's option groups,
@@ -630,14 +630,6 @@ def checkpoint_policy(values: dict) -> tuple[int, int]:
     return values["checkpoint_every"], values["keep_checkpoints"]
 
 
-def recorded(values: dict) -> dict:
-    """The plain settings a checkpoint's manifest keeps beside the run's spec (named as
-    the command line's Config names them, so ``--resume`` reads them), in their order."""
-    return {name: values[name] for name in ("log_every", "target", "stop_at_target", "latency",
-                                            "clock", "compute_time", "checkpoint_every",
-                                            "keep_checkpoints")}
-
-
 def check_together(spec, latency: LatencySettings, naming: Naming, *, elastic: bool,
                    failures=(), mpi: bool = False, spares: int = 0,
                    spare_ranks: bool = False) -> None:
@@ -757,13 +749,6 @@ class Config:
 
     def to_dict(self) -> dict:
         return dict(self._values)
-
-    def recorded(self) -> dict:
-        """What config.json and a checkpoint's manifest keep: every setting, those the
-        table records only when set left out at their default."""
-        sparse, never = recorded_when_set(), {s.name for s in rows() if s.record == "no"}
-        return {name: value for name, value in self._values.items()
-                if name not in never and (name not in sparse or value != sparse[name])}
 
     def agreed(self) -> dict:
         """What every rank must hold alike (the table's ``agree`` rows)."""

@@ -1,0 +1,103 @@
+"""The one builder of a run's :class:`~mpi_teleport.front.runner.RunSettings`, and the one
+record of its settings, for both front ends.
+
+The command lines (:func:`mpi_teleport.front.cli.settings_of`: one run of a ``Config``)
+and the Python API (:func:`mpi_teleport.front.api_checks.checked_settings`: one call's
+keywords) each check what they were given by the settings table's rules
+(:mod:`mpi_teleport.front.settings`) into flat *values* named as the table names its
+rows, build the run's :class:`~mpi_teleport.core.spec.RunSpec`, prepare the disk
+(:func:`mpi_teleport.front.prepare.prepare`) and hand all of it to :func:`build`, which
+derives the rest the same way for both: when the run records and evaluates, its latency
+layer, elastic mode and its failure plan, and what config.json and a checkpoint's
+manifest keep (:func:`record`, also what a resume compares, so the two front ends
+cannot record or compare a setting differently).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..core import topology as topo
+from ..core.spec import RunSpec
+from ..errors import Naming
+from . import resume as resume_rules
+from .runner import RunSettings
+from .settings import latency_of, logging_of, rows, setting
+
+__all__ = ["build", "record"]
+
+
+def record(values: Mapping[str, Any], rule=None,
+           identity: Mapping[str, Any] | None = None) -> dict:
+    """What config.json and a checkpoint's manifest keep of a run's settings ``values``
+    (checked, named as the table's rows): each setting the values hold, as its row says
+    (``always``; ``when set``: only away from its default, so records written before the
+    setting existed read the same; ``no``: another row's record holds it), in the
+    table's order, as it reads back from JSON. A step size or topology given as a
+    function is recorded by its values or name (:func:`~.resume.describe_lr`,
+    :func:`~mpi_teleport.core.topology.describe`); the optimizer as the step ``rule`` it
+    builds (its ``describe()``; None: SGD with the momentum, recorded as nothing);
+    ``identity``: the problem's, where the values do not name it (a Python object's
+    class and fingerprint, :func:`~.resume.describe_problem`)."""
+    out: dict[str, Any] = {}
+    for row in rows():
+        if row.name not in values or row.record == "no" or row.name == "optimizer":
+            continue  # (the optimizer: recorded as the rule it builds, below)
+        value = values[row.name]
+        if row.record == "when set" and value == row.default:
+            continue
+        out[row.name] = _as_recorded(row.name, value)
+    out.update(identity or {})
+    if rule is not None:  # (recorded when set: a resume with another optimizer is refused)
+        out["optimizer"] = rule.describe()
+    return resume_rules.plain(out)
+
+
+def _as_recorded(name: str, value):
+    if name == "lr":
+        return resume_rules.describe_lr(value)
+    if name == "topology":
+        return topo.describe(value)
+    if name == "momentum":
+        return float(value)  # (Nesterov's form is its own row, nesterov)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def _value(values: Mapping[str, Any], name: str):
+    """A setting's value, or its row's default where the front end holds none."""
+    return values[name] if name in values else setting(name).default
+
+
+def build(values: dict[str, Any], spec: RunSpec, *, naming: Naming, plan, out,
+          identity: Mapping[str, Any] | None = None, facts: Mapping[str, Any] | None = None,
+          manifest_values: Mapping[str, Any] | None = None, hold: tuple = (),
+          callback=None, summary_extra: dict | None = None, problem_name: str | None = None,
+          resume_from=None) -> RunSettings:
+    """The :class:`RunSettings` of one run, from its checked ``values`` and ``spec``, the
+    same way for both front ends: its logging, latency layer, elastic mode and failure
+    plan (``fail`` parsed for ``spec.nodes`` and the spares), the manifest a checkpoint
+    keeps (:func:`record` of ``manifest_values``, default ``values``: the command line's
+    ``compare`` keeps the job's settings in both runs' checkpoints) and config.json
+    (:func:`record` of ``values`` and the run's ``facts``: the back end, the problem's
+    own description). ``naming``: how the run's messages spell a setting; ``plan``,
+    ``hold``: what :func:`~mpi_teleport.front.prepare.prepare` found; ``out``: where the
+    run's files go. Values only: what the caller holds while the run runs is its
+    :class:`~mpi_teleport.front.runner.RunContext`."""
+    from ..runtime.elastic import parse_failures
+
+    spares = _value(values, "spares")
+    failures = parse_failures(_value(values, "fail"), spec.nodes, spares)
+    recorded = record(values, spec.optimizer, identity)
+    manifest = (recorded if manifest_values is None
+                else record(manifest_values, spec.optimizer, identity))
+    return RunSettings(spec, logging_of(values, naming), latency_of(values), plan=plan,
+                       out=out, manifest=manifest, record={**recorded, **(facts or {})},
+                       summary_extra=summary_extra, problem_name=problem_name,
+                       resume_from=resume_from, hold=tuple(hold), callback=callback,
+                       progress=_value(values, "progress") is True,
+                       elastic=bool(_value(values, "elastic")) or bool(failures),
+                       failures=failures, spares=spares,
+                       agree_every=_value(values, "agree_every"))
