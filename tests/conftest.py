@@ -167,6 +167,22 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("mpi_impl", implementations_for(metafunc.definition), indirect=True)
 
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+@pytest.fixture(autouse=True)
+def _signal_dispositions():
+    """Each test starts with this worker's signal handlers and leaves them so. A command
+    line run in-process (``sim_main``) that was stopped by a signal ignores further ones
+    (SIG_IGN, by design: its process is ending); left in the worker, SIGINT stays ignored
+    in every child it starts later, and a later test's Ctrl-C would be ignored there."""
+    before = {s: signal.getsignal(s) for s in _SIGNALS}
+    yield
+    for s, handler in before.items():
+        if signal.getsignal(s) is not handler and handler is not None:
+            signal.signal(s, handler)
+
+
 @pytest.fixture
 def mpi_impl(request) -> MPIImpl:
     impl = implementation(request.param)

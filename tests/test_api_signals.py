@@ -12,9 +12,18 @@ import pytest
 SCRIPT = str(Path(__file__).parent / "scripts" / "api_signal_script.py")
 
 
+def _python_sigint() -> None:
+    """In the child before exec: SIGINT back to its default, so Python installs its own
+    handler there, whatever this worker inherited (an ignored SIGINT is inherited across
+    exec, and the API leaves an ignored SIGINT to the script, as it should)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run(out, name, *extra, timeout=120):
     return subprocess.run([sys.executable, SCRIPT, str(out), name, *extra], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, preexec_fn=_python_sigint)
 
 
 def final_x(proc):
