@@ -65,6 +65,7 @@ def _run(backend_name: str, comm, d: int, rounds: int, probe=None) -> float:
     from mpi_teleport.problem import with_defaults
     from mpi_teleport.problems.quadratic import Quadratic
     from mpi_teleport.core.spec import Logging
+    from mpi_teleport.front.runner import RunSettings
     from mpi_teleport.runtime.transport import ElasticTransport, Transport
 
     n = comm.Get_size()
@@ -80,7 +81,7 @@ def _run(backend_name: str, comm, d: int, rounds: int, probe=None) -> float:
     if probe is not None:
         probe(backend)
     recorder = Recorder(spec, logging, problem, RunFiles(None))
-    result = engine.execute(problem, spec, logging, backend, recorder)
+    result = engine.execute(problem, RunSettings(spec, logging), backend, recorder)
     backend.close()
     if backend_name not in ("elastic", "spaced") or transport.living == list(range(n)):
         transport.free()

@@ -10,7 +10,7 @@ asked), and hands the run to the engine (:func:`mpi_teleport.runtime.engine.exec
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -120,8 +120,6 @@ def train(problem: Any, settings: RunSettings, comm: Any = None,
     if comm is not None and not isinstance(comm, Transport):
         collective.check_communicator(comm)  # (before any MPI call could fail or hang on it)
     if context.terminator is None and not isinstance(comm, Transport):
-        from dataclasses import replace
-
         from ..runtime.signals import during_call
 
         # an API call: a signal stops at an agreed round after a checkpoint, then raises
@@ -184,11 +182,8 @@ def train(problem: Any, settings: RunSettings, comm: Any = None,
             # round), not numpy's: no RuntimeWarning ahead of that line.
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 try:
-                    result = engine.execute(problem, spec, logging, backend, recorder, plan=plan,
-                                            settings=settings.manifest, terminator=terminator,
-                                            resume_from=settings.resume_from,
-                                            summary_extra=settings.summary_extra,
-                                            callback=settings.callback)
+                    result = engine.execute(problem, replace(settings, spec=spec), backend,
+                                            recorder, terminator=terminator)
                 except TooFewSurvivors as exc:  # (every survivor at the same round)
                     if meeting is not None:  # (they meet after the root's line)
                         meeting.hold(own_transport)
@@ -239,11 +234,8 @@ def _join(problem, settings: RunSettings, context: RunContext) -> engine.Result:
                              agree_every=settings.agree_every)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         try:
-            result = engine.execute(problem, settings.spec, settings.logging, backend, recorder,
-                                    plan=settings.plan, settings=settings.manifest,
-                                    terminator=context.terminator,
-                                    resume_from=settings.resume_from,
-                                    summary_extra=settings.summary_extra, joining=r)
+            result = engine.execute(problem, settings, backend, recorder,
+                                    terminator=context.terminator, joining=r)
         except TooFewSurvivors as exc:
             if meeting is not None:
                 meeting.hold(transport)

@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
 import numpy as np
 
 from ..checkpoint import Keeper, CheckpointPlan
 from ..core.evaluation import Evaluations
 from ..core.interfaces import Backend, RunRecorder
+from ..core.spec import Logging, RunSpec
 from ..core.training import latest_mean
 from ..errors import RankLost, Terminated
 from ..trace import spans as sp
@@ -69,31 +72,53 @@ def average(x: np.ndarray) -> np.ndarray:
     return (np.add.reduce(x.astype(np.float64), axis=0) / len(x)).astype(x.dtype)
 
 
-def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
-            plan: CheckpointPlan | None = None,
-            settings: dict | None = None, terminator=None, resume_from=None,
-            summary_extra: dict | None = None, callback=None,
-            joining: int | None = None, trace=None) -> Result:
-    """Run ``spec`` on ``backend``; the root writes through ``recorder``. Returns the
-    whole Result on every process. ``callback(record)``: called on the root with a copy
-    of each record written (after each logged round); a true return value stops the run
-    there, as a reached target does with ``stop_at_target``. ``joining``: a hot spare
-    that took a node over at round ``joining`` (mpi_teleport/DESIGN.md §11.1): the same
-    loop, entered at that round inside the survivors' recovery, where the back end
-    receives the node's tokens and the root hands over the records (``Backend.join``).
-    ``trace``: a path for the run's timeline (:mod:`mpi_teleport.trace`; None: the one
+class RunPlan(Protocol):
+    """What :func:`execute` reads of a run's prepared settings (the front end's frozen
+    ``RunSettings`` is one; the engine imports no front end): the ``spec`` and its
+    ``logging``; the checkpoint ``plan`` (None: none); the ``manifest`` a checkpoint
+    keeps; ``resume_from``, the run directory a resumed run continues; ``summary_extra``,
+    added to summary.json; ``callback(record)``, called on the root with a copy of each
+    record written, whose true return value stops the run there."""
+
+    @property
+    def spec(self) -> RunSpec: ...
+    @property
+    def logging(self) -> Logging: ...
+    @property
+    def plan(self) -> CheckpointPlan | None: ...
+    @property
+    def manifest(self) -> dict | None: ...
+    @property
+    def resume_from(self) -> Any: ...
+    @property
+    def summary_extra(self) -> dict | None: ...
+    @property
+    def callback(self) -> Callable | None: ...
+
+
+def execute(problem, run: RunPlan, backend: Backend, recorder: RunRecorder, *,
+            terminator=None, joining: int | None = None) -> Result:
+    """Run ``run.spec`` on ``backend`` as the prepared settings ``run`` say (a
+    :class:`RunPlan`); the root writes through ``recorder``. Returns the whole Result on
+    every process. ``terminator``: the caller's signal handler (a checkpoint, then
+    :class:`~mpi_teleport.errors.Terminated`); ``joining``: a hot spare that took a node
+    over at round ``joining`` (mpi_teleport/DESIGN.md §11.1): the same loop, entered at
+    that round inside the survivors' recovery, where the back end receives the node's
+    tokens and the root hands over the records (``Backend.join``). The run's timeline
+    goes to ``run.logging.trace`` (:mod:`mpi_teleport.trace`; None: the one
     ``$MPI_TELEPORT_TRACE`` names, if set): every process records the parts of its rounds
     and the boundaries, written at every checkpoint and at the end."""
-    plan = plan or CheckpointPlan(None, 0, 2)
-    keeper = Keeper(plan, backend, recorder, terminator, settings=settings or {}, spec=spec,
-                    logging=logging, resume_from=resume_from)
+    spec, logging, callback = run.spec, run.logging, run.callback
+    plan = run.plan or CheckpointPlan(None, 0, 2)
+    keeper = Keeper(plan, backend, recorder, terminator, settings=run.manifest or {},
+                    spec=spec, logging=logging, resume_from=run.resume_from)
     x0 = problem.initial()
     restore = None
     if joining is None:
         restore = keeper.restore()
         start_clock = time.perf_counter() - keeper.wall_offset
         keeper.gate()  # (collective) a signal during the set-up stops the run here
-    tracer = _tracer(trace or logging.trace, backend, spec, keeper.start if joining is None else joining,
+    tracer = _tracer(logging.trace, backend, spec, keeper.start if joining is None else joining,
                      joining is not None)
     try:
         for index, phase in enumerate(spec.phases()):
@@ -116,7 +141,7 @@ def execute(problem, spec, logging, backend: Backend, recorder: RunRecorder, *,
         if tracer is not None:
             tracer.flush(backend, final=True)
         raise
-    return _finish(backend, recorder, keeper, start_clock, summary_extra, tracer)
+    return _finish(backend, recorder, keeper, start_clock, run.summary_extra, tracer)
 
 
 def _tracer(path, backend, spec, first: int, joining: bool):
