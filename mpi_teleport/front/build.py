@@ -19,11 +19,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core import topology as topo
-from ..core.spec import RunSpec
+from ..core.spec import Logging, RunSpec
 from ..errors import Naming
+from ..latency.model import LatencySettings
 from . import resume as resume_rules
 from .runner import RunSettings
-from .settings import latency_of, logging_of, rows, setting
+from .settings import rows, setting
 
 __all__ = ["build", "record"]
 
@@ -66,6 +67,17 @@ def _as_recorded(name: str, value):
     return value
 
 
+def group(values: Mapping[str, Any], name: str) -> dict:
+    """The fields of the settings group ``name`` of a RunSettings (``"logging"``,
+    ``"latency"``) that ``values`` hold, from the table's ``where``
+    (``"logging.every"``: ``log_every``): a row placed in a group is carried there
+    without a line here."""
+    prefix = name + "."
+    return {row.where[len(prefix):]: values[row.name] for row in rows()
+            if row.where is not None and row.where.startswith(prefix) and not row.built
+            and row.name in values}
+
+
 def _value(values: Mapping[str, Any], name: str):
     """A setting's value, or its row's default where the front end holds none."""
     return values[name] if name in values else setting(name).default
@@ -77,7 +89,8 @@ def build(values: dict[str, Any], spec: RunSpec, *, naming: Naming, plan, out,
           callback=None, summary_extra: dict | None = None, problem_name: str | None = None,
           resume_from=None) -> RunSettings:
     """The :class:`RunSettings` of one run, from its checked ``values`` and ``spec``, the
-    same way for both front ends: its logging, latency layer, elastic mode and failure
+    same way for both front ends: its logging and latency layer (the fields the table
+    places there, :func:`group`), elastic mode and failure
     plan (``fail`` parsed for ``spec.nodes`` and the spares), the manifest a checkpoint
     keeps (:func:`record` of ``manifest_values``, default ``values``: the command line's
     ``compare`` keeps the job's settings in both runs' checkpoints) and config.json
@@ -93,7 +106,8 @@ def build(values: dict[str, Any], spec: RunSpec, *, naming: Naming, plan, out,
     recorded = record(values, spec.optimizer, identity)
     manifest = (recorded if manifest_values is None
                 else record(manifest_values, spec.optimizer, identity))
-    return RunSettings(spec, logging_of(values, naming), latency_of(values), plan=plan,
+    return RunSettings(spec, Logging(naming=naming, **group(values, "logging")),
+                       LatencySettings(**group(values, "latency")), plan=plan,
                        out=out, manifest=manifest, record={**recorded, **(facts or {})},
                        summary_extra=summary_extra, problem_name=problem_name,
                        resume_from=resume_from, hold=tuple(hold), callback=callback,

@@ -38,7 +38,6 @@ from typing import Any, Callable
 
 from ..core.topology import TOPOLOGIES
 from ..errors import API, CLI, Naming, UsageError  # noqa: F401  (re-exported)
-from ..core.spec import Logging
 from ..latency.model import LatencySettings, check_compute_time, parse_spec
 from ..problems import ProblemSettings
 from ..problems.sampling import SAMPLINGS  # noqa: F401  (the one list of choices)
@@ -612,18 +611,6 @@ def flat_settings(records, latency, checkpoints, out) -> dict:
             "keep_checkpoints": checkpoints.keep, "resume": checkpoints.resume}
 
 
-def logging_of(values: dict, naming: Naming) -> Logging:
-    """The engine's :class:`~mpi_teleport.core.spec.Logging` of checked flat settings."""
-    return Logging(values["log_every"], values["target"], values["stop_at_target"],
-                   naming=naming, eval_every=values["eval_every"],
-                   eval_at_start=values["eval_at_start"], trace=values["trace"])
-
-
-def latency_of(values: dict) -> LatencySettings:
-    """The latency package's settings of checked flat settings."""
-    return LatencySettings(values["latency"], values["clock"], values["compute_time"])
-
-
 def checkpoint_policy(values: dict) -> tuple[int, int]:
     """How often checkpoints are written and how many are kept, of checked flat settings
     (a Config's too: ``checkpoint_policy(cfg.to_dict())``)."""
@@ -760,16 +747,6 @@ class Config:
         given = tuple(name for name in _PROBLEM_FIELDS if self._values[name] != start[name])
         return ProblemSettings(**{name: self._values[name] for name in _PROBLEM_FIELDS},
                                given=given)
-
-    def logging(self) -> Logging:
-        """When this run records and evaluates (the engine's settings)."""
-        return Logging(self.log_every, self.target, self.stop_at_target,
-                       eval_every=self.eval_every, eval_at_start=self.eval_at_start,
-                       trace=self.trace)
-
-    def latency_settings(self) -> LatencySettings:
-        """This run's latency layer (the latency package's settings)."""
-        return latency_of(self.to_dict())
 
     def replace(self, **changes: Any) -> "Config":
         return Config(**{**self._values, **changes})
