@@ -166,6 +166,27 @@ def test_both_front_ends_record_a_setting_alike(tmp_path):
         assert {n: cli[n] for n in both} == {n: api[n] for n in both}, name
 
 
+def test_the_command_line_resumes_an_api_runs_failure_plan(tmp_path, capsys):
+    """The API records the failure plan as the command line spells it (NODE@ROUND), so
+    --resume of an API run takes it from the manifest and goes on to the records of the
+    uninterrupted run; another plan given is refused in one line."""
+    run, plan = tmp_path / "run", [(1, 3), "4@2"]
+    mt.teleportation(Quadratic(n=6, d=4), nodes=6, k=2, rounds=8, lr=0.05, log_every=2,
+                     fail=plan, out=run, checkpoint_every=4)
+    assert json.loads((run / "config.json").read_text())["fail"] == ["4@2", "1@3"]
+    capsys.readouterr()
+    assert sim_main(["--resume", str(run), "--rounds", "10", "--fail", "2@3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--fail ['4@2', '1@3'], not ['2@3']" in err and len(err.splitlines()) == 1
+    with pytest.raises(mt.UsageError, match=r"fail=\['4@2', '1@3'\], not \['2@3'\]"):
+        mt.teleportation(Quadratic(n=6, d=4), nodes=6, k=2, rounds=10, lr=0.05,
+                         fail=["2@3"], resume=run)
+    assert sim_main(["--resume", str(run), "--rounds", "10", "--progress", "off"]) == 0
+    whole = mt.teleportation(Quadratic(n=6, d=4), nodes=6, k=2, rounds=10, lr=0.05,
+                             log_every=2, fail=plan)
+    assert without_time(read_jsonl(run / "metrics.jsonl")) == without_time(whole.records)
+
+
 def test_a_resume_compares_the_optimizer(tmp_path, capsys):
     """Issue 50, class 1: a checkpoint written with AdamW resumed with another optimizer or
     none is refused in one line on both front ends; with the same one it goes on."""

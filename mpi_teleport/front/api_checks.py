@@ -56,13 +56,15 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
         from .preflight import check_spares_fit
 
         check_spares_fit(spares, API)
-    parse_failures(fail, spec.nodes, spares)  # (elastic mode, mpi_teleport/DESIGN.md §11)
+    failures = parse_failures(fail, spec.nodes, spares)  # (elastic mode, DESIGN.md §11)
     values = {**values, "algorithm": spec.algorithm, "k": spec.tokens, "lr": spec.lr,
               "lr_schedule": "function" if callable(spec.lr) else "constant",
               "nesterov": isinstance(spec.momentum, Nesterov),
               "out": places.out, "checkpoint_dir": ck_dir, "resume": places.resume,
               "progress": flag(records.progress, "progress", API),
-              "elastic": bool(elastic), "fail": fail, "spares": spares,
+              "elastic": bool(elastic), "spares": spares,
+              # (as the command line spells the plan: NODE@ROUND, a resume compares it)
+              "fail": tuple(f"{f.node}@{f.round}" for f in failures) or None,
               **({"k_select": spec.k_select} if spec.algorithm == "search" else {})}
     # the step the command line takes too (front.prepare): a refusal is this process's,
     # which train makes one UsageError on every process in the collective of the locks
