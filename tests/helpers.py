@@ -1,14 +1,19 @@
 """What many test files share: the repository's root, and run records without their
-wall-clock fields (two runs of the same numbers differ only there), and ranks as threads
-with the one collective the start-up agreement uses (an allgather).
+wall-clock fields (two runs of the same numbers differ only there), ranks as threads
+with the one collective the start-up agreement uses (an allgather), and tiny data sets
+in Fashion-MNIST's on-disk format (IDX files, raw or gzipped).
 
 The tests directory is on sys.path (tests/conftest.py puts it there, also for the tests
 that run inside MPI ranks), so test files say ``from helpers import ...``.
 """
 from __future__ import annotations
 
+import gzip
+import struct
 import threading
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 WALL_CLOCK = ("time_s",)  # the one field of a metrics record that is measured, not computed
@@ -42,3 +47,32 @@ class ThreadAllgather:
                 return out
 
         return Transport()
+
+
+# ------------------------------------------------------------------ Fashion-MNIST files
+def idx_bytes(arr: np.ndarray) -> bytes:
+    """``arr`` as an IDX file of unsigned bytes (the MNIST/Fashion-MNIST format: magic
+    0x08 type, the number of dimensions, each size big-endian, then the data)."""
+    head = struct.pack(">I", 0x0800 + arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape)
+    return head + np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
+
+
+def write_fashion_mnist(folder: Path, n_train: int = 60, n_test: int = 20, *, seed: int = 0,
+                        gz=("train",), labels=None) -> dict:
+    """The four Fashion-MNIST files flat in ``folder``, random images; the parts
+    ('train', 't10k') named in ``gz`` gzipped. ``labels``: {'train': ..., 't10k': ...}
+    (default random). Returns {'train': (x, y), 't10k': (x, y)}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    g = np.random.default_rng(seed)
+    data = {}
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        x = g.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        y = g.integers(0, 10, size=n, dtype=np.uint8) if labels is None else labels[prefix]
+        for kind, arr in (("images-idx3-ubyte", x), ("labels-idx1-ubyte", y)):
+            name = f"{prefix}-{kind}"
+            if prefix in gz:
+                (folder / (name + ".gz")).write_bytes(gzip.compress(idx_bytes(arr), compresslevel=1))
+            else:
+                (folder / name).write_bytes(idx_bytes(arr))
+        data[prefix] = (x, y)
+    return data

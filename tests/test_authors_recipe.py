@@ -10,7 +10,6 @@ import contextlib
 import io
 import json
 import math
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ from mpi_teleport import sim
 from mpi_teleport.problems import authors_recipe as ar
 from mpi_teleport.problems import fashion_files, partitions
 from mpi_teleport.problems.datasets import FMNIST_FILES
-from helpers import without_time
+from helpers import without_time, write_fashion_mnist
 
 REAL = Path(fashion_files.DEBIAN_DIR)
 HAVE_REAL = all((REAL / (f + ".gz")).is_file() or (REAL / f).is_file() for f in FMNIST_FILES)
@@ -28,22 +27,12 @@ NEEDS_REAL = pytest.mark.skipif(not HAVE_REAL, reason=f"the real Fashion-MNIST i
                                 f"in {REAL} (apt-get install dataset-fashion-mnist)")
 
 
-def _idx(arr: np.ndarray) -> bytes:
-    head = struct.pack(">I", 0x0800 + arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape)
-    return head + np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
-
-
 @pytest.fixture
 def tiny(tmp_path) -> Path:
     """The four files, decompressed, flat: 60 training and 40 test images."""
     folder = tmp_path / "fashion"
-    folder.mkdir()
-    g = np.random.default_rng(3)
-    for prefix, n in (("train", 60), ("t10k", 40)):
-        (folder / f"{prefix}-images-idx3-ubyte").write_bytes(
-            _idx(g.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)))
-        (folder / f"{prefix}-labels-idx1-ubyte").write_bytes(
-            _idx(np.arange(n, dtype=np.uint8) % 10))
+    write_fashion_mnist(folder, 60, 40, seed=3, gz=(), labels={
+        "train": np.arange(60, dtype=np.uint8) % 10, "t10k": np.arange(40, dtype=np.uint8) % 10})
     return folder
 
 

@@ -6,11 +6,9 @@ shuffled per-node passes (sampling="epochs"); and the real files of Debian's
 from __future__ import annotations
 
 import contextlib
-import gzip
 import io
 import json
 import os
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -21,35 +19,12 @@ from mpi_teleport.problems import fashion_files
 from mpi_teleport.problems.datasets import (FMNIST_FILES, DatasetContentError,
                                             DatasetMissingError, fashion_mnist_paths)
 from mpi_teleport.problems.sampling import batches_per_pass, epoch_batch
-from helpers import without_time
+from helpers import idx_bytes as _idx, without_time, write_fashion_mnist as _flat
 
 REAL = Path(fashion_files.DEBIAN_DIR)
 HAVE_REAL = all((REAL / (f + ".gz")).is_file() or (REAL / f).is_file() for f in FMNIST_FILES)
 NEEDS_REAL = pytest.mark.skipif(not HAVE_REAL, reason=f"the real Fashion-MNIST is not installed "
                                 f"in {REAL} (apt-get install dataset-fashion-mnist)")
-
-
-def _idx(arr: np.ndarray) -> bytes:
-    head = struct.pack(">I", 0x0800 + arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape)
-    return head + np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
-
-
-def _flat(folder: Path, n_train=60, n_test=20, gz=("train",), labels=None) -> dict:
-    """The four files flat in ``folder``; the parts named in ``gz`` compressed."""
-    folder.mkdir(parents=True, exist_ok=True)
-    g = np.random.default_rng(0)
-    data = {}
-    for prefix, n in (("train", n_train), ("t10k", n_test)):
-        x = g.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
-        y = g.integers(0, 10, size=n, dtype=np.uint8) if labels is None else labels[prefix]
-        for kind, arr in (("images-idx3-ubyte", x), ("labels-idx1-ubyte", y)):
-            name = f"{prefix}-{kind}"
-            if prefix in gz:
-                (folder / (name + ".gz")).write_bytes(gzip.compress(_idx(arr), compresslevel=1))
-            else:
-                (folder / name).write_bytes(_idx(arr))
-        data[prefix] = (x, y)
-    return data
 
 
 def _snapshot(root: Path) -> dict:
