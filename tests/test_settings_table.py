@@ -161,7 +161,7 @@ def test_both_front_ends_record_a_setting_alike(tmp_path):
         both = (set(cli) & set(api)) - places
         assert {"nodes", "algorithm", "k", "rounds", "lr", "momentum", "topology", "seed",
                 "log_every", "eval_every", "target", "latency", "checkpoint_every",
-                "problem", "dim", "sigma2", "zeta2", "resume", "elastic", "fail",
+                "problem", "dim", "sigma2", "zeta2", "resume", "elastic",
                 "spares"} <= both, name
         assert {n: cli[n] for n in both} == {n: api[n] for n in both}, name
 

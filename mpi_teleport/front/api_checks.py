@@ -63,8 +63,10 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
               "out": places.out, "checkpoint_dir": ck_dir, "resume": places.resume,
               "progress": flag(records.progress, "progress", API),
               "elastic": bool(elastic), "spares": spares,
-              # (as the command line spells the plan: NODE@ROUND, a resume compares it)
-              "fail": tuple(f"{f.node}@{f.round}" for f in failures) or None,
+              # the failure plan, when given, as the command line spells it (NODE@ROUND;
+              # a resume compares it); none given: a resume goes on from the losses its
+              # checkpoint holds
+              **({"fail": tuple(f"{f.node}@{f.round}" for f in failures)} if failures else {}),
               **({"k_select": spec.k_select} if spec.algorithm == "search" else {})}
     # the step the command line takes too (front.prepare): a refusal is this process's,
     # which train makes one UsageError on every process in the collective of the locks
