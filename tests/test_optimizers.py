@@ -13,27 +13,10 @@ from mpi_teleport import checkpoint  # noqa: E402
 from mpi_teleport.errors import UsageError  # noqa: E402
 from mpi_teleport.core.optimizers import Adam, adam_step, from_torch  # noqa: E402
 from helpers import without_time  # noqa: E402
+from torch_toys import F, Lion, blobs, bn_net, net  # noqa: E402
 
 pytestmark = pytest.mark.torch
 torch.set_num_threads(1)
-F, C = 5, 3
-
-
-def blobs(n=96, seed=0):
-    gen = np.random.default_rng(seed)
-    y = gen.integers(0, C, n)
-    return (gen.standard_normal((n, F)) + y[:, None]).astype(np.float32), y
-
-
-def net():
-    return torch.nn.Sequential(torch.nn.Linear(F, 8), torch.nn.ReLU(), torch.nn.Linear(8, C))
-
-
-def bn_net():
-    return torch.nn.Sequential(torch.nn.Linear(F, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
-                               torch.nn.Linear(8, C))
-
-
 def problem(model=net, nodes=4):
     return mt.TorchProblem(model, blobs(), nodes=nodes, seed=1, test=blobs(24, 1), batch_size=4)
 
@@ -185,30 +168,6 @@ def test_a_long_vector_is_stepped_in_blocks_with_the_same_bits(monkeypatch):
 
 
 # ---------------------------------------------------------------- any torch optimizer (issue 47)
-class Lion(torch.optim.Optimizer):
-    """A third-party-style optimizer (sign of an interpolated momentum, as the Lion
-    paper's): its own state (a momentum tensor, a Python int step count) made lazily."""
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            b1, b2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"], state["exp_avg"] = 0, torch.zeros_like(p)
-                state["step"] += 1
-                m = state["exp_avg"]
-                p.mul_(1 - group["lr"] * group["weight_decay"])
-                p.add_(torch.sign(m * b1 + p.grad * (1 - b1)), alpha=-group["lr"])
-                m.mul_(b2).add_(p.grad, alpha=1 - b2)
-
-
 class GlobalState(torch.optim.SGD):
     def step(self, closure=None):
         self.state["calls"] = self.state.get("calls", 0) + 1

@@ -16,50 +16,20 @@ from mpi4py import MPI
 import mpi_teleport as mt
 from mpi_teleport.runtime.collective import MpiJobWarning
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared toys
+from torch_toys import Lion, blobs, bn_net  # noqa: E402
+
 warnings.simplefilter("ignore", MpiJobWarning)  # (each rank also runs the simulator, on purpose)
 torch.set_num_threads(1)
 
 comm = MPI.COMM_WORLD
 n = comm.size
 out = Path(sys.argv[1])
-F, C = 5, 3
-
-
-def blobs(size=96, seed=0):
-    gen = np.random.default_rng(seed)
-    y = gen.integers(0, C, size)
-    return (gen.standard_normal((size, F)) + y[:, None]).astype(np.float32), y
-
-
-def net():
-    return torch.nn.Sequential(torch.nn.Linear(F, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
-                               torch.nn.Linear(8, C))
 
 
 def problem(local):
-    return mt.TorchProblem(net, blobs(), nodes=n, seed=1, test=blobs(40, 1), batch_size=4,
+    return mt.TorchProblem(bn_net, blobs(), nodes=n, seed=1, test=blobs(40, 1), batch_size=4,
                            local_nodes=local)
-
-
-class Lion(torch.optim.Optimizer):
-    """A third-party-style optimizer: its own lazily made state, a Python int step count."""
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            b1, b2 = group["betas"]
-            for p in group["params"]:
-                state = self.state[p]
-                if not state:
-                    state["step"], state["exp_avg"] = 0, torch.zeros_like(p)
-                state["step"] += 1
-                m = state["exp_avg"]
-                p.mul_(1 - group["lr"] * group["weight_decay"])
-                p.add_(torch.sign(m * b1 + p.grad * (1 - b1)), alpha=-group["lr"])
-                m.mul_(b2).add_(p.grad, alpha=1 - b2)
 
 
 def on(mpi):
@@ -72,7 +42,7 @@ def adadelta_teleportation(mpi):
 
 
 def rmsprop_dsgd(mpi):
-    opt = torch.optim.RMSprop(net().parameters(), lr=0.01, momentum=0.5)
+    opt = torch.optim.RMSprop(bn_net().parameters(), lr=0.01, momentum=0.5)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
     return mt.dsgd(problem([comm.rank] if mpi else None), nodes=n, rounds=8, optimizer=opt,
                    lr=sched, log_every=4, **on(mpi))
