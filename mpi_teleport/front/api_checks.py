@@ -10,6 +10,7 @@ public.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..runtime import collective
@@ -109,10 +110,11 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     elif spec.algorithm == "dsgd":
         k = values["nodes"]
     check_checkpoints(values, API, search=spec.algorithm == "search")
-    spec = RunSpec(spec.algorithm, values["nodes"], k, values["rounds"], values["lr"],
-                   momentum_of(values["momentum"], nesterov),
-                   values["topology"], values["variant"], values["seed"], spec.k_select,
-                   spec.optimizer)
+    # (the checked values replace the given ones; a field with no rule here is kept)
+    spec = replace(spec, nodes=values["nodes"], k=k, rounds=values["rounds"], lr=values["lr"],
+                   momentum=momentum_of(values["momentum"], nesterov),
+                   topology=values["topology"], variant=values["variant"],
+                   seed=values["seed"])
     def where(name):
         return None if values[name] is None else Path(absolute(name, values[name], API))
 
