@@ -189,3 +189,17 @@ def test_names_of_the_package_outside_it_still_resolve():
             if not _resolves(match.group(0)):
                 missing.add(f"{path.relative_to(root)}: {match.group(0)}")
     assert not missing, "\n".join(sorted(missing))
+
+
+def test_one_builder_of_run_settings():
+    """Both front ends reach RunSettings through one function (front/build.py's build,
+    issue 44): no other module of the package constructs one."""
+    builders = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+                if called == "RunSettings":
+                    builders.add(name)
+    assert builders == {"mpi_teleport.front.build"}, builders
