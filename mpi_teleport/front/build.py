@@ -26,7 +26,7 @@ from . import resume as resume_rules
 from .runner import RunSettings
 from .settings import rows, setting
 
-__all__ = ["build", "record"]
+__all__ = ["build", "group", "record"]
 
 
 def record(values: Mapping[str, Any], rule=None,

@@ -253,8 +253,10 @@ class Setting:
     written before the setting existed stay the same, and an absent one reads as the
     default on resume), or ``"no"`` (another row records it: the optimizer's options are
     in the optimizer's description); ``where``: the attribute of :class:`~.runner.RunSettings` that
-    carries it (``"spec.rounds"``), checked by :func:`mpi_teleport.train` on what it is
-    handed and agreed by the ranks (``built``: it holds what was built of the setting,
+    carries it (``"spec.rounds"``; a group's field, ``"logging.every"``, is filled from
+    the values by :func:`mpi_teleport.front.build.group`), checked by
+    :func:`mpi_teleport.train` on what it is handed and agreed by the ranks (``built``:
+    it holds what was built of the setting,
     e.g. the optimizer's step rule: agreed, not checked by the rule);
     ``keyword_default``: the Python keyword's default where it differs from the command
     line's (``target``: none unless given; ``progress``: a bool), else the row's one
