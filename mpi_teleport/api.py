@@ -181,7 +181,11 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         round 0 carries ``train_loss`` (and ``train_accuracy`` for classification): the
         mean over the previous round's active nodes of their mini-batch values, from the
         forward passes the gradients made (a problem with ``training_metrics``, e.g. a
-        TorchProblem; no extra pass).
+        TorchProblem; no extra pass). Such a problem's run also records round 1, the
+        first batches' loss (as a plain loop prints batch 0's), evaluated as round 0 is:
+        with every record evaluating (the default) it has ``loss`` like every other;
+        with ``eval_every`` or ``eval_at_start=False`` it carries the training values
+        alone (not for ``search_k`` or elastic runs, whose records have none).
     eval_every : int, optional
         Evaluate the model (test metrics, target, non-finite check) only every this many
         rounds, and at the first and last; the records between carry the training

@@ -200,7 +200,7 @@ def test_the_real_files_are_read_in_place_and_trained_on(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         assert sim.main([*FLAGS, "--out", str(tmp_path / "sim")]) == 0
     records = [json.loads(line) for line in (tmp_path / "sim" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in records] == [0, 3, 6] and all(0 <= r["accuracy"] <= 1 for r in records)
+    assert [r["round"] for r in records] == [0, 1, 3, 6] and all(0 <= r["accuracy"] <= 1 for r in records)
     assert _snapshot(REAL) == before
 
 

@@ -392,8 +392,9 @@ def test_records_say_where_training_is_and_config_names_the_model(tmp_path):
         p, nodes=4, k=2, rounds=8, log_every=2, optimizer=torch.optim.Adadelta, out=tmp_path,
         lr=functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5))
     where = [(r["round"], r["epoch"], r["samples"], r["lr"]) for r in result.records]
-    assert where == [(0, 0.0, 0, 1.0), (2, 0.5, 32, 1.0), (4, 1.0, 64, 1.0), (6, 1.5, 96, 0.5),
-                     (8, 2.0, 128, 0.5)]  # (64 samples, 2 x 8 a round: 4 rounds an epoch)
+    assert where == [(0, 0.0, 0, 1.0), (1, 0.25, 16, 1.0), (2, 0.5, 32, 1.0), (4, 1.0, 64, 1.0),
+                     (6, 1.5, 96, 0.5), (8, 2.0, 128, 0.5)]  # (64 samples, 2 x 8 a round: 4
+    # rounds an epoch; round 1: the first batches' record)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model"] == "Linear" and config["batch_size"] == 8 and config["n_params"] == 10
     assert config["optimizer"].startswith("Adadelta(") and "StepLR" in config["lr"]

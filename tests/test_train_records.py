@@ -66,7 +66,8 @@ def test_the_training_loss_costs_no_forward_pass_and_eval_every_evaluates_only_w
     assert Counted.calls["train"] == 12 * 3 + 3  # one per row and round (+ the start's probe of round 0's holders)
     evaluated = [r["round"] for r in result.records if "loss" in r]
     assert evaluated == [0, 5, 10, 12]  # first, every 5th, last
-    assert [r["round"] for r in result.records] == [0, 2, 4, 5, 6, 8, 10, 12]
+    # round 1: the first batches' training loss, not evaluated (eval_every)
+    assert [r["round"] for r in result.records] == [0, 1, 2, 4, 5, 6, 8, 10, 12]
     assert all("train_loss" in r for r in result.records[1:])
     chunks = 40 // 10
     assert Counted.calls["eval"] == len(evaluated) * chunks
@@ -140,3 +141,60 @@ def test_eval_every_as_a_records_option():
     with pytest.raises(UsageError, match="set the same setting"):
         mt.dsgd(problem(), nodes=6, rounds=10, lr=0.1, eval_every=5,
                 records=mt.Records(eval_every=5))
+
+
+def test_round_1_is_recorded_with_the_first_batches_loss_and_evaluated_as_round_0():
+    """Issue 47: a plain loop prints batch 0's loss; the records carried the first training
+    loss only at round log_every. Round 1's record carries round 0's batches and is
+    evaluated as round 0's record is, so a script reading ``loss`` on every record still
+    finds it by default."""
+    p = problem()
+    result = mt.teleportation(p, nodes=6, k=3, rounds=9, lr=0.1, log_every=4, seed=2)
+    assert [r["round"] for r in result.records] == [0, 1, 4, 8, 9]
+    one = result.records[1]
+    assert {"loss", "accuracy", "consensus", "train_loss", "train_accuracy", "epoch",
+            "samples", "lr"} <= set(one)
+    seen = [v["train_loss"] for v in mt.teleportation(problem(), nodes=6, k=3, rounds=1, lr=0.1,
+                                                      seed=2).records[1:]]
+    assert seen == [one["train_loss"]]  # (round 1 is also the last of a 1-round run)
+    # with eval_every, or with the start's evaluation skipped: the training values alone
+    sparse = mt.teleportation(problem(), nodes=6, k=3, rounds=9, lr=0.1, log_every=4, seed=2,
+                              eval_every=8)
+    assert [(r["round"], "loss" in r) for r in sparse.records] == [
+        (0, True), (1, False), (4, False), (8, True), (9, True)]
+    late = mt.teleportation(problem(), nodes=6, k=3, rounds=9, lr=0.1, log_every=4, seed=2,
+                            eval_at_start=False)
+    assert [(r["round"], "loss" in r) for r in late.records] == [
+        (0, False), (1, False), (4, True), (8, True), (9, True)]
+    for other in (sparse, late):  # the same training, whatever is evaluated
+        assert [r["train_loss"] for r in other.records[1:]] == [r["train_loss"] for r in result.records[1:]]
+    # log_every=1 records round 1 once
+    assert [r["round"] for r in mt.dsgd(problem(), nodes=6, rounds=3, lr=0.1, log_every=1).records] \
+        == [0, 1, 2, 3]
+
+
+def test_round_1_survives_resumes_on_either_side_of_it(tmp_path):
+    settings = dict(nodes=6, k=3, lr=0.1, momentum=0.5, log_every=4, seed=4)
+    full = mt.teleportation(problem(), rounds=9, **settings)
+    for stop in (1, 4):  # a resume from round 1 (its record restored) and from after it
+        run = tmp_path / f"run{stop}"
+        mt.teleportation(problem(), rounds=stop, out=run, checkpoint_every=1, **settings)
+        resumed = mt.teleportation(problem(), rounds=9, out=run, resume=run, **settings)
+        assert without_time(resumed.records) == without_time(full.records), stop
+        assert np.array_equal(resumed.x, full.x)
+
+
+def test_problems_without_batches_search_and_elastic_runs_keep_their_records():
+    """Round 1 is recorded only where a record carries training values: not for a problem
+    that reports no batches (the numpy problems: their records, and test_compatibility's
+    files, are as before), not for the search or elastic runs (no training values)."""
+    from mpi_teleport.problems.quadratic import Quadratic
+
+    plain = mt.teleportation(Quadratic(n=6, d=3), nodes=6, k=2, rounds=8, lr=0.05, log_every=4)
+    assert [r["round"] for r in plain.records] == [0, 4, 8]
+    elastic = mt.teleportation(problem(), nodes=6, k=2, rounds=8, lr=0.05, log_every=4,
+                               fail=["2@3"])
+    assert [r["round"] for r in elastic.records] == [0, 4, 8]
+    search = mt.search_k(problem(validation_fraction=0.2), nodes=6, rounds=4, lr=0.05,
+                         log_every=2)
+    assert 1 not in [r["round"] for r in search.records]

@@ -35,7 +35,7 @@ from ..checkpoint import Keeper, CheckpointPlan
 from ..core.evaluation import Evaluations
 from ..core.interfaces import Backend, RunRecorder
 from ..core.spec import Logging, RunSpec
-from ..core.training import latest_mean
+from ..core.training import first_batches_round, latest_mean, reports_batches
 from ..errors import RankLost, Terminated
 from ..trace import spans as sp
 from .elastic import TooFewSurvivors
@@ -207,6 +207,8 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
 
     backend.set_handover(export, take)
     rounds = keeper.rounds(phase.start, phase.stop)
+    # round 1 is recorded too where records carry the training loss (core/training.py)
+    reports = not elastic and spec.algorithm != "search" and reports_batches(recorder.problem)
     every = max(1, backend.agree_every)
     each = every == 1  # (every boundary agreed: plain runs, the default)
 
@@ -239,12 +241,17 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
                 each_round.end(sp.KEEP, began)
             ok = True
             try:
-                if (r == first and not resuming) or (
-                        r > first and logging.is_log_round(r, phase.start, phase.stop)):
+                logged = r > first and logging.is_log_round(r, phase.start, phase.stop)
+                extra_first = r > first and not logged and first_batches_round(
+                    r, phase.start, phase.stop, reports)
+                if (r == first and not resuming) or logged or extra_first:
                     began = bound.begin(sp.LOG) if bound is not None else 0.0
+                    # (round 1's extra record is evaluated as round 0's was)
+                    evaluate = logging.is_eval_round(r, phase.start, phase.stop) and (
+                        not extra_first or logging.is_eval_round(phase.start, phase.start,
+                                                                 phase.stop))
                     stopped = _log(index, r, backend, recorder, spec, callback, follow=elastic,
-                                   trained=r > first and not elastic,
-                                   evaluate=logging.is_eval_round(r, phase.start, phase.stop),
+                                   trained=r > first and not elastic, evaluate=evaluate,
                                    spans=bound)
                     if bound is not None:
                         bound.boundary(r).end(sp.LOG, began)
