@@ -57,7 +57,7 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
         from .preflight import check_spares_fit
 
         check_spares_fit(spares, API)
-    failures = parse_failures(fail, spec.nodes, spares)  # (elastic mode, DESIGN.md §11)
+    failures = parse_failures(fail, spec.nodes, spares)  # (mpi_teleport/DESIGN.md §11)
     values = {**values, "algorithm": spec.algorithm, "k": spec.tokens, "lr": spec.lr,
               "lr_schedule": "function" if callable(spec.lr) else "constant",
               "nesterov": isinstance(spec.momentum, Nesterov),
