@@ -18,6 +18,7 @@ from pathlib import Path
 from . import report
 from .prepare import Leg, Places, Prepared, prepare
 from .settings import NETWORK_PROBLEMS, resolve
+from ..checkpoint.find import any_checkpoint
 from ..errors import UsageError
 from ..disk.paths import absolute_paths
 from .report import leg_dir
@@ -30,13 +31,28 @@ from .loop_options import step_rule
 def load(raw: dict, world_size: int | None = None):
     """Raw settings (flags over a TOML file) -> a validated Config, checked against the
     disk: settings a ``--resume`` leaves out come from its checkpoint."""
-    raw = absolute_paths(raw)
+    raw = absolute_paths(auto_resume(raw))
     if raw.get("resume") is not None:
         given = raw.get("nodes") is not None
         raw = inherit(raw)
         if not given and raw.get("nodes") is not None:
             raw["_inherited_nodes"] = True
     return check_fits(check(resolve(raw, world_size)), world_size)
+
+
+def auto_resume(raw: dict) -> dict:
+    """``--resume auto`` (the API's ``resume="auto"``): the run's directory
+    (``--checkpoint-dir``, else ``--out``) when it holds a complete checkpoint -- an
+    unfinished run is continued, a finished one reported as it ended -- else no resume, a
+    fresh run: one command line a job array can rerun. One line without a directory."""
+    if raw.get("resume") != "auto":
+        return raw
+    places = [raw.get(name) for name in ("checkpoint_dir", "out") if raw.get(name) is not None]
+    if not places:
+        raise UsageError("--resume auto needs --out or --checkpoint-dir: the directory to "
+                         "continue a run from, or to start one in")
+    found = next((p for p in places if Path(p).is_dir() and any_checkpoint(Path(p))), None)
+    return {**raw, "resume": found}
 
 
 def check(cfg):

@@ -415,7 +415,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("resume", None, "path", "continue from the newest complete checkpoint in DIR (a "
             "run directory, a checkpoint directory or one round-* checkpoint); settings not "
             "given are taken from the checkpoint, and the numbers equal an uninterrupted "
-            "run's", path, metavar="DIR", resume=False,
+            "run's. auto: the run in --out (or --checkpoint-dir) if it has a checkpoint "
+            "(continued; a finished one reported), else a fresh run", path, metavar="DIR",
+            resume=False,
             where="plan.start", built=True),  # (the round it resumes: every rank's same)
     Setting("elastic", False, "bool", "MPI: go on with the surviving nodes when ranks die "
             "(needs ULFM: Open MPI under mpirun --with-ft ulfm, which python -m "
