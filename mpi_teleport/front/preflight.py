@@ -47,7 +47,7 @@ def auto_resume(raw: dict) -> dict:
     fresh run: one command line a job array can rerun. One line without a directory."""
     if raw.get("resume") != "auto":
         return raw
-    places = [raw.get(name) for name in ("checkpoint_dir", "out") if raw.get(name) is not None]
+    places = [raw[name] for name in ("checkpoint_dir", "out") if raw.get(name) is not None]
     if not places:
         raise UsageError("--resume auto needs --out or --checkpoint-dir: the directory to "
                          "continue a run from, or to start one in")
