@@ -102,3 +102,28 @@ def test_a_cross_setting_rule_is_written_once_and_spelt_by_its_front_end():
         from mpi_teleport.front.settings import resolve
 
         resolve({"nodes": 4, "k": "auto", "algorithm": "teleportation", "fail": ("1@2",)})
+
+
+def test_the_engine_takes_the_prepared_settings_whole():
+    """engine.execute(problem, run, backend, recorder): the run's prepared settings as one
+    object (a RunSettings, or anything with its fields: engine.RunPlan), no keyword per
+    setting; the same records as the API's."""
+    from mpi_teleport.core.spec import Logging, RunSpec
+    from mpi_teleport.disk.output import RunFiles
+    from mpi_teleport.front.runner import RunSettings
+    from mpi_teleport.problem import with_defaults
+    from mpi_teleport.runtime import engine
+    from mpi_teleport.runtime.backends.local import LocalBackend
+    from mpi_teleport.runtime.metrics import Recorder
+
+    problem = with_defaults(Quadratic(n=6, d=4))
+    spec, logging = RunSpec("teleportation", 6, 2, 9, 0.05), Logging(every=3, target=None)
+    seen = []
+    run = RunSettings(spec, logging, callback=lambda record: seen.append(record["round"]))
+    backend = LocalBackend(problem, spec)
+    result = engine.execute(problem, run, backend, Recorder(spec, logging, problem,
+                                                            RunFiles(None)))
+    backend.close()
+    api = mt.teleportation(Quadratic(n=6, d=4), nodes=6, k=2, rounds=9, lr=0.05, log_every=3)
+    assert without_time(result.records) == without_time(api.records)
+    assert seen == [0, 3, 6, 9]  # (the run's callback, read from the settings)
