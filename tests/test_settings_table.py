@@ -166,6 +166,29 @@ def test_both_front_ends_record_a_setting_alike(tmp_path):
         assert {n: cli[n] for n in both} == {n: api[n] for n in both}, name
 
 
+def test_an_api_checkpoint_recorded_before_the_one_record_resumes(tmp_path):
+    """API manifests written before the one record (issue 44) lack the settings the API
+    held but did not record (eval_every, resume, progress, elastic, spares): such a
+    checkpoint resumes on both front ends to the uninterrupted run's records."""
+    run = tmp_path / "run"
+    mt.teleportation(Quadratic(n=4, d=4), nodes=4, k=2, rounds=6, lr=0.05, log_every=3,
+                     out=run, checkpoint_every=3, keep_checkpoints=5)
+    for manifest in run.glob("checkpoints/round-*/MANIFEST.json"):
+        data = json.loads(manifest.read_text())
+        for name in ("eval_every", "resume", "progress", "elastic", "spares"):
+            del data["config"][name]
+        manifest.write_text(json.dumps(data))
+    whole = mt.teleportation(Quadratic(n=4, d=4), nodes=4, k=2, rounds=9, lr=0.05,
+                             log_every=3)
+    resumed = mt.teleportation(Quadratic(n=4, d=4), nodes=4, k=2, rounds=9, lr=0.05,
+                               log_every=3, resume=run / "checkpoints" / "round-00000003")
+    assert without_time(resumed.records) == without_time(whole.records)
+    assert sim_main(["--resume", str(run / "checkpoints" / "round-00000006"), "--rounds",
+                     "9", "--out", str(tmp_path / "cli"), "--progress", "off"]) == 0
+    assert without_time(read_jsonl(tmp_path / "cli" / "metrics.jsonl"))[-1] == without_time(
+        whole.records)[-1]
+
+
 def test_the_command_line_resumes_an_api_runs_failure_plan(tmp_path, capsys):
     """The API records the failure plan as the command line spells it (NODE@ROUND), so
     --resume of an API run takes it from the manifest and goes on to the records of the
