@@ -195,8 +195,8 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
     eval_at_start : bool
         Evaluate the model before the first round (round 0's record; default True).
         False skips that evaluation (a large test set at the start of a long run): the
-        record then carries no metric, and the last round is always evaluated, so
-        ``final_<metric>`` is the trained model's.
+        record then carries no metric (nor does round 1's, see ``log_every``), and the
+        last round is always evaluated, so ``final_<metric>`` is the trained model's.
     trace : str or Path, optional
         Write a timeline of every rank's rounds there: a Chrome trace-event file (one
         process per rank; Perfetto, chrome://tracing), at every checkpoint and at the end;
