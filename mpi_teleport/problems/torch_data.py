@@ -60,7 +60,10 @@ def aligned(tensor):
     round differently: a test chunk read as a view into the whole set (the simulator)
     and from a rank's own copy of its slice (MPI) gave evaluation losses that differed in
     their last bits. Aligned, every back end computes the same bits."""
-    if tensor.device.type != "cpu" or tensor.data_ptr() % ALIGNMENT == 0:
+    import torch
+
+    if (tensor.device.type != "cpu" or tensor.layout is not torch.strided  # (sparse: as given)
+            or tensor.data_ptr() % ALIGNMENT == 0):
         return tensor
     return tensor.clone()
 
