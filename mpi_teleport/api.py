@@ -44,7 +44,6 @@ from .front.loop_options import eval_rounds, optimizer_settings, rounds_for, wit
 from .front.settings import (Checkpoints, Latency, Records, keyword_default, merge,
                              merge_latency)
 from .core.schedulers import Scheduler, step_size
-from .core.spec import RunSpec
 from .core.topology import Topology
 
 if TYPE_CHECKING:
@@ -295,11 +294,12 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
     rounds = rounds_for(problem, rounds, epochs, k)
     lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
     lr = step_size(lr, lr_step, problem, k, optimizer)
-    spec = RunSpec("teleportation", nodes, k, rounds, lr, momentum, topology, variant, seed,
-                   optimizer=rule)
+    run = {"algorithm": "teleportation", "nodes": nodes, "k": k, "rounds": rounds, "lr": lr,
+           "momentum": momentum, "nesterov": nesterov, "topology": topology,
+           "variant": variant, "seed": seed}
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, k)
     settings, context = checked_settings(
-        problem, spec, nesterov=nesterov, comm=comm, out=out,
+        problem, run, rule=rule, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
                       callback=callback, eval_every=eval_every,
@@ -361,11 +361,12 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
     rounds = rounds_for(problem, rounds, epochs, nodes)
     lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
     lr = step_size(lr, lr_step, problem, nodes, optimizer)
-    spec = RunSpec("dsgd", nodes, nodes, rounds, lr, momentum, topology, "overlap", seed,
-                   optimizer=rule)
+    run = {"algorithm": "dsgd", "nodes": nodes, "k": nodes, "rounds": rounds, "lr": lr,
+           "momentum": momentum, "nesterov": nesterov, "topology": topology,
+           "variant": "overlap", "seed": seed}
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
     settings, context = checked_settings(
-        problem, spec, nesterov=nesterov, comm=comm, out=out,
+        problem, run, rule=rule, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
                       callback=callback, eval_every=eval_every,
@@ -449,10 +450,12 @@ def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
     comm = resolve_comm(comm)  # ("auto": MPI under a launcher, else the simulator)
     rounds = rounds_for(problem, rounds, epochs, nodes)
     lr = step_size(lr, lr_step, problem, nodes)
-    spec = RunSpec("search", nodes, None, rounds, within_phase(lr, rounds), momentum, topology,
-                   variant, seed, check_select(select))
+    run = {"algorithm": "search", "nodes": nodes, "k": None, "rounds": rounds,
+           "lr": within_phase(lr, rounds), "momentum": momentum, "nesterov": nesterov,
+           "topology": topology, "variant": variant, "seed": seed,
+           "k_select": check_select(select)}
     settings, context = checked_settings(
-        problem, spec, nesterov=nesterov, comm=comm, out=out,
+        problem, run, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       progress=progress, callback=callback, trace=trace),
         checkpoints=Checkpoints(),

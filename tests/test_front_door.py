@@ -127,3 +127,41 @@ def test_the_engine_takes_the_prepared_settings_whole():
     api = mt.teleportation(Quadratic(n=6, d=4), nodes=6, k=2, rounds=9, lr=0.05, log_every=3)
     assert without_time(result.records) == without_time(api.records)
     assert seen == [0, 3, 6, 9]  # (the run's callback, read from the settings)
+
+
+def test_both_front_ends_build_the_run_spec_by_one_builder(monkeypatch):
+    """The command line and the API build a run's RunSpec by the one builder
+    (front/build.py's run_spec, from checked values named as the table's rows): the same
+    settings give equal specs, Nesterov's momentum, topology, variant and seed included;
+    a row's default fills what the values do not hold."""
+    from mpi_teleport.core.spec import RunSpec
+    from mpi_teleport.front import build
+    from mpi_teleport.front.prepare import Places
+    from mpi_teleport.front.settings import setting
+
+    specs = []
+    real = mt.api.train
+
+    def spy(problem, settings, comm=None, context=None):
+        specs.append(settings.spec)
+        return real(problem, settings, comm, context)
+
+    monkeypatch.setattr(mt.api, "train", spy)
+    given = ["--nodes", "6", "--momentum", "0.5", "--nesterov", "--topology", "exp",
+             "--seed", "3", "--variant", "simple"]
+    assert sim_main([*FLAGS, *given]) == 0
+    mt.teleportation(Quadratic(n=6, d=4, seed=3), nodes=6, k=2, rounds=12, lr=0.05,
+                     momentum=0.5, nesterov=True, topology="exp", seed=3,
+                     variant="simple", log_every=4)
+    assert sim_main(["--nodes", "6", *FLAGS[2:], "--algorithm", "dsgd"]) == 0
+    mt.dsgd(Quadratic(n=6, d=4), nodes=6, rounds=12, lr=0.05, log_every=4)
+    cli, api, cli_dsgd, api_dsgd = specs
+    assert cli == api and float(cli.momentum) == 0.5 and cli.moves == "simple"
+    assert cli_dsgd == api_dsgd and cli_dsgd.k == 6
+    assert build.run_spec({"algorithm": "teleportation", "nodes": 4, "k": 2, "rounds": 5,
+                           "lr": 0.1}) == RunSpec("teleportation", 4, 2, 5, 0.1)
+    # the defaults a hand-built RunSettings and a Places fall back on are the table's
+    assert mt.RunSettings(RunSpec("dsgd", 4, 4, 5, 0.1)).logging.every == \
+        setting("log_every").default
+    assert (Places().every, Places().keep) == (setting("checkpoint_every").default,
+                                               setting("keep_checkpoints").default)

@@ -100,9 +100,11 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class Logging:
-    """When to evaluate and what counts as reaching the target."""
+    """When to evaluate and what counts as reaching the target. ``every``: record every
+    this many rounds (no default here: the settings table holds the one default, and
+    the front ends pass it)."""
 
-    every: int = 10
+    every: int
     target: float | None = None
     stop_at_target: bool = False
     naming: Naming = CLI  # how messages spell settings: --lr (command line) or lr (API)

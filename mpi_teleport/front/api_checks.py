@@ -4,20 +4,19 @@ line's rules (:mod:`mpi_teleport.front.settings`), the inputs on disk checked on
 process (:mod:`mpi_teleport.front.resume`), as one :class:`RunSettings` (and the
 :class:`RunContext` carrying a refusal) for :func:`mpi_teleport.train`.
 
-The public functions (:mod:`mpi_teleport.api`) build a :class:`RunSpec` and the option
-objects (:mod:`mpi_teleport.front.settings`) and call :func:`checked_settings`; nothing here is
-public.
+The public functions (:mod:`mpi_teleport.api`) name what runs as the table's rows
+(algorithm, nodes, k, rounds, lr, ...), build the option objects
+(:mod:`mpi_teleport.front.settings`) and call :func:`checked_settings`, which builds the
+:class:`RunSpec` by the command line's builder; nothing here is public.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from ..runtime import collective
-from .build import build, record
+from .build import build, record, run_spec
 from .runner import RunContext, RunSettings
 from ..core.algorithms import Nesterov
-from .loop_options import momentum_of
 from . import resume as resume_rules
 from ..checkpoint.find import auto_resume
 from ..checkpoint import CheckpointPlan, locate
@@ -31,17 +30,21 @@ from .settings import (API, check_checkpoints, check_k, check_spares, check_valu
 from ..core.spec import RunSpec
 
 
-def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Records,
+def checked_settings(problem, run: dict, *, rule=None, comm, out, records: Records,
                      checkpoints: Checkpoints, latency: Latency, elastic: bool = False,
                      fail=None, spares: int = 0) -> tuple[RunSettings, RunContext]:
     """The :class:`RunSettings` of an API call and its :class:`RunContext`: every argument checked
-    (:mod:`mpi_teleport.front.settings`, the command line's rules, spelt as keywords), the
+    (:mod:`mpi_teleport.front.settings`, the command line's rules, spelt as keywords; ``run``:
+    what runs, named as the table's rows: algorithm, nodes, k, rounds, lr, momentum,
+    nesterov, topology, variant, seed and, for the search, k_select; ``rule``: the step
+    rule of ``optimizer=``), the run's spec built by the builder the command line uses
+    (:func:`mpi_teleport.front.build.run_spec`), the
     inputs on disk checked on this process (a resumed checkpoint against these settings
     and file by file, the checkpoint directory free of another run's): a failure of those
     becomes the context's ``refused``, which :func:`mpi_teleport.train` makes one
     UsageError on every process, before anything is written."""
     problem = with_defaults(problem)  # (TypeError naming what is missing)
-    spec, places, ck_dir, values = _checked(spec, nesterov, comm, out, records, checkpoints,
+    spec, places, ck_dir, values = _checked(run, rule, comm, out, records, checkpoints,
                                             latency)
     given = problem.nodes
     if isinstance(given, int) and not isinstance(given, bool) and given != spec.nodes:
@@ -87,7 +90,7 @@ def checked_settings(problem, spec: RunSpec, *, nesterov, comm, out, records: Re
     return settings, RunContext(refused=refused)
 
 
-def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: Checkpoints,
+def _checked(run: dict, rule, comm, out, records: Records, checkpoints: Checkpoints,
              latency: Latency) -> tuple[RunSpec, Places, Path | None, dict]:
     """The run's settings with every value checked by the rules the command line uses
     (spelt as the flat keywords: ``log_every``, also for ``Records(every=...)``), or
@@ -99,22 +102,22 @@ def _checked(spec: RunSpec, nesterov, comm, out, records: Records, checkpoints: 
     else:
         collective.warn_if_in_mpi_job()  # every process of an mpirun job simulating alone?
     values = check_values({
-        "nodes": spec.nodes, "rounds": spec.rounds, "lr": spec.lr, "momentum": spec.momentum,
-        "topology": spec.topology, "variant": spec.variant, "seed": spec.seed,
+        **{name: run[name] for name in ("nodes", "rounds", "lr", "momentum", "topology",
+                                        "variant", "seed")},
         **flat_settings(records, latency, checkpoints, out),
     }, API)
     flag(records.progress, "progress", API)
-    k = spec.k
-    if spec.algorithm == "teleportation":
-        k = check_k(spec.k, values["nodes"], spec.algorithm, API)
-    elif spec.algorithm == "dsgd":
+    algorithm, k = run["algorithm"], run["k"]
+    if algorithm == "teleportation":
+        k = check_k(k, values["nodes"], algorithm, API)
+    elif algorithm == "dsgd":
         k = values["nodes"]
-    check_checkpoints(values, API, search=spec.algorithm == "search")
-    # (the checked values replace the given ones; a field with no rule here is kept)
-    spec = replace(spec, nodes=values["nodes"], k=k, rounds=values["rounds"], lr=values["lr"],
-                   momentum=momentum_of(values["momentum"], nesterov),
-                   topology=values["topology"], variant=values["variant"],
-                   seed=values["seed"])
+    check_checkpoints(values, API, search=algorithm == "search")
+    # (the one builder of both front ends, from the checked values)
+    spec = run_spec({**values, **{name: run[name] for name in ("algorithm", "nesterov",
+                                                                "k_select") if name in run},
+                     "k": k}, rule)
+
     def where(name):
         return None if values[name] is None else Path(absolute(name, values[name], API))
 

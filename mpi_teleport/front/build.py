@@ -19,14 +19,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core import topology as topo
-from ..core.spec import Logging, RunSpec
+from ..core.spec import Logging, RunSpec, cosine_lr
 from ..errors import Naming
 from ..latency.model import LatencySettings
 from . import resume as resume_rules
+from .loop_options import momentum_of
 from .runner import RunSettings
 from .settings import rows, setting
 
-__all__ = ["build", "group", "record"]
+__all__ = ["build", "group", "record", "run_spec"]
 
 
 def record(values: Mapping[str, Any], rule=None,
@@ -81,6 +82,31 @@ def group(values: Mapping[str, Any], name: str) -> dict:
 def _value(values: Mapping[str, Any], name: str):
     """A setting's value, or its row's default where the front end holds none."""
     return values[name] if name in values else setting(name).default
+
+
+def run_spec(values: Mapping[str, Any], rule=None) -> RunSpec:
+    """The :class:`~mpi_teleport.core.spec.RunSpec` of one run, from its checked ``values``
+    (named as the table's rows), the same way for both front ends: ``algorithm``
+    (teleportation, dsgd or search; ``k`` 'auto', the command line's, is the search too),
+    ``nodes``, ``k`` (DSGD: n; the search: none), ``rounds``, ``lr`` (a number or a
+    function of the round; ``lr_schedule`` 'cosine' decays the number over the run's
+    rounds, both phases of the search), ``momentum`` (in Nesterov's form with
+    ``nesterov``), ``topology``, ``variant``, ``seed`` and ``k_select``, each at its
+    row's default where the values hold none. ``rule``: the optimizer's step rule the
+    front end built (:func:`mpi_teleport.front.loop_options.step_rule` of the command
+    line's ``--optimizer``, or the API's ``optimizer=``); None: SGD with the momentum.
+    UsageError (one line) for ``nesterov`` without momentum."""
+    algorithm, k, nodes, rounds = (values["algorithm"], values.get("k"), values["nodes"],
+                                   values["rounds"])
+    search = algorithm == "search" or k == "auto"
+    lr = values["lr"]
+    if _value(values, "lr_schedule") == "cosine":
+        lr = cosine_lr(lr, 2 * rounds if search else rounds)
+    tokens = None if search else nodes if algorithm == "dsgd" else k
+    return RunSpec("search" if search else algorithm, nodes, tokens, rounds, lr,
+                   momentum_of(_value(values, "momentum"), _value(values, "nesterov")),
+                   _value(values, "topology"), _value(values, "variant"),
+                   _value(values, "seed"), _value(values, "k_select"), rule)
 
 
 def build(values: dict[str, Any], spec: RunSpec, *, naming: Naming, plan, out,

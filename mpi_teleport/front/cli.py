@@ -161,18 +161,16 @@ def progress_for(cfg, label: str, rank0: bool = True):
 
 # ----------------------------------------------------------------------------- config -> run
 def run_spec(cfg, algorithm: str, k, problem=None):
-    """The RunSpec of one run a Config asks for (``k`` 'auto': Algorithm 2); ``problem``:
-    the run's (an optimizer's weight decay applies to its parameters only)."""
-    from ..core.spec import RunSpec, cosine_lr
+    """The RunSpec of one run a Config asks for (``k`` 'auto': Algorithm 2), built by the
+    one builder both front ends use (:func:`mpi_teleport.front.build.run_spec`);
+    ``problem``: the run's (an optimizer's weight decay applies to its parameters only)."""
+    from . import build
     from .loop_options import step_rule
 
-    name = "search" if k == "auto" else algorithm
-    total = 2 * cfg.rounds if k == "auto" else cfg.rounds
-    lr = cfg.lr if cfg.lr_schedule == "constant" else cosine_lr(cfg.lr, total)
-    tokens = None if k == "auto" else (cfg.nodes if algorithm == "dsgd" else k)
-    momentum, rule = step_rule(cfg, problem)
-    return RunSpec(name, cfg.nodes, tokens, cfg.rounds, lr, momentum, cfg.topology,
-                   cfg.variant, cfg.seed, cfg.k_select, rule)
+    values = cfg.to_dict()
+    momentum, nesterov, rule = step_rule(values, problem)
+    return build.run_spec({**values, "algorithm": algorithm, "k": k, "momentum": momentum,
+                           "nesterov": nesterov}, rule)
 
 
 def phase_rounds(cfg, rounds_given: int, n_train) -> dict:

@@ -50,28 +50,30 @@ def eval_rounds(problem, eval_every, eval_every_epochs, active):
                       ("eval_every", "eval_every_epochs"))
 
 
-def step_rule(cfg, problem=None):
-    """``(momentum, rule)`` of the command line's ``--optimizer`` (with ``--momentum``,
-    ``--weight-decay``, ``--betas``, ``--eps``): the optimizer torch.optim would build,
-    read by the API's own plumbing (:func:`optimizer_settings`), so a command-line run
-    steps exactly as ``optimizer=`` does. Plain SGD (no weight decay) is the momentum
-    alone, as before optimizers existed."""
-    if cfg.optimizer == "sgd" and not cfg.weight_decay:
-        return momentum_of(cfg.momentum, cfg.nesterov), None
+def step_rule(values, problem=None):
+    """``(momentum, nesterov, rule)`` of the command line's ``--optimizer`` (with
+    ``--momentum``, ``--nesterov``, ``--weight-decay``, ``--betas``, ``--eps``; ``values``
+    named as the table's rows): the optimizer torch.optim would build, read by the API's
+    own plumbing (:func:`optimizer_settings`), so a command-line run steps exactly as
+    ``optimizer=`` does. Plain SGD (no weight decay) is the momentum alone (rule None),
+    as before optimizers existed."""
+    name, lr, decay = values["optimizer"], values["lr"], values["weight_decay"]
+    if name == "sgd" and not decay:
+        return values["momentum"], values["nesterov"], None
     import functools
 
     from ..core.optimizers import _torch
 
     optim = _torch().optim
-    if cfg.optimizer == "sgd":
-        factory = functools.partial(optim.SGD, lr=cfg.lr, momentum=cfg.momentum,
-                                    weight_decay=cfg.weight_decay, nesterov=cfg.nesterov)
+    if name == "sgd":
+        factory = functools.partial(optim.SGD, lr=lr, momentum=values["momentum"],
+                                    weight_decay=decay, nesterov=values["nesterov"])
     else:
-        cls = optim.Adam if cfg.optimizer == "adam" else optim.AdamW
-        factory = functools.partial(cls, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
-                                    weight_decay=cfg.weight_decay)
-    _, momentum, nesterov, rule = optimizer_settings(factory, problem, cfg.lr, 0.0, False)
-    return momentum_of(momentum, nesterov), rule
+        cls = optim.Adam if name == "adam" else optim.AdamW
+        factory = functools.partial(cls, lr=lr, betas=tuple(values["betas"]),
+                                    eps=values["eps"], weight_decay=decay)
+    _, momentum, nesterov, rule = optimizer_settings(factory, problem, lr, 0.0, False)
+    return momentum, nesterov, rule
 
 
 def optimizer_settings(optimizer, problem, lr, momentum, nesterov):

@@ -91,7 +91,7 @@ def prepared(cfg) -> Prepared:
     # (--epochs: the rounds depend on the problem's data; settings_of checks them)
     rounds = cfg.rounds if cfg.epochs is None else None
     return prepare(legs(cfg), places(cfg), nodes=cfg.nodes, rounds=rounds,
-                   record=record(cfg.to_dict(), step_rule(cfg)[1]), naming=CLI,
+                   record=record(cfg.to_dict(), step_rule(cfg.to_dict())[2]), naming=CLI,
                    latency=cfg.latency)
 
 

@@ -25,6 +25,7 @@ from ..disk.paths import check_writable, distinct_dirs
 from ..errors import Naming, UsageError
 from ..latency.model import parse_spec
 from . import resume as resume_rules
+from .settings import setting
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,8 @@ class Places:
     out: Path | None = None
     checkpoint_dir: Path | None = None  # as given (a run's own directory: Leg.checkpoints)
     resume: Path | None = None
-    every: int = 0  # periodic checkpoints
-    keep: int = 2
+    every: int = setting("checkpoint_every").default  # periodic checkpoints (the table's
+    keep: int = setting("keep_checkpoints").default  # defaults, written once there)
     compare: bool = False  # two runs, each resuming its own checkpoint where there is one
 
 

@@ -24,7 +24,7 @@ from ..disk.output import RunFiles
 from ..problem import with_defaults
 from ..runtime.progress import Progress
 from ..errors import CLI, Naming
-from .settings import ABSENT, check_run, check_together, held, rows
+from .settings import ABSENT, check_run, check_together, default_logging, held, rows
 from ..core.spec import Logging, RunSpec
 from ..latency.model import LatencySettings
 
@@ -52,7 +52,7 @@ class RunSettings:
     §11)."""
 
     spec: RunSpec
-    logging: Logging = Logging()
+    logging: Logging = default_logging()  # (the table's defaults)
     latency: LatencySettings = LatencySettings()
     plan: CheckpointPlan | None = None
     out: Path | None = None

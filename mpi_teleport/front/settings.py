@@ -36,6 +36,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
+from ..core.spec import Logging
 from ..core.topology import TOPOLOGIES
 from ..errors import API, CLI, Naming, UsageError  # noqa: F401  (re-exported)
 from ..latency.model import LatencySettings, check_compute_time, parse_spec
@@ -478,6 +479,12 @@ def setting(name: str) -> Setting:
 
 def defaults() -> dict:
     return {s.name: s.default for s in rows()}
+
+
+def default_logging() -> Logging:
+    """The logging of a :class:`~mpi_teleport.front.runner.RunSettings` built without
+    one: records every ``log_every`` rounds at the row's default, no target."""
+    return Logging(every=setting("log_every").default)
 
 
 def keyword_default(name: str) -> Any:
