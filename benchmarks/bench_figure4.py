@@ -135,10 +135,11 @@ def virtual_times(run_cfg: dict, rounds: list[int], tau_us: float, compute_us: f
 
 def measure_compute_us(repeats: int = 5, calls: int = 200) -> float:
     """One digits gradient step (batch 32, one node) on this machine (:func:`step_time_us`)."""
+    from mpi_teleport.front.cli import problem_of
     from mpi_teleport.front.settings import resolve
     from mpi_teleport.problems import make_problem
 
-    return step_time_us(make_problem(resolve({"nodes": 25, "problem": "digits"}).problem_settings()), repeats, calls)
+    return step_time_us(make_problem(problem_of(resolve({"nodes": 25, "problem": "digits"}))), repeats, calls)
 
 
 def step_time_us(problem, repeats: int = 5, calls: int = 200, nodes: int = 25) -> float:

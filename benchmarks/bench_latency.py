@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from mpi_teleport.front import cli  # noqa: E402
 from mpi_teleport.front.settings import resolve  # noqa: E402
 from mpi_teleport.launch import mpi_env, mpirun_command  # noqa: E402
 from mpi_teleport.disk.output import RunFiles, read_jsonl, write_json  # noqa: E402
@@ -97,7 +98,7 @@ def launch(n: int, args: list[str], launcher: str, timeout: float) -> subprocess
 def measure_compute_us(repeats: int = 5, calls: int = 1000) -> float:
     """Time of one local gradient (d = 50): the 25th percentile of the per-call times, the
     smallest over a few repeats (background load only ever adds time)."""
-    problem = make_problem(resolve({"nodes": 25}).problem_settings())
+    problem = make_problem(cli.problem_of(resolve({"nodes": 25})))
     x, out = np.zeros((1, 50)), np.zeros((1, 50))
     medians = []
     for _ in range(repeats):

@@ -260,7 +260,7 @@ def _worker(args, comm, rank: int, size: int) -> dict:
     t_load = time.perf_counter()
     transport = Transport(comm)
     local = transport.local_rank() if args.device == "cuda" else 0
-    problem = make_problem(base.problem_settings(), local, local_nodes=[rank])  # its data only, as the run does
+    problem = make_problem(cli.problem_of(base), local, local_nodes=[rank])  # its data only, as the run does
     load_s = time.perf_counter() - t_load
     timed_problem = Timed(problem, gradient=clocks["compute"])
     # the per-round path posts and waits (post_recvs/post_sends, wait); the fast path

@@ -45,10 +45,10 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
     preparation (:func:`mpi_teleport.front.preflight.prepared`; None: made here)."""
     problem, error, stopped = None, None, 0
     if local is None:  # (collective: before failing)
-        local = transport.local_rank() if needs_local_rank(cfg.problem_settings()) else 0
+        local = transport.local_rank() if needs_local_rank(cli.problem_of(cfg)) else 0
     try:
         with signals.interruptible():  # (a slow factory: a signal need not wait for it)
-            problem = make_problem(cfg.problem_settings(), local, local_nodes=[transport.rank])  # its data only
+            problem = make_problem(cli.problem_of(cfg), local, local_nodes=[transport.rank])  # its data only
     except (UsageError, DatasetMissingError) as exc:
         error = str(exc)
     except signals.SetupInterrupted as stop:
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
         quiet = contextlib.redirect_stdout(io.StringIO()) if rank else contextlib.nullcontext()
         with quiet, warnings.catch_warnings():  # --help prints once; no warning ahead of a refusal
             warnings.simplefilter("ignore")
-            cfg = cli.parse(parser, argv, world_size=comm.Get_size())
+            cfg = cli.from_args(argv, world_size=comm.Get_size(), parser=parser)
             prepared = preflight.prepared(cfg)  # (the disk, the plans: the API's step too)
     except UsageError as exc:  # (reported below, after every rank has had its say)
         error = str(exc)
@@ -199,9 +199,9 @@ def _spares_apart(cfg, comm):
         # below), not beside their rounds nor when it takes a node over
         from .problems import prepare
 
-        prepare(cfg.problem_settings())
+        prepare(cli.problem_of(cfg))
     pool = SparePool(comm, cfg.nodes)
-    local = pool.local_rank() if needs_local_rank(cfg.problem_settings()) else 0  # (collective: all ranks)
+    local = pool.local_rank() if needs_local_rank(cli.problem_of(cfg)) else 0  # (collective: all ranks)
     pool.host_nodes = pool.nodes_on_host()  # (collective: all ranks)
     node_comm, _ = pool.node_comm()
     return pool, local, Transport(node_comm) if node_comm is not None else None

@@ -33,7 +33,7 @@ def simulate(cfg, algorithm: str, k, files: RunFiles | None = None,
     keep_freed_memory()
     try:
         with signals.interruptible():  # (a slow factory: a signal need not wait for it)
-            problem = make_problem(cfg.problem_settings())
+            problem = make_problem(cli.problem_of(cfg))
     except signals.SetupInterrupted as stop:
         raise cli.stopped_in_setup(cfg, algorithm, stop.signum, terminator, prepared) from None
     if k == "auto" and terminator is not None:
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
         with signals.Terminator() as terminator:  # SIGTERM/SIGUSR1: checkpoint, exit 75
             with warnings.catch_warnings():  # nothing printed ahead of a refusal's one line
                 warnings.simplefilter("ignore")
-                cfg = cli.parse(parser, argv)
+                cfg = cli.from_args(argv, parser=parser)
             prepared = preflight.prepared(cfg)  # (the disk, the plans: the API's step too)
             # --out, --checkpoint-dir: this job's alone (the one lock function, one process)
             release = runner.hold_agreed(prepared.hold, None, True)

@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
+from mpi_teleport.front.cli import problem_of  # noqa: E402
 from mpi_teleport.front.settings import resolve  # noqa: E402
 from mpi_teleport.disk.output import RunFiles  # noqa: E402
 from mpi_teleport.front.cli import with_epochs  # noqa: E402
@@ -26,7 +27,7 @@ def test_digits_accuracy_rises_well_above_chance():
 
 def test_epochs_give_every_method_the_same_samples():
     cfg = resolve({"nodes": 8, "problem": "digits", "epochs": 2.0, "batch_size": 16})
-    problem = make_problem(cfg.problem_settings())
+    problem = make_problem(problem_of(cfg))
     tele = with_epochs(cfg, "teleportation", 2, problem).rounds
     dsgd = with_epochs(cfg, "dsgd", 8, problem).rounds
     assert dsgd == -(-2 * problem.n_train // (16 * 8))
@@ -62,7 +63,7 @@ def test_host_staging_path_equals_the_flat_path_on_the_cpu():
 
     from mpi_teleport.problems.network import NetworkProblem
 
-    cfg = resolve({"nodes": 4, "problem": "digits", "alpha": 0.5}).problem_settings()
+    cfg = problem_of(resolve({"nodes": 4, "problem": "digits", "alpha": 0.5}))
     flat, staged = NetworkProblem(cfg, "cpu"), NetworkProblem(cfg, "cpu", staged=True)
     assert flat.flat is not None and staged.flat is None
     x0 = flat.initial()

@@ -408,3 +408,29 @@ def test_the_api_agrees_on_a_piece_setting_on_one_rank_too(tmp_path, mpirun):
     refused = [line for line in proc.stdout.splitlines() if line.startswith("REFUSED")]
     assert len(refused) == 2 and len(set(refused)) == 1, proc.stdout
     assert "MPI_TELEPORT_PIECE_PEERS (" in refused[0]
+
+
+def test_the_command_lines_one_entry_gives_a_values_view(tea, tmp_path):
+    """cli.from_args(argv, toml) is the command lines' documented entry: flags over the
+    TOML file over the table's defaults, a frozen Config that only views the values
+    (what the ranks agree on and what a problem is built from are functions of the
+    values, beside the table and the problem factory, not methods of it)."""
+    from mpi_teleport.front import cli
+    from mpi_teleport.problems import problem_settings
+
+    toml = tmp_path / "t.toml"
+    toml.write_text('tea = "black"\nnodes = 4\nalpha = 0.5\n')
+    cfg = cli.from_args(["--k", "2"], toml)
+    assert (cfg.tea, cfg.nodes, cfg.k) == ("black", 4, 2)
+    assert cli.from_args(["--tea", "green"], toml).tea == "green"  # (flags win)
+    assert cfg == cli.from_args(["--config", str(toml), "--k", "2"])
+    with pytest.raises(mt.UsageError, match=r"^--tea: unknown value 'red'"):
+        cli.from_args(["--nodes", "4", "--tea", "red"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.nodes = 5  # type: ignore[misc]
+    assert not hasattr(table.Config, "agreed") and not hasattr(table.Config, "problem_settings")
+    values = cfg.to_dict()
+    assert table.agreed(values) == {s.name: values[s.name] for s in table.rows() if s.agree}
+    assert "tea" in table.agreed(values) and "progress" not in table.agreed(values)
+    built = problem_settings(values, table.defaults())
+    assert (built.nodes, built.alpha, built.given) == (4, 0.5, ("nodes", "alpha"))

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from .settings import CLI, Config, UsageError, from_toml, rows
+from .settings import CLI, Config, UsageError, agreed, from_toml, rows
 from ..problems import is_factory
 from ..runtime.collective import first_error, ranks_text
 from ..runtime.signals import EXIT_USAGE
@@ -63,6 +63,32 @@ def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) 
     return preflight.load(raw, world_size)
 
 
+def from_args(argv, toml=None, *, world_size: int | None = None,
+              parser: argparse.ArgumentParser | None = None) -> Config:
+    """The command lines' one entry to their settings: the flags ``argv`` over the TOML
+    file ``toml`` (or the flags' own ``--config FILE.toml``, which wins) over the table's
+    defaults, checked by the table's rules and against the disk (a ``--resume`` supplies
+    the settings it leaves out), as the job's :class:`~.settings.Config`: a frozen view
+    of its values named as the table's rows. ``world_size``: the MPI job's ranks (None:
+    the simulator); ``parser``: the front end's (:func:`build_parser`; its program name
+    is in the help only). UsageError (one line) for bad input. Each run of the job is
+    then :func:`settings_of` ``(cfg, algorithm, k, problem)``, the
+    :class:`~mpi_teleport.front.runner.RunSettings` that :func:`mpi_teleport.train`
+    takes, built by the builder the Python API uses.
+
+    >>> from mpi_teleport.front.cli import from_args
+    >>> from_args(["--nodes", "8", "--k", "2", "--lr", "0.05"]).to_dict()["k"]
+    2
+    """
+    import os
+
+    parser = parser or build_parser("mpi_teleport", "")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if toml is not None:
+        argv = ["--config", os.fspath(toml), *argv]
+    return parse(parser, argv, world_size)
+
+
 def fail(prog: str, message: str, show: bool = True) -> int:
     """Print the one-line error (on the printing rank only) and return exit status 2."""
     if show:
@@ -110,7 +136,7 @@ def fingerprint(cfg) -> dict:
                 for block in schedule.search_blocks(cfg.seed, cfg.nodes, t):
                     h.update(block.tobytes())
     h.update(rng.normals(rng.key(cfg.seed, rng.STREAM_NOISE, 0), [0, cfg.nodes - 1], 4).tobytes())
-    settings = cfg.agreed()  # (the table's rows every rank must hold alike)
+    settings = agreed(cfg.to_dict())  # (the table's rows every rank must hold alike)
     return {
         "config": settings,
         "config_hash": hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest(),
@@ -160,6 +186,17 @@ def progress_for(cfg, label: str, rank0: bool = True):
 
 
 # ----------------------------------------------------------------------------- config -> run
+def problem_of(cfg):
+    """What building a job's problem needs of its Config
+    (:func:`mpi_teleport.problems.problem_settings` of its values, ``given`` the
+    settings away from the table's defaults), for
+    :func:`mpi_teleport.problems.make_problem`."""
+    from ..problems import problem_settings
+    from .settings import defaults
+
+    return problem_settings(cfg.to_dict(), defaults())
+
+
 def run_spec(cfg, algorithm: str, k, problem=None):
     """The RunSpec of one run a Config asks for (``k`` 'auto': Algorithm 2), built by the
     one builder both front ends use (:func:`mpi_teleport.front.build.run_spec`);
@@ -240,7 +277,7 @@ def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, prepared=
     from ..problems import describe, factory
 
     given = cfg
-    used = (factory.record(cfg.problem, cfg.problem_settings(), mpi) if is_factory(cfg.problem)
+    used = (factory.record(cfg.problem, problem_of(cfg), mpi) if is_factory(cfg.problem)
             else None)
     cfg = with_epochs(cfg, algorithm, k, problem)  # (a factory's problem: its batch size)
     with_threads(problem, cfg.threads)

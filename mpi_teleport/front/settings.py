@@ -17,7 +17,7 @@ or runs silently.
   derived from it: the command line's flags and ``--config`` keys (:func:`coerce`,
   :func:`from_toml`), :class:`Config`, the rules :func:`check_values` applies (the API's
   keywords too), what a resume may change (:func:`resumable_changes`), what the ranks
-  agree on (:meth:`Config.agreed`, :func:`agreement`), what config.json records
+  agree on (:func:`agreed`, :func:`~.runner.agreement`), what config.json records
   (:func:`mpi_teleport.front.build.record`), the check of a hand-built RunSettings (:func:`check_run`)
   and the settings reference of the manual. :func:`check_k` and
   :func:`check_checkpoints` are the rules that tie settings together.
@@ -40,7 +40,6 @@ from ..core.spec import Logging
 from ..core.topology import TOPOLOGIES
 from ..errors import API, CLI, Naming, UsageError  # noqa: F401  (re-exported)
 from ..latency.model import LatencySettings, check_compute_time, parse_spec
-from ..problems import ProblemSettings
 from ..problems.sampling import SAMPLINGS  # noqa: F401  (the one list of choices)
 from ..runtime.search import CRITERIA as K_SELECTS
 
@@ -501,6 +500,14 @@ def unset(name: str) -> "Default":
     return Default(keyword_default(name))
 
 
+def agreed(values: dict) -> dict:
+    """What every rank must hold alike of a job's settings ``values`` (a Config's, named
+    as the rows): the table's ``agree`` rows, for the command line's first collective
+    (:func:`mpi_teleport.front.cli.fingerprint`; ``train``'s own agreement on what a
+    RunSettings carries is :func:`mpi_teleport.front.runner.agreement`)."""
+    return {s.name: values[s.name] for s in rows() if s.agree}
+
+
 def resumable_changes() -> frozenset:
     """Settings a resumed run may change: they never change the numbers of the tokens."""
     return frozenset(s.name for s in rows() if not s.resume)
@@ -697,19 +704,17 @@ def check_checkpoints(values: dict, naming: Naming, search: bool = False) -> Non
                          "go to DIR/checkpoints) or checkpoint_dir=DIR")
 
 
-# The Config's settings a problem is built from, in ProblemSettings' order.
-_PROBLEM_FIELDS = ("problem", "nodes", "seed", "dim", "sigma2", "zeta2", "batch_size", "sampling",
-                   "alpha", "val_fraction", "data_dir", "download", "device", "elastic")
-
-
 def _config(values: dict) -> "Config":
     return Config(**values)
 
 
 class Config:
-    """The command line's settings: one attribute per row of :data:`SETTINGS`, each at its
-    default unless given; frozen (:meth:`replace` makes a changed copy). Built by
-    :func:`resolve` from flags over a TOML file."""
+    """The command line's settings of a job, a frozen view of its checked values: one
+    attribute per row of :data:`SETTINGS`, each at its default unless given
+    (:meth:`to_dict`: the values named as the rows, what :func:`agreed`,
+    :func:`mpi_teleport.problems.problem_settings` and the builders read;
+    :meth:`replace` makes a changed copy). Built by :func:`resolve` from flags over a
+    TOML file (:func:`mpi_teleport.front.cli.from_args`)."""
 
     __slots__ = ("_values",)
     _values: dict
@@ -747,17 +752,6 @@ class Config:
 
     def to_dict(self) -> dict:
         return dict(self._values)
-
-    def agreed(self) -> dict:
-        """What every rank must hold alike (the table's ``agree`` rows)."""
-        return {s.name: self._values[s.name] for s in rows() if s.agree}
-
-    def problem_settings(self) -> ProblemSettings:
-        """What building this run's problem needs (the problems see no Config)."""
-        start = defaults()
-        given = tuple(name for name in _PROBLEM_FIELDS if self._values[name] != start[name])
-        return ProblemSettings(**{name: self._values[name] for name in _PROBLEM_FIELDS},
-                               given=given)
 
     def replace(self, **changes: Any) -> "Config":
         return Config(**{**self._values, **changes})

@@ -43,7 +43,7 @@ def serve(cfg, pool, local_rank: int, terminator, meeting=None, prepared=None) -
         pool.released = value
         return None
     (algorithm, k), = report.runs_requested(cfg)  # (elastic mode runs one algorithm)
-    problem = make_problem(cfg.problem_settings(), local_rank, local_nodes=[pool.node])  # the dead node's data
+    problem = make_problem(cli.problem_of(cfg), local_rank, local_nodes=[pool.node])  # the dead node's data
     settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True, prepared=prepared)
     # (the run goes on as that node, from the survivors' round, on the reformed
     # communicator: the message that woke this spare said which)

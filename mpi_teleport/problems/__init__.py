@@ -10,7 +10,9 @@ neither torch nor mpi4py.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 from .factory import from_factory  # noqa: F401  (re-exported)
 
@@ -23,8 +25,8 @@ class ProblemSettings:
     dimension and noise, the network problems' data and split settings, whether the run
     is elastic (a node's data must then be rebuildable alone), and ``given``: the data
     settings set away from their defaults (a user's factory receives those it takes and
-    refuses the others). The command line builds it from its Config
-    (``Config.problem_settings``)."""
+    refuses the others). The command line builds it from its settings' values
+    (:func:`problem_settings`)."""
 
     problem: str
     nodes: int
@@ -41,6 +43,17 @@ class ProblemSettings:
     device: str
     elastic: bool
     given: tuple[str, ...] = ()
+
+
+def problem_settings(values: Mapping[str, Any], defaults: Mapping[str, Any]) -> ProblemSettings:
+    """What building a run's problem needs of its settings ``values`` (named as the
+    settings table's rows, which name every field of :class:`ProblemSettings`: a command
+    line's ``Config.to_dict()``), ``given`` the fields away from ``defaults`` (the
+    table's, ``mpi_teleport.front.settings.defaults()``), which a user's factory receives
+    when it takes them. The problems see no front end's objects, only these values."""
+    names = [f.name for f in fields(ProblemSettings) if f.name != "given"]
+    return ProblemSettings(**{name: values[name] for name in names},
+                           given=tuple(name for name in names if values[name] != defaults[name]))
 
 
 def needs_local_rank(cfg: ProblemSettings) -> bool:
