@@ -434,3 +434,88 @@ def test_the_command_lines_one_entry_gives_a_values_view(tea, tmp_path):
     assert "tea" in table.agreed(values) and "progress" not in table.agreed(values)
     built = problem_settings(values, table.defaults())
     assert (built.nodes, built.alpha, built.given) == (4, 0.5, ("nodes", "alpha"))
+
+
+# A problem that counts epochs (n_train, batch_size), built by a factory the command line
+# names (--problem MODULE:FUNCTION); numpy only.
+EPOCHS_PROBLEM = '''
+import numpy as np
+
+class Mean:
+    dim, dtype = 2, np.float64
+
+    def __init__(self, nodes, batch_size):
+        self.nodes, self.batch_size, self.n_train = nodes, batch_size, 120
+
+    def initial(self):
+        return np.zeros(2)
+
+    def gradient(self, nodes, x, t, out=None):
+        return np.subtract(x, np.asarray(nodes, np.float64)[:, None], out=out)
+
+    def evaluate(self, x):
+        return {"error": float(np.mean((x.mean(0) - 1.5) ** 2))}
+
+def data(nodes, seed, batch_size=10):
+    return Mean(nodes, batch_size)
+'''
+
+
+@pytest.fixture
+def epochs_problem(tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    from mpi_teleport.problems import factory
+
+    (tmp_path / "epochs_problem.py").write_text(EPOCHS_PROBLEM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    factory._BUILT.clear()
+    sys.modules.pop("epochs_problem", None)
+    yield importlib.import_module("epochs_problem")
+    sys.modules.pop("epochs_problem", None)
+    factory._BUILT.clear()
+
+
+def test_the_authors_warmup_cosine_from_the_command_line(tmp_path, epochs_problem, capsys):
+    """Issue 46's schedule on the command line (--lr-schedule cosine-warmup,
+    --warmup-epochs W): two table rows and the spec builder; the run equals the API's
+    lr=cosine_with_warmup(...) record for record, config.json records it, a resume goes
+    on with it and is refused in one line with another warm-up; without --epochs, or a
+    warm-up without the schedule, one line too."""
+    from mpi_teleport.problems.authors_recipe import cosine_with_warmup
+
+    flags = ["--problem", "epochs_problem:data", "--nodes", "4", "--k", "2", "--algorithm",
+             "teleportation", "--lr", "0.1", "--log-every", "1", "--progress", "off",
+             "--lr-schedule", "cosine-warmup", "--warmup-epochs", "1"]
+    run = tmp_path / "run"
+    # 120 samples / (batch 10 * k 2) = 6 rounds an epoch: 2 epochs, 12 rounds
+    assert sim_main([*flags, "--epochs", "2", "--checkpoint-every", "6", "--out", str(run)]) == 0
+    config = json.loads((run / "config.json").read_text())
+    assert (config["lr_schedule"], config["warmup_epochs"], config["lr"]) == (
+        "cosine-warmup", 1, 0.1)
+    capsys.readouterr()
+    assert sim_main(["--resume", str(run), "--epochs", "2", "--warmup-epochs", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--warmup-epochs" in err, err
+    import shutil
+
+    newest = sorted((run / "checkpoints").glob("round-*"))
+    assert [p.name for p in newest] == ["round-00000006", "round-00000012"]
+    shutil.rmtree(newest[-1])  # (as if stopped after round 6: the warm-up's epoch is over)
+    assert sim_main(["--resume", str(run), "--epochs", "2", "--progress", "off"]) == 0
+    assert (run / "checkpoints" / "round-00000012").is_dir()
+    whole = mt.teleportation(epochs_problem.data(4, 0), nodes=4, k=2, epochs=2,
+                             lr=cosine_with_warmup(0.1, 2, 6, warmup_epochs=1), log_every=1)
+    assert without_time(read_jsonl(run / "metrics.jsonl")) == without_time(whole.records)
+    constant = mt.teleportation(epochs_problem.data(4, 0), nodes=4, k=2, epochs=2, lr=0.1,
+                                log_every=1)
+    assert without_time(constant.records) != without_time(whole.records)
+    for bad, says in ((["--rounds", "5"], "--lr-schedule cosine-warmup needs --epochs"),
+                      (["--epochs", "1", "--warmup-epochs", "-1"],
+                       "--warmup-epochs must be >= 0"),
+                      (["--epochs", "1", "--lr-schedule", "constant"],
+                       "--warmup-epochs is --lr-schedule cosine-warmup's")):
+        assert sim_main([*flags, *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and says in err, err

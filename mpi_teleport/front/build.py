@@ -20,7 +20,7 @@ from typing import Any
 
 from ..core import topology as topo
 from ..core.spec import Logging, RunSpec, cosine_lr
-from ..errors import Naming
+from ..errors import Naming, UsageError
 from ..latency.model import LatencySettings
 from . import resume as resume_rules
 from .loop_options import momentum_of
@@ -84,29 +84,52 @@ def _value(values: Mapping[str, Any], name: str):
     return values[name] if name in values else setting(name).default
 
 
-def run_spec(values: Mapping[str, Any], rule=None) -> RunSpec:
+def run_spec(values: Mapping[str, Any], rule=None, per_epoch: float | None = None) -> RunSpec:
     """The :class:`~mpi_teleport.core.spec.RunSpec` of one run, from its checked ``values``
     (named as the table's rows), the same way for both front ends: ``algorithm``
     (teleportation, dsgd or search; ``k`` 'auto', the command line's, is the search too),
     ``nodes``, ``k`` (DSGD: n; the search: none), ``rounds``, ``lr`` (a number or a
     function of the round; ``lr_schedule`` 'cosine' decays the number over the run's
-    rounds, both phases of the search), ``momentum`` (in Nesterov's form with
+    rounds, both phases of the search; 'cosine-warmup', the authors' recipe,
+    :func:`~mpi_teleport.problems.authors_recipe.cosine_with_warmup` over ``epochs``
+    after ``warmup_epochs``, ``per_epoch`` rounds an epoch, each phase of the search
+    anew), ``momentum`` (in Nesterov's form with
     ``nesterov``), ``topology``, ``variant``, ``seed`` and ``k_select``, each at its
     row's default where the values hold none. ``rule``: the optimizer's step rule the
     front end built (:func:`mpi_teleport.front.loop_options.step_rule` of the command
     line's ``--optimizer``, or the API's ``optimizer=``); None: SGD with the momentum.
-    UsageError (one line) for ``nesterov`` without momentum."""
+    UsageError (one line) for ``nesterov`` without momentum, or 'cosine-warmup' without
+    epochs or ``per_epoch``."""
     algorithm, k, nodes, rounds = (values["algorithm"], values.get("k"), values["nodes"],
                                    values["rounds"])
     search = algorithm == "search" or k == "auto"
     lr = values["lr"]
-    if _value(values, "lr_schedule") == "cosine":
+    schedule = _value(values, "lr_schedule")
+    if schedule == "cosine":
         lr = cosine_lr(lr, 2 * rounds if search else rounds)
+    elif schedule == "cosine-warmup":
+        lr = _cosine_with_warmup(values, per_epoch, search)
     tokens = None if search else nodes if algorithm == "dsgd" else k
     return RunSpec("search" if search else algorithm, nodes, tokens, rounds, lr,
                    momentum_of(_value(values, "momentum"), _value(values, "nesterov")),
                    _value(values, "topology"), _value(values, "variant"),
                    _value(values, "seed"), _value(values, "k_select"), rule)
+
+
+def _cosine_with_warmup(values: Mapping[str, Any], per_epoch: float | None, search: bool):
+    """The authors' schedule of ``values`` (their lr, epochs, warmup_epochs), a function
+    of the round (of the round within its phase for the search, as the API's search_k
+    gives a function)."""
+    from ..problems.authors_recipe import cosine_with_warmup
+    from .loop_options import within_phase
+
+    epochs = _value(values, "epochs")
+    if epochs is None or not per_epoch:
+        raise UsageError("lr_schedule 'cosine-warmup' counts epochs: it needs epochs and a "
+                         "problem that knows n_train and batch_size")
+    lr = cosine_with_warmup(values["lr"], epochs, per_epoch,
+                            warmup_epochs=_value(values, "warmup_epochs"))
+    return within_phase(lr, values["rounds"]) if search else lr
 
 
 def build(values: dict[str, Any], spec: RunSpec, *, naming: Naming, plan, out,

@@ -206,8 +206,12 @@ def run_spec(cfg, algorithm: str, k, problem=None):
 
     values = cfg.to_dict()
     momentum, nesterov, rule = step_rule(values, problem)
+    per_epoch = None  # (--lr-schedule cosine-warmup: rounds an epoch, as --epochs counts them)
+    if cfg.lr_schedule == "cosine-warmup" and getattr(problem, "n_train", None):
+        active = cfg.nodes if algorithm == "dsgd" or k == "auto" else k
+        per_epoch = problem.n_train / (int(cfg.batch_size) * active)
     return build.run_spec({**values, "algorithm": algorithm, "k": k, "momentum": momentum,
-                           "nesterov": nesterov}, rule)
+                           "nesterov": nesterov}, rule, per_epoch)
 
 
 def phase_rounds(cfg, rounds_given: int, n_train) -> dict:

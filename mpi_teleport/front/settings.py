@@ -233,7 +233,7 @@ def threads(value, field, naming):
 ALGORITHMS = ("compare",) + tuple(name for name in RUNS if name != "search")
 PROBLEMS = ("quadratic", "digits", "fashion-mnist", "cifar10")
 NETWORK_PROBLEMS = PROBLEMS[1:]
-LR_SCHEDULES = ("constant", "cosine")
+LR_SCHEDULES = ("constant", "cosine", "cosine-warmup")
 DEVICES = ("auto", "cpu", "cuda")
 PROGRESS = ("auto", "on", "off")
 OPTIMIZERS = ("sgd", "adam", "adamw")  # torch.optim's names, as --optimizer spells them
@@ -364,8 +364,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("val_fraction", 0.1, "float", "networks: fraction of the training set held out "
             "for validation (--k auto selects on it; default 0.1; 0: train on every sample)",
             fraction, metavar="F"),
-    Setting("lr_schedule", "constant", "choice", "constant (default) or cosine decay over "
-            "the run", choices=LR_SCHEDULES),
+    Setting("lr_schedule", "constant", "choice", "constant (default); cosine = cosine decay "
+            "over the run; cosine-warmup = the authors' recipe (timm's CosineLRScheduler "
+            "stepped once per epoch): --warmup-epochs W epochs rising linearly from 5e-5 to "
+            "--lr, then a cosine over --epochs E epochs down to 1e-4 (needs --epochs)",
+            choices=LR_SCHEDULES),
+    Setting("warmup_epochs", 10, "int", "--lr-schedule cosine-warmup: the warm-up's epochs "
+            "(default 10, the authors')", at_least(0, " (0 = no warm-up)"), metavar="W",
+            record="when set"),
     Setting("eval_every", None, "int", "evaluate the model (test metrics, --target, the "
             "non-finite check) only every R rounds and at the first and last; the records "
             "between (every --log-every) carry the training loss alone. Default: every "
@@ -913,6 +919,7 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
     if cfg.problem not in PROBLEMS and "target" not in raw:
         cfg = cfg.replace(target=None)  # a user's problem: no target unless given
     _check_optimizer(cfg)
+    _check_schedule(cfg)
     if cfg.eval_every is not None and cfg.k == "auto":  # (as search_k takes no eval_every)
         raise UsageError("--eval-every is not taken by --k auto: Algorithm 2 selects k from "
                          "the evaluated records; use --log-every")
@@ -947,6 +954,17 @@ def _check_optimizer(cfg: Config) -> None:
     if cfg.threads is not None and cfg.problem == "quadratic":
         raise UsageError(f"--threads {cfg.threads}: the quadratic problem computes with "
                          f"numpy, not torch; drop --threads")
+
+
+def _check_schedule(cfg: Config) -> None:
+    """--lr-schedule cosine-warmup counts epochs: its cosine spans --epochs after the
+    warm-up; --warmup-epochs is its own."""
+    if cfg.lr_schedule == "cosine-warmup" and cfg.epochs is None:
+        raise UsageError("--lr-schedule cosine-warmup needs --epochs E (its cosine spans E "
+                         "epochs after the warm-up): give --epochs instead of --rounds")
+    if cfg.lr_schedule != "cosine-warmup" and cfg.warmup_epochs != defaults()["warmup_epochs"]:
+        raise UsageError(f"--warmup-epochs is --lr-schedule cosine-warmup's: add it, or drop "
+                         f"--warmup-epochs {cfg.warmup_epochs}")
 
 
 def _nodes_beside_spares(cfg: Config, world_size: int) -> int:
