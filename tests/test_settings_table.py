@@ -519,3 +519,22 @@ def test_the_authors_warmup_cosine_from_the_command_line(tmp_path, epochs_proble
         assert sim_main([*flags, *bad]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and says in err, err
+
+
+def test_the_authors_warmup_cosine_under_mpi_equals_the_simulator(tmp_path, mpirun,
+                                                                   epochs_problem):
+    """--lr-schedule cosine-warmup under mpirun -n 4: every rank builds the same schedule
+    from the same rows (and agrees on them), so the records equal the simulator's."""
+    import os
+
+    flags = ["--problem", "epochs_problem:data", "--k", "2", "--algorithm", "teleportation",
+             "--lr", "0.1", "--log-every", "1", "--progress", "off", "--epochs", "2",
+             "--lr-schedule", "cosine-warmup", "--warmup-epochs", "1"]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = mpirun(4, ["-m", "mpi_teleport.run", *flags, "--out", str(tmp_path / "mpi")],
+                  env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sim_main(["--nodes", "4", *flags, "--out", str(tmp_path / "sim")]) == 0
+    assert (without_time(read_jsonl(tmp_path / "mpi" / "metrics.jsonl"))
+            == without_time(read_jsonl(tmp_path / "sim" / "metrics.jsonl")))
+    assert json.loads((tmp_path / "mpi" / "config.json").read_text())["warmup_epochs"] == 1
