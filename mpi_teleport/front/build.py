@@ -5,7 +5,8 @@ The command lines (:func:`mpi_teleport.front.cli.settings_of`: one run of a ``Co
 and the Python API (:func:`mpi_teleport.front.api_checks.checked_settings`: one call's
 keywords) each check what they were given by the settings table's rules
 (:mod:`mpi_teleport.front.settings`) into flat *values* named as the table names its
-rows, build the run's :class:`~mpi_teleport.core.spec.RunSpec`, prepare the disk
+rows, build the run's :class:`~mpi_teleport.core.spec.RunSpec` from them by the one
+:func:`run_spec`, prepare the disk
 (:func:`mpi_teleport.front.prepare.prepare`) and hand all of it to :func:`build`, which
 derives the rest the same way for both: when the run records and evaluates, its latency
 layer, elastic mode and its failure plan, and what config.json and a checkpoint's
