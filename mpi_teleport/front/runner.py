@@ -195,9 +195,14 @@ def train(problem: Any, settings: RunSettings, comm: Any = None,
                         own_transport = None  # (kept for the meeting, not freed below)
                     raise
             backend.close()
-            if own_transport is not None and elastic and own_transport.shrunk:
-                _survivors_meet(own_transport)  # (freeing a communicator with dead ranks may hang)
-                own_transport = None
+            if own_transport is not None and elastic:
+                # Every rank past the final share before any leaves: an elastic job ends
+                # with os._exit where its records name a loss (also one inherited from the
+                # checkpoint it resumed), and under ULFM a rank gone mid-broadcast is a
+                # failure to the ranks still receiving (MPI_ERR_OTHER in the final share).
+                _survivors_meet(own_transport)
+                if own_transport.shrunk:  # (freeing a communicator with dead ranks may hang)
+                    own_transport = None
             return result
     finally:
         Progress.release_all()  # (a run ended by an exception: the script's streams back)
