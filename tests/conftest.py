@@ -108,6 +108,23 @@ def pytest_collection_modifyitems(config, items):
             group = "slurm"
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    # The longest tests first (longest processing time first): pytest-xdist hands out work
+    # in collection order, and a long test started last keeps one worker busy while the
+    # others have run out of tests. A stable sort: the order within a file is kept.
+    items.sort(key=lambda item: _FIRST.get(Path(str(item.fspath)).name, len(_FIRST)))
+
+
+# Files whose tests take longest (MPI jobs whose ranks import torch, the 25-rank main job,
+# the grouped beds), measured on the 2-core machine (2026-11-28), longest first.
+_FIRST = {name: i for i, name in enumerate([
+    "test_jobs_figure4.py", "test_ports.py", "test_in_rank.py", "test_mpi.py",
+    "test_elastic_multihost.py", "test_multihost.py", "test_docs.py",
+    "test_optimizers_mpi.py", "test_authors_recipe.py", "test_settings_table.py",
+    "test_fashion_mnist_files.py", "test_examples.py", "test_optimizers_elastic_mpi.py",
+    "test_spares_mpi.py", "test_elastic_mpi.py", "test_torch_feel_mpi.py",
+    "test_ported_example.py", "test_failures.py", "test_latency_mpi.py",
+    "test_signals_shutdown.py", "test_torch_port_mpi.py", "test_api_signals.py",
+])}
 
 
 def pytest_collection_finish(session):
