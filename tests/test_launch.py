@@ -25,16 +25,21 @@ def test_version_text_names_the_implementation(text, name):
     assert flavor_of_version_text(text).name == name
 
 
-def test_only_open_mpi_gets_oversubscription_flags(monkeypatch):
+def test_oversubscription_flags_open_mpi_and_mpich(monkeypatch):
     monkeypatch.setattr(launch.os, "cpu_count", lambda: 2)
     argv = ["python", "-m", "mpi_teleport.run"]
     cmd = launch.mpirun_command(25, argv, mpirun="mpirun", flavor=Flavor(OPENMPI))
     assert cmd[:3] == ["mpirun", "-n", "25"] and cmd[-3:] == argv
     assert "--oversubscribe" in cmd and "core:overload-allowed" in cmd
     assert "--oversubscribe" not in launch.mpirun_command(2, argv, mpirun="mpirun", flavor=Flavor(OPENMPI))
-    for other in (MPICH, INTELMPI, CRAY, UNKNOWN):  # Hydra rejects every one of those flags
+    for other in (INTELMPI, CRAY, UNKNOWN):  # Hydra rejects every one of those flags
         assert launch.mpirun_command(25, argv, mpirun="mpiexec", flavor=Flavor(other), env={}) == \
             ["mpiexec", "-n", "25", *argv]
+    # MPICH's waiting ranks yield as a nanosleep when oversubscribed (a Hydra -genv), only then
+    assert launch.mpirun_command(25, argv, mpirun="mpiexec", flavor=Flavor(MPICH), env={}) == \
+        ["mpiexec", "-n", "25", "-genv", "MPIR_CVAR_ENABLE_HEAVY_YIELD", "1", *argv]
+    assert launch.mpirun_command(2, argv, mpirun="mpiexec", flavor=Flavor(MPICH), env={}) == \
+        ["mpiexec", "-n", "2", *argv]
 
 
 def test_open_mpi_on_one_machine_skips_its_libfabric_btl():

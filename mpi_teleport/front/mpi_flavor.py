@@ -33,6 +33,11 @@ OPENMPI_OVERSUBSCRIBE = (
     "--mca", "threads_pthreads_yield_strategy", "nanosleep",
 )
 
+# MPICH ranks busy-poll too; with more ranks than cores its yield as a nanosleep (the
+# "heavy" yield) lets the waiting ranks give their core away: a 9-rank job on 2 cores used
+# 35 % less CPU here (4.6 -> 3.0 s) and ran faster. Hydra hands -genv to every rank.
+MPICH_OVERSUBSCRIBE = ("-genv", "MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+
 # Open MPI's libfabric BTL (btl ofi) probes the machine's fabric providers when each rank
 # starts: about 1 s of wall time and 0.5 s of CPU a rank here (a 4-rank ``mpirun`` of an
 # empty script: 1.39 s -> 0.42 s without it), for a transport that ranks on one machine
@@ -65,8 +70,14 @@ class Flavor:
         return self.name in (MPICH, INTELMPI)
 
     def oversubscribe_flags(self, ranks: int, cores: int) -> list[str]:
-        """Flags for `ranks` ranks on `cores` cores: Open MPI must be told, Hydra need not."""
-        return list(OPENMPI_OVERSUBSCRIBE) if self.name == OPENMPI and ranks > cores else []
+        """Flags for `ranks` ranks on `cores` cores: Open MPI must be told (and its waiting
+        ranks yield); Hydra places them without a flag, and MPICH's waiting ranks yield
+        (:data:`MPICH_OVERSUBSCRIBE`)."""
+        if ranks <= cores:
+            return []
+        if self.name == OPENMPI:
+            return list(OPENMPI_OVERSUBSCRIBE)
+        return list(MPICH_OVERSUBSCRIBE) if self.name == MPICH else []
 
     def one_machine_flags(self, env) -> list[str]:
         """Flags for a launch on this machine only (no hosts, no batch allocation in
