@@ -14,15 +14,9 @@ torch = pytest.importorskip("torch")
 import mpi_teleport as mt  # noqa: E402
 from mpi_teleport.core.evaluation import chunk_slices  # noqa: E402
 from mpi_teleport.problems.torch_data import ALIGNMENT, aligned, samples  # noqa: E402
+from torch_toys import C, F, blobs  # noqa: E402
 
 pytestmark = pytest.mark.torch
-F, C = 5, 3
-
-
-def blobs(size, seed):
-    gen = np.random.default_rng(seed)
-    y = gen.integers(0, C, size)
-    return (gen.standard_normal((size, F)) + y[:, None]).astype(np.float32), y
 
 
 def net():

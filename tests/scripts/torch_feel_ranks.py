@@ -15,19 +15,15 @@ import mpi_teleport as mt
 from mpi_teleport.runtime.collective import MpiJobWarning
 from mpi_teleport.problems.torch_options import core_share
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared toys
+from torch_toys import C, F, blobs  # noqa: E402
+
 warnings.simplefilter("ignore", MpiJobWarning)  # (each rank also runs the simulator, on purpose)
 
 comm = MPI.COMM_WORLD
 n = comm.size
 out = Path(sys.argv[1])
-F, C = 5, 3
 S = torch.optim.lr_scheduler
-
-
-def blobs(size=96, seed=0):
-    gen = np.random.default_rng(seed)
-    y = gen.integers(0, C, size)
-    return (gen.standard_normal((size, F)) + y[:, None]).astype(np.float32), y
 
 
 def net():
