@@ -49,6 +49,30 @@ class ThreadAllgather:
         return Transport()
 
 
+# ------------------------------------------------------------------ a factory's problem
+# The source of a numpy problem that knows its training-set size and batch size (what
+# --epochs needs): the nodes' mean, 2 elements. Test files write it into a module of their
+# own beside the factories they test (``--problem MODULE:FUNCTION``).
+MEAN_PROBLEM_SOURCE = '''
+import numpy as np
+
+class Mean:
+    dim, dtype = 2, np.float64
+
+    def __init__(self, nodes, batch_size):
+        self.nodes, self.batch_size, self.n_train = nodes, batch_size, 120
+
+    def initial(self):
+        return np.zeros(2)
+
+    def gradient(self, nodes, x, t, out=None):
+        return np.subtract(x, np.asarray(nodes, np.float64)[:, None], out=out)
+
+    def evaluate(self, x):
+        return {"error": float(np.mean((x.mean(0) - 1.5) ** 2))}
+'''
+
+
 # ------------------------------------------------------------------ Fashion-MNIST files
 def idx_bytes(arr: np.ndarray) -> bytes:
     """``arr`` as an IDX file of unsigned bytes (the MNIST/Fashion-MNIST format: magic

@@ -10,27 +10,12 @@ import pytest
 
 from mpi_teleport.problems import factory
 from mpi_teleport.sim import main as sim_main
+from helpers import MEAN_PROBLEM_SOURCE
 
-FACTORIES = textwrap.dedent('''
+FACTORIES = MEAN_PROBLEM_SOURCE + textwrap.dedent('''
     import json, os
-    import numpy as np
 
     CALLS = []
-
-    class Mean:
-        dim, dtype = 2, np.float64
-
-        def __init__(self, nodes, batch_size):
-            self.nodes, self.batch_size, self.n_train = nodes, batch_size, 120
-
-        def initial(self):
-            return np.zeros(2)
-
-        def gradient(self, nodes, x, t, out=None):
-            return np.subtract(x, np.asarray(nodes, np.float64)[:, None], out=out)
-
-        def evaluate(self, x):
-            return {"error": float(np.mean((x.mean(0) - 1.5) ** 2))}
 
     def data(nodes, seed, local_nodes=None, batch_size=16):
         CALLS.append({"nodes": nodes, "local_nodes": local_nodes, "batch_size": batch_size})

@@ -21,7 +21,7 @@ from mpi_teleport.front import settings as table
 from mpi_teleport.front.runner import RunContext, RunSettings
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main as sim_main
-from helpers import ROOT, without_time
+from helpers import MEAN_PROBLEM_SOURCE, ROOT, without_time
 
 SMALL = ["--nodes", "4", "--k", "2", "--dim", "4", "--lr", "0.05", "--log-every", "2",
          "--algorithm", "teleportation", "--progress", "off"]
@@ -438,24 +438,7 @@ def test_the_command_lines_one_entry_gives_a_values_view(tea, tmp_path):
 
 # A problem that counts epochs (n_train, batch_size), built by a factory the command line
 # names (--problem MODULE:FUNCTION); numpy only.
-EPOCHS_PROBLEM = '''
-import numpy as np
-
-class Mean:
-    dim, dtype = 2, np.float64
-
-    def __init__(self, nodes, batch_size):
-        self.nodes, self.batch_size, self.n_train = nodes, batch_size, 120
-
-    def initial(self):
-        return np.zeros(2)
-
-    def gradient(self, nodes, x, t, out=None):
-        return np.subtract(x, np.asarray(nodes, np.float64)[:, None], out=out)
-
-    def evaluate(self, x):
-        return {"error": float(np.mean((x.mean(0) - 1.5) ** 2))}
-
+EPOCHS_PROBLEM = MEAN_PROBLEM_SOURCE + '''
 def data(nodes, seed, batch_size=10):
     return Mean(nodes, batch_size)
 '''
