@@ -40,18 +40,10 @@ import bench_tc_bandwidth as tc  # noqa: E402
 
 def oracle(config: str, ranks: int, dim: int, mbit: float, compute_us: float, old: bool):
     """The simulator's oracle of the configuration's run under ``bw:GOODPUT,hosts:R``."""
-    from mpi_teleport.front.cli import run_spec
-    from mpi_teleport.front.settings import resolve
     from mpi_teleport.latency.model import LatencySettings
     from mpi_teleport.latency.virtual_clock import for_run
 
-    flags = tc.CONFIGS[config][1]
-    raw = {flags[i].lstrip("-").replace("-", "_"): flags[i + 1] for i in range(0, len(flags), 2)}
-    raw.update(nodes=ranks, dim=dim)
-    if "k" in raw:
-        raw["k"] = int(raw["k"])
-    cfg = resolve(raw)
-    spec = run_spec(cfg, raw["algorithm"], ranks if raw["algorithm"] == "dsgd" else cfg.k)
+    spec = tc.config_spec(config, ranks, dim)
     latency = f"bw:{mbit * tc.TCP_GOODPUT / 1000:.6g},hosts:{ranks // len(tc.HOSTS)}"
     o = for_run(spec, LatencySettings(latency, "virtual", compute_us), dim, 8)
     if old:

@@ -529,12 +529,11 @@ EAGER_1MIB = {"OMPI_MCA_btl_tcp_eager_limit": "1048576", "OMPI_MCA_btl_tcp_rndv_
               "OMPI_MCA_btl_tcp_max_send_size": "1048576"}
 
 
-def _round_plans(config: str, ranks: int, dim: int, first: int, last: int):
-    """(round plan, spec) of rounds first .. last - 1 of the configuration's run
-    (mpi_teleport.latency.virtual_clock.round_plan: the messages the ranks post)."""
+def config_spec(config: str, ranks: int, dim: int):
+    """The RunSpec of the configuration's run (its flags in CONFIGS) on ``ranks`` ranks
+    with tokens of ``dim`` elements."""
     from mpi_teleport.front.cli import run_spec
     from mpi_teleport.front.settings import resolve
-    from mpi_teleport.latency.virtual_clock import round_plan
 
     flags = CONFIGS[config][1]
     raw = {flags[i].lstrip("-").replace("-", "_"): flags[i + 1] for i in range(0, len(flags), 2)}
@@ -542,7 +541,15 @@ def _round_plans(config: str, ranks: int, dim: int, first: int, last: int):
     if "k" in raw:
         raw["k"] = int(raw["k"])
     cfg = resolve(raw)
-    spec = run_spec(cfg, raw["algorithm"], ranks if raw["algorithm"] == "dsgd" else cfg.k)
+    return run_spec(cfg, raw["algorithm"], ranks if raw["algorithm"] == "dsgd" else cfg.k)
+
+
+def _round_plans(config: str, ranks: int, dim: int, first: int, last: int):
+    """(round plan, spec) of rounds first .. last - 1 of the configuration's run
+    (mpi_teleport.latency.virtual_clock.round_plan: the messages the ranks post)."""
+    from mpi_teleport.latency.virtual_clock import round_plan
+
+    spec = config_spec(config, ranks, dim)
     for phase in spec.phases():
         for t in range(max(first, phase.start), min(last, phase.stop)):
             yield round_plan(phase, t, spec.topology, spec.moves, spec.momentum > 0), spec
