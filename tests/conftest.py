@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -216,7 +217,7 @@ def run_mpi(n: int, args: list[str], timeout: float = 120, cwd=None, env=None,
     proc = subprocess.Popen(cmd, cwd=cwd or ROOT, env=impl.env(env, tag), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = communicate(proc, tag, timeout)
     except subprocess.TimeoutExpired:
         stacks = rank_stacks(tag)  # where each rank is blocked, before killing them
         kill_tagged(tag)
@@ -224,10 +225,57 @@ def run_mpi(n: int, args: list[str], timeout: float = 120, cwd=None, env=None,
         out, err = proc.communicate()
         pytest.fail(f"{impl.name}: mpirun -n {n} {' '.join(args)} hung for {timeout}s (deadlock?)\n"
                     f"{err[-2000:]}\n{stacks}")
+    except LauncherOutlivedRanks as hung:
+        pytest.xfail(f"{impl.name}: {hung} (mpirun -n {n} {' '.join(args)})\n{hung.err[-2000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+# How long the launcher may take to return once every rank has exited: ~1 s normally,
+# a few under the suite's load; beyond this it is PRRTE's hang, not slowness.
+LAUNCHER_GRACE_S = 15.0
+PRRTE_1839 = "https://github.com/openpmix/prrte/issues/1839"
+
+
+class LauncherOutlivedRanks(Exception):
+    """Every rank of the job exited and the launcher did not return: Open MPI 5's launcher
+    race (PRRTE issue 1839, about 1 job in 100-500 here, elastic jobs with non-zero exits).
+    Its status is lost with it, so a test cannot check it: it is an expected failure
+    naming the issue, never a pass, and it no longer costs the whole timeout."""
+
+    def __init__(self, out: str, err: str, grace: float):
+        super().__init__(f"every rank had exited and mpirun did not return within "
+                         f"{grace:.0f} s: Open MPI 5's launcher hang, {PRRTE_1839}")
+        self.out, self.err = out, err
+
+
+def communicate(proc: subprocess.Popen, tag: str, timeout: float,
+                grace: float = LAUNCHER_GRACE_S) -> tuple[str, str]:
+    """proc.communicate(timeout), watching the job's Python ranks (found by their tag) once
+    a second: TimeoutExpired as communicate raises it, or LauncherOutlivedRanks when the
+    ranks were seen, are all gone, and the launcher is still there `grace` seconds later.
+    (communicate may be called again after its TimeoutExpired without losing output.)"""
+    deadline = time.monotonic() + timeout
+    seen = gone_since = None
+    while True:
+        try:
+            return proc.communicate(timeout=max(0.01, min(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+        alive = any(is_python(pid) for pid in tagged_pids(tag))
+        seen = seen or alive
+        if alive or not seen:
+            gone_since = None
+        elif gone_since is None:
+            gone_since = time.monotonic()
+        elif time.monotonic() - gone_since > grace:
+            kill_tagged(tag)
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise LauncherOutlivedRanks(out, err, grace)
 
 
 def rank_stacks(tag: str) -> str:

@@ -1,0 +1,48 @@
+"""The harness's own promise: an MPI test ends instead of hanging. A launcher that outlives
+every rank (Open MPI 5's PRRTE issue 1839) is told apart from a deadlock within seconds
+(conftest.communicate), so it is reported for what it is and costs no test its timeout."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import LauncherOutlivedRanks, communicate
+from launch_helpers import TAG, kill_tagged, new_tag
+
+
+def _job(tag: str, script: str) -> subprocess.Popen:
+    """A stand-in for mpirun: a shell (not Python) that starts one Python 'rank'."""
+    return subprocess.Popen(["bash", "-c", script.replace("PY", sys.executable)],
+                            env={TAG: tag, "PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_a_launcher_that_outlives_its_ranks_is_told_apart_within_the_grace():
+    tag = new_tag()
+    proc = _job(tag, "PY -c 'import time; time.sleep(1)'; echo ranks-done >&2; sleep 60")
+    start = time.monotonic()
+    with pytest.raises(LauncherOutlivedRanks, match="1839") as hung:
+        communicate(proc, tag, timeout=50, grace=1.0)
+    assert time.monotonic() - start < 20 and proc.poll() is not None
+    assert "ranks-done" in hung.value.err
+
+
+def test_a_rank_still_running_is_a_timeout_not_a_launcher_hang():
+    tag = new_tag()
+    proc = _job(tag, "PY -c 'import time; time.sleep(60)'")
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            communicate(proc, tag, timeout=3, grace=0.5)
+    finally:
+        kill_tagged(tag)
+        proc.wait()
+
+
+def test_a_launcher_that_returns_gives_its_output():
+    tag = new_tag()
+    out, err = communicate(_job(tag, "PY -c 'print(7)'; echo done >&2"), tag, timeout=30,
+                           grace=0.5)
+    assert out.strip() == "7" and err.strip() == "done"
