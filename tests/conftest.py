@@ -120,11 +120,11 @@ def pytest_collection_modifyitems(config, items):
 _FIRST = {name: i for i, name in enumerate([
     "test_jobs_figure4.py", "test_ports.py", "test_in_rank.py", "test_mpi.py",
     "test_elastic_multihost.py", "test_multihost.py", "test_docs.py",
-    "test_optimizers_mpi.py", "test_authors_recipe.py", "test_settings_table.py",
+    "test_authors_recipe.py", "test_settings_table.py",
     "test_fashion_mnist_files.py", "test_examples.py", "test_optimizers_elastic_mpi.py",
-    "test_spares_mpi.py", "test_elastic_mpi.py", "test_torch_feel_mpi.py",
+    "test_spares_mpi.py", "test_elastic_mpi.py",
     "test_ported_example.py", "test_failures.py", "test_latency_mpi.py",
-    "test_signals_shutdown.py", "test_torch_port_mpi.py", "test_api_signals.py",
+    "test_signals_shutdown.py", "test_api_signals.py",
 ])}
 
 

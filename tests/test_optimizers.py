@@ -1,6 +1,6 @@
 """Issue 30: Adam and AdamW given as PyTorch users give them, their state travelling with
 the token (mpi_teleport/core/optimizers.py, mpi_teleport/DESIGN.md §2.6). Under mpirun, with a scheduler
-and a resume: tests/test_torch_feel_mpi.py."""
+and a resume: tests/in_rank/test_torch_feel_mpi.py."""
 import functools
 
 import numpy as np
@@ -105,7 +105,7 @@ def test_other_refusals():
     with pytest.raises(UsageError, match="lr: expected a number > 0 or a function"):
         mt.dsgd(problem(), nodes=4, rounds=2)
     # (the latency layer and elastic mode run any optimizer: issue 47; tests below and
-    # tests/test_optimizers_mpi.py, tests/test_optimizers_elastic_mpi.py)
+    # tests/in_rank/test_torch_optimizers_mpi.py, tests/test_optimizers_elastic_mpi.py)
 
 
 def test_the_state_is_checkpointed_and_a_resume_is_bit_for_bit(tmp_path):

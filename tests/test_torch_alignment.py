@@ -5,7 +5,7 @@ vectorised loop by the buffer's address; a chunk read as a view into the whole t
 (the simulator) and the same chunk from a rank's own copy of its slice (MPI) then rounded
 differently. Batches now start at aligned addresses (torch_data.aligned). In-process:
 each rank's problem is built here as an MPI rank builds it (``local_nodes=[rank]``);
-under mpirun the same comparison is tests/scripts/torch_feel_ranks.py's."""
+under mpirun the same comparison is tests/in_rank/test_torch_feel_mpi.py's."""
 import numpy as np
 import pytest
 

@@ -1,5 +1,5 @@
 """Issue 22: what a ported PyTorch script needs from TorchProblem and Problem, in the
-simulator (this process). Under mpirun: tests/test_torch_port_mpi.py.
+simulator (this process). Under MPI: tests/in_rank/test_torch_port_mpi.py.
 
 1. random augmentation keyed by (seed, node, t); 2. custom metrics through EvalMetric;
 3. Problem defaults and evaluation without a test set; 4. task and partition; 5. frozen

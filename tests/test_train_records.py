@@ -1,7 +1,7 @@
 """Issue 30, the records a PyTorch user reads: the training loss in every record from the
 gradients already computed (no extra forward pass), evaluation only when asked
 (``eval_every``), on a fixed test subsample if wanted, and a progress bar that moves
-every round. Under mpirun: tests/test_torch_feel_mpi.py."""
+every round. Under MPI: tests/in_rank/test_torch_feel_mpi.py."""
 import numpy as np
 import pytest
 

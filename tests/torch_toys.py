@@ -1,5 +1,5 @@
 """Small PyTorch pieces the optimizer tests share, in-process (tests/test_optimizers.py)
-and inside MPI ranks (tests/scripts/torch_optimizers_ranks.py): a seeded blob data set,
+and inside MPI ranks (tests/in_rank/test_torch_optimizers_mpi.py): a seeded blob data set,
 two tiny classifiers (one with BatchNorm: buffers that travel with the token), and a
 third-party-style optimizer."""
 from __future__ import annotations
