@@ -100,3 +100,15 @@ def write_fashion_mnist(folder: Path, n_train: int = 60, n_test: int = 20, *, se
                 (folder / name).write_bytes(idx_bytes(arr))
         data[prefix] = (x, y)
     return data
+
+
+def real_fashion_mnist() -> tuple[bool, str]:
+    """(whether Debian's dataset-fashion-mnist is installed, the reason to give when not):
+    the tests that train on the real data set skip, saying so, where it is absent."""
+    from mpi_teleport.problems import fashion_files
+    from mpi_teleport.problems.datasets import FMNIST_FILES
+
+    real = Path(fashion_files.DEBIAN_DIR)
+    have = all((real / (f + ".gz")).is_file() or (real / f).is_file() for f in FMNIST_FILES)
+    return have, (f"the real Fashion-MNIST is not installed in {real} "
+                  f"(apt-get install dataset-fashion-mnist)")

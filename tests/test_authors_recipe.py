@@ -3,7 +3,7 @@ the balanced Dirichlet partition against a hand-computed case, the GroupNorm LeN
 random crops keyed by (seed, node, round), the node-mean evaluation against a direct
 computation, the cosine schedule with warm-up against hand-computed values, the choices
 through the API and the command line; on tiny generated files in the real on-disk format,
-and on the real files where installed (simulator == mpirun -n 5)."""
+and on the real files where installed (under MPI: tests/in_rank/test_command_line_mpi.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -17,14 +17,11 @@ import pytest
 
 from mpi_teleport import sim
 from mpi_teleport.problems import authors_recipe as ar
-from mpi_teleport.problems import fashion_files, partitions
-from mpi_teleport.problems.datasets import FMNIST_FILES
-from helpers import without_time, write_fashion_mnist
+from mpi_teleport.problems import partitions
+from helpers import real_fashion_mnist, write_fashion_mnist
 
-REAL = Path(fashion_files.DEBIAN_DIR)
-HAVE_REAL = all((REAL / (f + ".gz")).is_file() or (REAL / f).is_file() for f in FMNIST_FILES)
-NEEDS_REAL = pytest.mark.skipif(not HAVE_REAL, reason=f"the real Fashion-MNIST is not installed "
-                                f"in {REAL} (apt-get install dataset-fashion-mnist)")
+HAVE_REAL, NO_REAL = real_fashion_mnist()
+NEEDS_REAL = pytest.mark.skipif(not HAVE_REAL, reason=NO_REAL)
 
 
 @pytest.fixture
@@ -217,25 +214,5 @@ def test_an_unknown_choice_on_the_command_line_is_one_line(capsys):
     assert code == 2 and len(err) == 1 and "with_crops" in err[0]
 
 
-# --------------------------------------------------------------- simulator == mpirun
-REAL_FLAGS = ["--nodes", "5", "--problem", "mpi_teleport.problems.authors_recipe:authors",
-              "--algorithm", "teleportation", "--k", "2", "--rounds", "3", "--lr", "0.01",
-              "--momentum", "0.9", "--alpha", "0.1", "--sampling", "epochs", "--val-fraction",
-              "0", "--log-every", "3", "--progress", "off"]  # (2 records: each evaluates 3 models)
-
-
-@NEEDS_REAL
-def test_simulator_and_mpirun_agree_under_the_authors_recipe_on_the_real_data(tmp_path, mpirun):
-    pytest.importorskip("torch")
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert sim.main([*REAL_FLAGS, "--out", str(tmp_path / "sim")]) == 0
-    proc = mpirun(5, ["-m", "mpi_teleport.run", *REAL_FLAGS, "--out", str(tmp_path / "mpi")],
-                  timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-
-    def records(d):
-        return without_time([json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()])
-
-    mpi, simulated = records(tmp_path / "mpi"), records(tmp_path / "sim")
-    assert mpi == simulated
-    assert [r["round"] for r in mpi] == [0, 1, 3] and all("node_mean_accuracy" in r for r in mpi)
+# The authors' recipe on the real data under MPI, equal to the simulator:
+# tests/in_rank/test_command_line_mpi.py.

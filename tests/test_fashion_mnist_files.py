@@ -2,7 +2,8 @@
 decompressed, the folder never written to (decompressed copies go to the cache), the md5 of
 files that claim to be the official release, the search order without --data-dir, the
 shuffled per-node passes (sampling="epochs"); and the real files of Debian's
-``dataset-fashion-mnist`` where installed: read, trained on, simulator == mpirun -n 5."""
+``dataset-fashion-mnist`` where installed: read and trained on (under MPI, equal to the simulator:
+tests/in_rank/test_command_line_mpi.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,15 +17,14 @@ import pytest
 
 from mpi_teleport import sim
 from mpi_teleport.problems import fashion_files
-from mpi_teleport.problems.datasets import (FMNIST_FILES, DatasetContentError,
-                                            DatasetMissingError, fashion_mnist_paths)
+from mpi_teleport.problems.datasets import (DatasetContentError, DatasetMissingError,
+                                            fashion_mnist_paths)
 from mpi_teleport.problems.sampling import batches_per_pass, epoch_batch
-from helpers import idx_bytes as _idx, without_time, write_fashion_mnist as _flat
+from helpers import idx_bytes as _idx, real_fashion_mnist, write_fashion_mnist as _flat
 
 REAL = Path(fashion_files.DEBIAN_DIR)
-HAVE_REAL = all((REAL / (f + ".gz")).is_file() or (REAL / f).is_file() for f in FMNIST_FILES)
-NEEDS_REAL = pytest.mark.skipif(not HAVE_REAL, reason=f"the real Fashion-MNIST is not installed "
-                                f"in {REAL} (apt-get install dataset-fashion-mnist)")
+HAVE_REAL, NO_REAL = real_fashion_mnist()
+NEEDS_REAL = pytest.mark.skipif(not HAVE_REAL, reason=NO_REAL)
 
 
 def _snapshot(root: Path) -> dict:
@@ -204,15 +204,4 @@ def test_the_real_files_are_read_in_place_and_trained_on(tmp_path):
     assert _snapshot(REAL) == before
 
 
-@NEEDS_REAL
-def test_simulator_and_mpirun_agree_on_the_real_data(tmp_path, mpirun):
-    pytest.importorskip("torch")
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert sim.main([*FLAGS, "--out", str(tmp_path / "sim")]) == 0
-    proc = mpirun(5, ["-m", "mpi_teleport.run", *FLAGS, "--out", str(tmp_path / "mpi")], timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-
-    def records(d):
-        return without_time([json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()])
-
-    assert records(tmp_path / "mpi") == records(tmp_path / "sim")
+# The real data under MPI, equal to the simulator: tests/in_rank/test_command_line_mpi.py.

@@ -143,26 +143,5 @@ def test_k_auto_search_over_mpi_equals_simulator(tmp_path, mpirun, variant, extr
         assert a[key] == b[key]
 
 
-def test_digits_network_over_mpi_equals_simulator(tmp_path, mpirun):
-    """The network (float32 tokens) over MPI, bit for bit, and its virtual clock with a
-    bandwidth term (formerly tests/test_latency_mpi.py's float32 test: a regression where
-    the simulator's oracle charged 8 bytes per element while MPI sends 4; after 5 rounds
-    0.0022488 s vs 0.0012744 s). Latency never changes numbers: tests/test_latency_mpi.py."""
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
-    common = ["--problem", "digits", "--k", "3", "--topology", "base2", "--rounds", "20",
-              "--log-every", "5", "--lr", "0.05", "--momentum", "0.9", "--alpha", "0.5",
-              "--latency", "const:10,bw:1", "--clock", "virtual", "--compute-time", "50",
-              "--progress", "off"]
-    assert sim_main(["--nodes", "4", *common, "--out", str(tmp_path / "sim")]) == 0
-    proc = mpirun(4, ["-m", "mpi_teleport.run", *common, "--out", str(tmp_path / "mpi")], timeout=300)
-    assert proc.returncode == 0, proc.stderr
-
-    def values(path):
-        return [(r["round"], r["loss"], r["accuracy"], r["consensus"], r["virtual_time_s"])
-                for r in read_jsonl(path)]
-
-    for algorithm in ("teleportation", "dsgd"):
-        ref = values(tmp_path / "sim" / algorithm / "metrics.jsonl")
-        assert [r[0] for r in ref] == [0, 1, 5, 10, 15, 20] and ref[-1][-1] > 0  # (round 1: the first batches)
-        assert values(tmp_path / "mpi" / algorithm / "metrics.jsonl") == ref  # float32, bit for bit
+# The network (float32 tokens) over MPI with a bandwidth term in its virtual clock, bit for
+# bit: tests/in_rank/test_command_line_mpi.py (run.main inside ranks that have imported torch).
