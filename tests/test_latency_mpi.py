@@ -149,7 +149,7 @@ def test_real_clock_rounds_take_at_least_the_link_delay(tmp_path, mpirun):
     assert "warning" not in proc.stderr  # 2 ranks fit this host's cores
 
 
-# (float32 tokens with a bandwidth term: tests/test_mpi.py::test_digits_network_over_mpi_equals_simulator)
+# (float32 tokens with a bandwidth term: tests/in_rank/test_command_line_mpi.py)
 
 
 def test_k_auto_with_the_latency_layer_records_virtual_time_in_both(tmp_path, mpirun):
