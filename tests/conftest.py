@@ -115,15 +115,14 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: _FIRST.get(Path(str(item.fspath)).name, len(_FIRST)))
 
 
-# Files whose tests take longest (MPI jobs whose ranks import torch, the 25-rank main job,
-# the grouped beds), measured on the 2-core machine (2026-11-28), longest first.
+# Files whose tests take longest (the in-rank job, whose ranks import torch once for many
+# cases, MPI jobs whose ranks import torch, the 25-rank main job, the grouped beds),
+# measured on the 2-core machine (2026-11-28), longest first.
 _FIRST = {name: i for i, name in enumerate([
-    "test_jobs_figure4.py", "test_ports.py", "test_in_rank.py", "test_mpi.py",
+    "test_in_rank.py", "test_jobs_figure4.py", "test_ports.py", "test_mpi.py",
     "test_elastic_multihost.py", "test_multihost.py", "test_docs.py",
-    "test_authors_recipe.py", "test_settings_table.py",
-    "test_fashion_mnist_files.py", "test_examples.py", "test_optimizers_elastic_mpi.py",
-    "test_spares_mpi.py", "test_elastic_mpi.py",
-    "test_ported_example.py", "test_failures.py", "test_latency_mpi.py",
+    "test_settings_table.py", "test_optimizers_elastic_mpi.py",
+    "test_spares_mpi.py", "test_elastic_mpi.py", "test_failures.py", "test_latency_mpi.py",
     "test_signals_shutdown.py", "test_api_signals.py",
 ])}
 
