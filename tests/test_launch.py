@@ -32,6 +32,12 @@ def test_oversubscription_flags_open_mpi_and_mpich(monkeypatch):
     assert cmd[:3] == ["mpirun", "-n", "25"] and cmd[-3:] == argv
     assert "--oversubscribe" in cmd and "core:overload-allowed" in cmd
     assert "--oversubscribe" not in launch.mpirun_command(2, argv, mpirun="mpirun", flavor=Flavor(OPENMPI))
+    # four or more ranks a core: the waiting ranks sleep longer between looks; fewer: not
+    assert "threads_pthreads_nanosleep_time" in cmd
+    assert "threads_pthreads_nanosleep_time" not in launch.mpirun_command(
+        7, argv, mpirun="mpirun", flavor=Flavor(OPENMPI))
+    assert "threads_pthreads_nanosleep_time" in launch.mpirun_command(
+        8, argv, mpirun="mpirun", flavor=Flavor(OPENMPI))
     for other in (INTELMPI, CRAY, UNKNOWN):  # Hydra rejects every one of those flags
         assert launch.mpirun_command(25, argv, mpirun="mpiexec", flavor=Flavor(other), env={}) == \
             ["mpiexec", "-n", "25", *argv]

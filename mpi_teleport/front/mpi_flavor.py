@@ -33,6 +33,15 @@ OPENMPI_OVERSUBSCRIBE = (
     "--mca", "threads_pthreads_yield_strategy", "nanosleep",
 )
 
+# With four or more ranks a core most ranks wait most of the time (n - k of Teleportation's
+# n always do): a waiting rank that sleeps 100 us between looks at the network, instead of
+# the ~50 us a 1 ns nanosleep gets from the kernel's timer slack, leaves the cores to the
+# ranks that compute: the 25-rank main job on 2 cores ended 14 % sooner on 16 % less CPU,
+# 9 ranks 5 % sooner on 9 % less; at 2 ranks a core it saved CPU but not time
+# (benchmarks/bench_oversubscribed.py; docs/results/performance.md, "More ranks than cores").
+OPENMPI_CROWDED = ("--mca", "threads_pthreads_nanosleep_time", "100000")
+CROWDED_RANKS_PER_CORE = 4
+
 # MPICH ranks busy-poll too; with more ranks than cores its yield as a nanosleep (the
 # "heavy" yield) lets the waiting ranks give their core away: a 9-rank job on 2 cores used
 # 35 % less CPU here (4.6 -> 3.0 s) and ran faster. Hydra hands -genv to every rank.
@@ -71,12 +80,13 @@ class Flavor:
 
     def oversubscribe_flags(self, ranks: int, cores: int) -> list[str]:
         """Flags for `ranks` ranks on `cores` cores: Open MPI must be told (and its waiting
-        ranks yield); Hydra places them without a flag, and MPICH's waiting ranks yield
-        (:data:`MPICH_OVERSUBSCRIBE`)."""
+        ranks yield, sleeping longer when crowded: :data:`OPENMPI_CROWDED`); Hydra places
+        them without a flag, and MPICH's waiting ranks yield (:data:`MPICH_OVERSUBSCRIBE`)."""
         if ranks <= cores:
             return []
         if self.name == OPENMPI:
-            return list(OPENMPI_OVERSUBSCRIBE)
+            crowded = ranks >= CROWDED_RANKS_PER_CORE * cores
+            return list(OPENMPI_OVERSUBSCRIBE) + (list(OPENMPI_CROWDED) if crowded else [])
         return list(MPICH_OVERSUBSCRIBE) if self.name == MPICH else []
 
     def one_machine_flags(self, env) -> list[str]:
