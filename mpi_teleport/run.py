@@ -24,7 +24,7 @@ from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .runtime.memory import keep_freed_memory
 from . import api
 from .problems import make_problem, needs_local_rank
-from .runtime.transport import Transport
+from .runtime.transport import Transport, abort_job
 
 if TYPE_CHECKING:
     from .front.prepare import Prepared
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     except OutputError as exc:  # a full disk, seen by the ranks that write: one line, and
         # the job ends (the others may be waiting in a collective)
         cli.fail(PROG, f"rank {rank}: {exc}")
-        comm.Abort(1)
+        abort_job(comm, 1)
         return 1
     except signals.Terminated as exc:  # every rank, at the same round
         if rank == 0 if pool is None else pool.root:
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     except BaseException:  # any failure on any rank ends the whole job, shown once
         sys.stderr.write(f"[rank {rank}] {traceback.format_exc()}")
         sys.stderr.flush()
-        comm.Abort(1)
+        abort_job(comm, 1)
         return 1
     finally:
         release()
