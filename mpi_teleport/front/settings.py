@@ -336,17 +336,17 @@ SETTINGS: tuple[Setting, ...] = (
             keyword_default=None),  # (the API's: no target unless given)
     Setting("stop_at_target", False, "bool", "stop as soon as a logged round reaches "
             "--target", flag, resume=False, where="logging.stop_at_target"),
-    Setting("latency", "none", "str", "injected network latency, microseconds: none "
+    Setting("latency", LatencySettings.spec, "str", "injected network latency, microseconds: none "
             "(default), const:US, mod:TAU (delay TAU*(|i-j| mod 24), the paper's Sec. 5.3), "
             "matrix:FILE.csv (n x n, row = sender); append ,bw:GBPS for a bandwidth term "
             "(Gbit/s), and ,hosts:R to make it that of host links shared by R consecutive "
             "ranks (hosts:A+B: hosts' sizes; hosts:auto: MPI's placement). Changes time, "
             "never numbers", latency, metavar="SPEC", resume=False, where="latency.spec"),
-    Setting("clock", "real", "choice", "with --latency: real = really delay messages "
+    Setting("clock", LatencySettings.clock, "choice", "with --latency: real = really delay messages "
             "(busy-wait; faithful only while ranks <= cores, default); virtual = no waiting, a "
             "logical clock per rank gives virtual_time_s", choice(CLOCKS), CLOCKS,
             resume=False, where="latency.clock"),
-    Setting("compute_time", None, "float", "modelled compute time per local step, "
+    Setting("compute_time", LatencySettings.compute_time, "float", "modelled compute time per local step, "
             "microseconds, for the virtual clock (default: the measured CPU time of each "
             "gradient)", compute_time, metavar="US", resume=False,
             where="latency.compute_time"),
