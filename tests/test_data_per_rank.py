@@ -2,6 +2,7 @@
 (``local_nodes=[rank]``), read from memory-mapped files in the real formats; the numbers
 it computes are those of the problem holding everything."""
 import gzip
+import importlib.util
 import os
 import pickle
 import struct
@@ -10,7 +11,9 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("torchvision")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torchvision") is None,
+                                reason="needs torchvision (the nn extra)")  # (found, not
+# imported: collecting this file in each pytest worker need not load it)
 
 from mpi_teleport.problems import datasets, network  # noqa: E402
 from mpi_teleport.core.evaluation import chunk_slices  # noqa: E402

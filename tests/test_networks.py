@@ -1,11 +1,14 @@
 """Network problems in the simulator: real learning on the offline digits data, epochs,
 the per-node class histogram, and the one-line error for a missing data set."""
+import importlib.util
 import json
 
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("sklearn")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("sklearn") is None,
+                                reason="needs scikit-learn (the nn extra)")  # (found, not
+# imported: collecting this file in each pytest worker need not load it)
 
 from mpi_teleport.front.cli import problem_of  # noqa: E402
 from mpi_teleport.front.settings import resolve  # noqa: E402

@@ -10,9 +10,10 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("torchvision")
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch,  # (torchvision found, not imported: its scripts import it)
+              pytest.mark.skipif(__import__("importlib.util").util.find_spec("torchvision") is None,
+                                 reason="needs torchvision (the nn extra)")]
 EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "mpi_teleport" / "examples"
 
 CASES = {
