@@ -1,7 +1,8 @@
 """jobs/figure4.sbatch (the paper's Figure 4) in quick mode under the local SLURM.
 
-The quick job runs digits on 4 srun-launched ranks, tau = 5 us on the virtual clock with a
-modelled compute time, for Teleportation, DSGD on the ring and DSGD on the Base-2 Graph, and
+The quick job runs digits on 2 srun-launched ranks with k = 1 (one token between two nodes:
+the test's size; its ranks import torch, and the job's plumbing is the same at 4 or 25),
+tau = 5 us on the virtual clock with a modelled compute time, for Teleportation, DSGD on the ring and DSGD on the Base-2 Graph, and
 ends with ``benchmarks/bench_figure4.py --from-job``. Every run's records (accuracy, loss,
 consensus and ``virtual_time_s``) must equal the simulator's for the same flags. Skips, with
 the reason, where SLURM cannot start (helpers shared with tests/test_jobs_slurm.py).
@@ -21,6 +22,9 @@ from test_jobs_slurm import Job, early_dir, session_finish, slurm_env, take_earl
 from helpers import ROOT, without_time
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1500)]
+
+NTASKS = ["-n", "2"]  # (the job's quick mode takes at most 4)
+QUICK = {"QUICK": "1", "K": "1"}
 
 METHODS = ("teleportation", "dsgd-ring", "dsgd-base2")
 
@@ -49,7 +53,7 @@ def start_early(config, names: list[str]) -> None:
         env = slurm_env(config)  # (already up: decided here, returns at once)
     except (OSError, subprocess.SubprocessError, pytest.skip.Exception, pytest.fail.Exception):
         return
-    Job("figure4", "figure4.sbatch", ["-n", "4"], {**env, "QUICK": "1"}, early_dir(config) / "figure4")
+    Job("figure4", "figure4.sbatch", NTASKS, {**env, **QUICK}, early_dir(config) / "figure4")
 
 
 def test_figure4_job_quick_mode_equals_the_simulator(tmp_path, pytestconfig):
@@ -58,7 +62,7 @@ def test_figure4_job_quick_mode_equals_the_simulator(tmp_path, pytestconfig):
     env = slurm_env(pytestconfig)
     job = take_early(pytestconfig, "figure4", env)
     if job is None:
-        job = Job("figure4", "figure4.sbatch", ["-n", "4"], {**env, "QUICK": "1"}, tmp_path / "job")
+        job = Job("figure4", "figure4.sbatch", NTASKS, {**env, **QUICK}, tmp_path / "job")
     try:
         status = job.wait(timeout=1200)
     finally:
@@ -73,13 +77,13 @@ def test_figure4_job_quick_mode_equals_the_simulator(tmp_path, pytestconfig):
     for method in METHODS:
         run = out / "tau5" / "alpha0.1" / "lr0.05" / "seed0" / method
         summary = json.loads((run / "summary.json").read_text())
-        assert summary["n"] == 4
+        assert summary["n"] == 2
         records = without_time(read_jsonl(run / "metrics.jsonl"))
         assert records and all("virtual_time_s" in r for r in records)
         assert "--compute-time" in flags[method] and "mod:5" in flags[method]
         sim_flags = list(flags[method])
         sim_flags[sim_flags.index("--out") + 1] = str(tmp_path / "sim" / method)
-        assert sim_main(["--nodes", "4", *sim_flags]) == 0
+        assert sim_main(["--nodes", "2", *sim_flags]) == 0
         assert records == without_time(read_jsonl(tmp_path / "sim" / method / "metrics.jsonl")), method
     # the plot step tabulated every method
     table = json.loads((out / "figure4.json").read_text())
