@@ -157,18 +157,40 @@ class Job:
         return int(path.read_text().strip() or -1) if path.exists() else None
 
     def wait(self, timeout: float) -> int:
+        """The job's exit status once SLURM says it has ended. ``sbatch --wait`` alone is not
+        enough for a job that requeues itself: once in about a dozen suites here it returned
+        0 when the first attempt had ended and the requeued one had not started (its poll
+        landed between the two), and the test read the logs of half a job."""
         deadline = time.monotonic() + timeout
-        while self.status is None:
-            self.status = self._status()
-            if self.status is None and time.monotonic() > deadline:
+        while self.status is None or self._slurm_state() in self.NOT_ENDED:
+            if self.status is None:
+                self.status = self._status()
+            if time.monotonic() > deadline:
                 self.cancel()
                 pytest.fail(f"job {self.name} ({self.job_id}) did not end within {timeout}s\n"
                             f"{self.logs()[-3000:]}")
-            if self.status is None:
-                time.sleep(0.2)
+            time.sleep(0.2 if self.status is None else 1.0)
+        if self.status == 0 and self._slurm_state() not in (None, "COMPLETED"):
+            self.status = 1  # (the requeued attempt failed, or was cancelled, after sbatch's 0)
         if self.proc is not None:
             self.proc.wait(timeout=60)
         return self.status
+
+    # SLURM's states of a job that has not ended (a requeued job passes through these)
+    NOT_ENDED = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
+                 "COMPLETING", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "STOPPED")
+
+    def _slurm_state(self) -> str | None:
+        """SLURM's JobState of this job (None where it has forgotten the job or is unreachable)."""
+        if not self.job_id:
+            return None
+        try:
+            res = subprocess.run(["scontrol", "show", "job", "-o", self.job_id], env=self.env,
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        found = re.search(r"\bJobState=(\S+)", res.stdout)
+        return found.group(1) if found else None
 
     def cancel(self) -> None:
         """scancel the job if it has not ended, and end its `sbatch --wait` (which notices
