@@ -260,6 +260,26 @@ class LauncherOutlivedRanks(Exception):
         self.out, self.err = out, err
 
 
+class RanksWatch:
+    """Whether the launcher of the job tagged ``tag`` has outlived its ranks: asked about once
+    a second, True when the job's Python ranks were seen, are all gone, and have been for
+    more than ``grace`` seconds (while the launcher still runs: the caller's knowledge)."""
+
+    def __init__(self, tag: str, grace: float = LAUNCHER_GRACE_S):
+        self.tag, self.grace = tag, grace
+        self.seen, self.gone_since = False, None
+
+    def outlived(self) -> bool:
+        alive = any(is_python(pid) for pid in tagged_pids(self.tag))
+        self.seen = self.seen or alive
+        if alive or not self.seen:
+            self.gone_since = None
+            return False
+        if self.gone_since is None:
+            self.gone_since = time.monotonic()
+        return time.monotonic() - self.gone_since > self.grace
+
+
 def communicate(proc: subprocess.Popen, tag: str, timeout: float,
                 grace: float = LAUNCHER_GRACE_S) -> tuple[str, str]:
     """proc.communicate(timeout), watching the job's Python ranks (found by their tag) once
@@ -267,20 +287,14 @@ def communicate(proc: subprocess.Popen, tag: str, timeout: float,
     ranks were seen, are all gone, and the launcher is still there `grace` seconds later.
     (communicate may be called again after its TimeoutExpired without losing output.)"""
     deadline = time.monotonic() + timeout
-    seen = gone_since = None
+    watch = RanksWatch(tag, grace)
     while True:
         try:
             return proc.communicate(timeout=max(0.01, min(1.0, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
             if time.monotonic() >= deadline:
                 raise
-        alive = any(is_python(pid) for pid in tagged_pids(tag))
-        seen = seen or alive
-        if alive or not seen:
-            gone_since = None
-        elif gone_since is None:
-            gone_since = time.monotonic()
-        elif time.monotonic() - gone_since > grace:
+        if watch.outlived():
             kill_tagged(tag)
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()

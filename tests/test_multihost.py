@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import PRRTE_1839, RanksWatch, rank_stacks
 from launch_helpers import MPIImpl, is_python, kill_tagged, new_tag, rank_pids, tagged_pids
 from mpi_teleport import checkpoint
 from mpi_teleport.disk.output import read_jsonl
@@ -74,16 +75,26 @@ def start(impl: MPIImpl, n: int, args: list[str], tmp_path: Path) -> subprocess.
 
 
 def finish(proc: subprocess.Popen, tmp_path: Path, timeout: float) -> tuple[int, str, str]:
+    """The job's (status, stdout, stderr). A job still running after ``timeout`` fails the
+    test with its ranks' stacks; one whose ranks have all exited while its launcher stays
+    (Open MPI 5's PRRTE issue 1839) is an expected failure naming the issue, not a pass."""
+    deadline, watch, outlived = time.monotonic() + timeout, RanksWatch(proc.tag), False
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
+        while proc.poll() is None and time.monotonic() < deadline and not outlived:
+            try:
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                outlived = watch.outlived()
     finally:
         if proc.poll() is None:
+            stacks = "" if outlived else rank_stacks(proc.tag)
             kill_tagged(proc.tag)
             proc.kill()
             proc.wait()
-            pytest.fail(f"still running after {timeout}s:\n{(tmp_path / 'stderr').read_text()[-3000:]}")
+            stderr = (tmp_path / "stderr").read_text()[-3000:]
+            if outlived:
+                pytest.xfail(f"every rank had exited and the launcher had not: {PRRTE_1839}\n{stderr}")
+            pytest.fail(f"still running after {timeout}s:\n{stderr}\n{stacks}")
         kill_tagged(proc.tag)
     return proc.returncode, (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
 
