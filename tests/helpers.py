@@ -112,3 +112,9 @@ def real_fashion_mnist() -> tuple[bool, str]:
     have = all((real / (f + ".gz")).is_file() or (real / f).is_file() for f in FMNIST_FILES)
     return have, (f"the real Fashion-MNIST is not installed in {real} "
                   f"(apt-get install dataset-fashion-mnist)")
+
+
+def on_root(comm, check) -> bool:
+    """check() on rank 0 of ``comm`` (where a job's files and printed lines are), its answer
+    on every rank: the in-rank tests communicate first and assert after."""
+    return comm.bcast(bool(check()) if comm.Get_rank() == 0 else None)

@@ -15,8 +15,7 @@ import time
 import pytest
 
 from conftest import ROOT, LauncherOutlivedRanks, communicate, rank_stacks, run_mpi
-from launch_helpers import (is_python, kill_tagged, new_tag, tagged_pids,
-                            this_venv_impl)
+from launch_helpers import kill_tagged, new_tag, this_venv_impl
 
 from mpi_teleport.core import schedule
 from mpi_teleport.sim import main as sim_main

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from mpi4py import MPI
 
-from helpers import real_fashion_mnist, without_time
+from helpers import on_root, real_fashion_mnist, without_time
 from mpi_teleport import run, sim
 from mpi_teleport.disk.output import read_jsonl
 
@@ -48,11 +48,6 @@ def records(path: Path) -> list[dict]:
     return without_time(read_jsonl(path))
 
 
-def agreed(check) -> bool:
-    """check() on rank 0 (where the files are), its answer on every rank."""
-    return COMM.bcast(bool(check()) if COMM.rank == 0 else None)
-
-
 @pytest.mark.mpi(min_size=2)
 def test_the_digits_network_with_a_bandwidth_clock_equals_the_simulator():
     pytest.importorskip("sklearn")
@@ -73,7 +68,7 @@ def test_the_digits_network_with_a_bandwidth_clock_equals_the_simulator():
                 return False  # (float32, bit for bit; round 1: the first batches)
         return True
 
-    assert ok and agreed(equal)
+    assert ok and on_root(COMM, equal)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -89,7 +84,7 @@ def test_the_command_lines_optimizer_under_mpi_equals_the_simulators():
                 and described["mpi"] == described["sim"]
                 and described["mpi"].startswith("AdamW(betas=(0.8, 0.99)"))
 
-    assert ok and agreed(equal)
+    assert ok and on_root(COMM, equal)
 
 
 @needs_real
@@ -99,7 +94,7 @@ def test_the_real_fashion_mnist_under_mpi_equals_the_simulator():
                      "--rounds", "6", "--lr", "0.01", "--momentum", "0.9", "--alpha", "0.1",
                      "--sampling", "epochs", "--val-fraction", "0", "--log-every", "3",
                      "--progress", "off"])
-    assert ok and agreed(lambda: records(base / "mpi" / "metrics.jsonl")
+    assert ok and on_root(COMM, lambda: records(base / "mpi" / "metrics.jsonl")
                          == records(base / "sim" / "metrics.jsonl"))
 
 
@@ -117,4 +112,4 @@ def test_the_authors_recipe_on_the_real_data_under_mpi_equals_the_simulator():
                 and [r["round"] for r in mpi] == [0, 1, 3]
                 and all("node_mean_accuracy" in r for r in mpi))  # (each evaluates k models)
 
-    assert ok and agreed(equal)
+    assert ok and on_root(COMM, equal)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from mpi4py import MPI
 
-from helpers import without_time
+from helpers import on_root, without_time
 from mpi_teleport.disk.output import read_jsonl
 
 RANKS = (4,)  # the rank counts tests/test_in_rank.py runs this file at
@@ -44,11 +44,6 @@ def both(main, flags: list[str]) -> tuple[Path, str, str, bool]:
     return base, ranks.getvalue(), alone.getvalue(), COMM.allreduce(ok, op=MPI.LAND)
 
 
-def on_rank_0(check) -> bool:
-    """check() where the files and the printed lines are (rank 0), its answer everywhere."""
-    return COMM.bcast(bool(check()) if COMM.rank == 0 else None)
-
-
 def records(path: Path) -> list[dict]:
     return without_time(read_jsonl(path))
 
@@ -65,7 +60,7 @@ def test_custom_model_under_mpi_equals_the_simulator():
                 and records(base / "mpi" / "metrics.jsonl") == want
                 and ranks.splitlines() == alone.splitlines() and len(alone.splitlines()) == 3)
 
-    assert ok and on_rank_0(equal)  # (DSGD's and search_k's lines too)
+    assert ok and on_root(COMM, equal)  # (DSGD's and search_k's lines too)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -81,7 +76,7 @@ def test_the_mnist_port_under_mpi_equals_the_simulator():
                 and records(base / "mpi" / "metrics.jsonl") == want
                 and ranks.splitlines() == alone.splitlines())
 
-    assert ok and on_rank_0(equal)
+    assert ok and on_root(COMM, equal)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -97,4 +92,4 @@ def test_the_ported_script_under_mpi_equals_the_simulator():
         return ([r["round"] for r in want] == [0, 1, 22] and "macro_f1" in want[0]
                 and records(base / "mpi" / "metrics.jsonl") == without_time(want) and same_log)
 
-    assert ok and on_rank_0(equal)
+    assert ok and on_root(COMM, equal)
