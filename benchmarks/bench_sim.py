@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
 from mpi_teleport.runtime import metrics
 from mpi_teleport.core import rng, schedule
 from mpi_teleport import sim  # noqa: E402
-from mpi_teleport.front.settings import Config  # noqa: E402
+from mpi_teleport.front.settings import Values  # noqa: E402
 from mpi_teleport.runtime.metrics import Recorder  # noqa: E402
 from mpi_teleport.disk.output import RunFiles  # noqa: E402
 
@@ -84,7 +84,7 @@ class CapturingRecorder(Recorder):
         return super().log(r, x, time_s, extra, metrics)
 
 
-def run_simulator(cfg: Config, algorithm: str, k: int) -> tuple[float, np.ndarray]:
+def run_simulator(cfg: Values, algorithm: str, k: int) -> tuple[float, np.ndarray]:
     """Seconds spent in rounds (logging excluded) and the final token matrix."""
     CapturingRecorder.last_x = None
     CapturingRecorder.log_seconds = 0.0
@@ -148,9 +148,9 @@ def run_reference(algorithm: str, n: int, k: int, rounds: int, lr: float) -> tup
 
 def bench_case(algorithm: str, n: int, k: int, rounds: int, repeats: int) -> dict:
     lr = 0.5 / n
-    cfg = Config(nodes=n, algorithm=algorithm, k=k, rounds=rounds, lr=lr, sigma2=SIGMA2,
-                 zeta2=ZETA2, dim=D, topology="ring", log_every=rounds, seed=SEED,
-                 progress="off")
+    cfg = Values.of_job(dict(nodes=n, algorithm=algorithm, k=k, rounds=rounds, lr=lr,
+                             sigma2=SIGMA2, zeta2=ZETA2, dim=D, topology="ring",
+                             log_every=rounds, seed=SEED, progress="off"))
     sim_times, ref_times = [], []
     max_diff, identical = 0.0, True
     for _ in range(repeats):

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from .runtime import engine
-from .front.api_checks import checked_settings
-from .front.runner import RunSettings, train
+from .front.api_checks import checked
+from .front.prepare import RunSettings, prepare
+from .front.runner import RunContext, train
 from .runtime.launched import resolve_comm
 from .front.loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
 from .front.settings import (Checkpoints, Latency, Records, keyword_default, merge,
@@ -298,7 +299,7 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
            "momentum": momentum, "nesterov": nesterov, "topology": topology,
            "variant": variant, "seed": seed}
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, k)
-    settings, context = checked_settings(
+    return _run(
         problem, run, rule=rule, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
@@ -310,7 +311,6 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
                           keep_checkpoints=keep_checkpoints, resume=resume),
         latency=merge_latency(latency, clock, compute_time),
         elastic=elastic, fail=fail, spares=spares)
-    return train(problem, settings, comm, context)
 
 
 def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
@@ -365,7 +365,7 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
            "momentum": momentum, "nesterov": nesterov, "topology": topology,
            "variant": "overlap", "seed": seed}
     eval_every = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
-    settings, context = checked_settings(
+    return _run(
         problem, run, rule=rule, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
@@ -377,7 +377,6 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
                           keep_checkpoints=keep_checkpoints, resume=resume),
         latency=merge_latency(latency, clock, compute_time),
         elastic=elastic, fail=fail, spares=spares)
-    return train(problem, settings, comm, context)
 
 
 def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
@@ -454,10 +453,24 @@ def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
            "lr": within_phase(lr, rounds), "momentum": momentum, "nesterov": nesterov,
            "topology": topology, "variant": variant, "seed": seed,
            "k_select": check_select(select)}
-    settings, context = checked_settings(
+    return _run(
         problem, run, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       progress=progress, callback=callback, trace=trace),
         checkpoints=Checkpoints(),
         latency=merge_latency(latency, clock, compute_time))
-    return train(problem, settings, comm, context)
+
+
+def _run(problem: Any, run: dict[str, Any], *, rule: Any = None, comm: Any, out: Any,
+         records: Records, checkpoints: Checkpoints, latency: Latency,
+         elastic: bool = False, fail: Any = None, spares: int = 0) -> engine.Result:
+    """The keywords' one path, the command lines' too: their checked values and disk
+    (:func:`mpi_teleport.front.api_checks.checked`), the run's RunSettings
+    (:func:`mpi_teleport.front.prepare.prepare`), then :func:`train`, which refuses on
+    every process what the disk check refused on one."""
+    values, prepared, refused = checked(problem, run, rule=rule, comm=comm, out=out,
+                                        records=records, checkpoints=checkpoints,
+                                        latency=latency, elastic=elastic, fail=fail,
+                                        spares=spares)
+    settings = prepare(problem, values, comm, prepared=prepared, callback=records.callback)
+    return train(problem, settings, comm, RunContext(refused=refused))

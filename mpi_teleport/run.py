@@ -17,7 +17,8 @@ import traceback
 import warnings
 from typing import TYPE_CHECKING, cast
 
-from .front import cli, preflight, report, runner
+from .front import cli, report, runner
+from .front.prepare import check_job, prepare
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
@@ -28,7 +29,7 @@ from .runtime.transport import Transport, abort_job
 
 if TYPE_CHECKING:
     from .front.prepare import Prepared
-    from .front.settings import Config
+    from .front.settings import Values
 
 PROG = "mpirun -n N python -m mpi_teleport.run"
 
@@ -42,8 +43,9 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
     job's hot spares (``--spares``); ``local``: this rank's index on its host, when known;
     ``meeting``: the survivors' (elastic: a run that ends in an exception after a loss
     hands it their communicator, :class:`runner.Meeting`); ``prepared``: the job's
-    preparation (:func:`mpi_teleport.front.preflight.prepared`; None: made here)."""
+    preparation (:func:`mpi_teleport.front.prepare.check_job`; None: made here)."""
     problem, error, stopped = None, None, 0
+    prepared = prepared or check_job(cfg)
     if local is None:  # (collective: before failing)
         local = transport.local_rank() if needs_local_rank(cli.problem_of(cfg)) else 0
     try:
@@ -60,7 +62,8 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
         raise cli.stopped_in_setup(cfg, algorithm, stopped, terminator, prepared)
     if k == "auto" and terminator is not None:
         terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
-    settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True, prepared=prepared)
+    settings = prepare(problem, cli.run_values(cfg, algorithm, k), transport,
+                       prepared=prepared, job=cfg)
     context = runner.RunContext(terminator=terminator, pool=pool, progress=progress,
                                 meeting=meeting)
     return api.train(problem, settings, transport, context).summary  # (the root's; None elsewhere)
@@ -88,7 +91,7 @@ def main(argv=None) -> int:
         with quiet, warnings.catch_warnings():  # --help prints once; no warning ahead of a refusal
             warnings.simplefilter("ignore")
             cfg = cli.from_args(argv, world_size=comm.Get_size(), parser=parser)
-            prepared = preflight.prepared(cfg)  # (the disk, the plans: the API's step too)
+            prepared = check_job(cfg)  # (the disk, the plans: the API's step too)
     except UsageError as exc:  # (reported below, after every rank has had its say)
         error = str(exc)
     except SystemExit as exc:  # --help
@@ -99,7 +102,7 @@ def main(argv=None) -> int:
         refused = cli.agree_on_config(transport, cfg, error)
         if refused:
             return cli.fail(PROG, refused, show=rank == 0)
-        cfg = cast("Config", cfg)  # (not refused: every rank parsed it)
+        cfg = cast("Values", cfg)  # (not refused: every rank parsed it)
         # Rank 0 holds --out and --checkpoint-dir for the job; every rank learns a refusal
         # (another job holds them) in the same collective, so none waits for the others
         # (the API's path too: a refusal is a UsageError on every rank, reported below).

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 import warnings
 
-from .front import cli, preflight, report, runner
+from .front import cli, report, runner
+from .front.prepare import check_job, prepare
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
@@ -28,9 +29,10 @@ PROG = "python -m mpi_teleport.sim"
 def simulate(cfg, algorithm: str, k, files: RunFiles | None = None,
              progress: Progress | None = None, terminator=None, prepared=None) -> dict:
     """Run Teleportation (k tokens, or 'auto' for Algorithm 2) or Decentralized SGD (k = n,
-    fixed placement) of a Config in this process; returns the summary. ``prepared``: the
-    job's preparation (:func:`mpi_teleport.front.preflight.prepared`; None: made here)."""
+    fixed placement) of a job's values in this process; returns the summary. ``prepared``: the
+    job's preparation (:func:`mpi_teleport.front.prepare.check_job`; None: made here)."""
     keep_freed_memory()
+    prepared = prepared or check_job(cfg)
     try:
         with signals.interruptible():  # (a slow factory: a signal need not wait for it)
             problem = make_problem(cli.problem_of(cfg))
@@ -38,7 +40,8 @@ def simulate(cfg, algorithm: str, k, files: RunFiles | None = None,
         raise cli.stopped_in_setup(cfg, algorithm, stop.signum, terminator, prepared) from None
     if k == "auto" and terminator is not None:
         terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
-    settings = cli.settings_of(cfg, algorithm, k, problem, prepared=prepared)
+    settings = prepare(problem, cli.run_values(cfg, algorithm, k), None,
+                       prepared=prepared, job=cfg)
     context = runner.RunContext(terminator=terminator, progress=progress, files=files)
     return api.train(problem, settings, None, context).summary  # (one process: the root's)
 
@@ -57,7 +60,7 @@ def main(argv=None) -> int:
             with warnings.catch_warnings():  # nothing printed ahead of a refusal's one line
                 warnings.simplefilter("ignore")
                 cfg = cli.from_args(argv, parser=parser)
-            prepared = preflight.prepared(cfg)  # (the disk, the plans: the API's step too)
+            prepared = check_job(cfg)  # (the disk, the plans: the API's step too)
             # --out, --checkpoint-dir: this job's alone (the one lock function, one process)
             release = runner.hold_agreed(prepared.hold, None, True)
             summaries = []

@@ -129,13 +129,15 @@ def test_cli_rejects_an_unknown_criterion_in_one_line(tmp_path, capsys):
 
 
 def test_epochs_say_how_many_rounds_each_phase_ran(tmp_path):
-    from mpi_teleport.front.cli import settings_of
+    from mpi_teleport.front.cli import run_values
+    from mpi_teleport.front.prepare import check_job, prepare
     from mpi_teleport.front.runner import RunContext
     from mpi_teleport.front.settings import resolve
 
     def run_config(cfg, algorithm, k, files, problem):  # (as the simulator runs one)
-        return mt.train(problem, settings_of(cfg, algorithm, k, problem), None,
-                        RunContext(files=files)).summary
+        settings = prepare(problem, run_values(cfg, algorithm, k), None,
+                           prepared=check_job(cfg), job=cfg)
+        return mt.train(problem, settings, None, RunContext(files=files)).summary
 
     problem = LogisticRegression(4, seed=0)
     problem.n_train = 1000  # (a problem that knows its training-set size

@@ -15,7 +15,8 @@ from mpi_teleport.front.cli import run_spec
 from mpi_teleport.latency.model import LatencySettings
 from mpi_teleport.latency.virtual_clock import for_run
 from mpi_teleport.front.settings import UsageError, resolve
-from mpi_teleport.front.preflight import load, prepared
+from mpi_teleport.front.preflight import load
+from mpi_teleport.front.prepare import check_job
 from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 
@@ -356,7 +357,7 @@ def test_config_defaults_and_validation(tmp_path):
         resolve({"nodes": 4, "latency": "ring:5"})
     with pytest.raises(UsageError, match="4 nodes"):
         # (the disk: the one preparation step)
-        prepared(load({"nodes": 4, "latency": "matrix:" + write_csv(tmp_path / "d.csv",
+        check_job(load({"nodes": 4, "latency": "matrix:" + write_csv(tmp_path / "d.csv",
                                                                     TRIANGLE)}))
     with pytest.raises(UsageError, match="--compute-time"):
         resolve({"nodes": 4, "compute_time": -1.0})

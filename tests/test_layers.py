@@ -136,7 +136,7 @@ def test_the_layout_has_few_top_level_modules_and_short_import_chains():
         assert doc.lstrip('"').startswith("Internal"), group
     core = {m for m in edges["core"]}
     assert core <= {"errors", "problem"}, f"the pure core imports {core}"
-    # domain and runtime code never sees a front end's settings (Config, the API's checks)
+    # domain and runtime code never sees a front end's settings (Values, the API's checks)
     for unit in ("core", "runtime", "disk", "latency", "problems", "checkpoint"):
         assert "front" not in edges.get(unit, ()), f"{unit} imports the front ends"
 
@@ -192,8 +192,9 @@ def test_names_of_the_package_outside_it_still_resolve():
 
 
 def test_one_builder_of_run_settings():
-    """Both front ends reach RunSettings through one function (front/build.py's build,
-    issue 44): no other module of the package constructs one."""
+    """Both front ends reach RunSettings through one function (front/prepare.py's
+    prepare, which calls build there; issue 44): no other module of the package
+    constructs one."""
     builders = set()
     for name, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
@@ -202,4 +203,4 @@ def test_one_builder_of_run_settings():
                 called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
                 if called == "RunSettings":
                     builders.add(name)
-    assert builders == {"mpi_teleport.front.build"}, builders
+    assert builders == {"mpi_teleport.front.prepare"}, builders

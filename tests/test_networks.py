@@ -13,7 +13,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("sklearn") is None,
 from mpi_teleport.front.cli import problem_of  # noqa: E402
 from mpi_teleport.front.settings import resolve  # noqa: E402
 from mpi_teleport.disk.output import RunFiles  # noqa: E402
-from mpi_teleport.front.cli import with_epochs  # noqa: E402
+from mpi_teleport.front.cli import run_values  # noqa: E402
+from mpi_teleport.front.prepare import with_epochs  # noqa: E402
 from mpi_teleport.problems import make_problem  # noqa: E402
 from mpi_teleport.sim import main, simulate  # noqa: E402
 
@@ -31,8 +32,8 @@ def test_digits_accuracy_rises_well_above_chance():
 def test_epochs_give_every_method_the_same_samples():
     cfg = resolve({"nodes": 8, "problem": "digits", "epochs": 2.0, "batch_size": 16})
     problem = make_problem(problem_of(cfg))
-    tele = with_epochs(cfg, "teleportation", 2, problem).rounds
-    dsgd = with_epochs(cfg, "dsgd", 8, problem).rounds
+    tele = with_epochs(run_values(cfg, "teleportation", 2), problem).rounds
+    dsgd = with_epochs(run_values(cfg, "dsgd", 8), problem).rounds
     assert dsgd == -(-2 * problem.n_train // (16 * 8))
     assert abs(tele - 4 * dsgd) <= 4  # n/k = 4 times more rounds, up to rounding
 

@@ -5,14 +5,13 @@ import dataclasses
 import pytest
 
 from mpi_teleport.errors import API, CLI, UsageError
-from mpi_teleport.front import preflight
-from mpi_teleport.front.prepare import Leg, Places, prepare
+from mpi_teleport.front.prepare import Leg, Places, check_disk, check_job
 from mpi_teleport.front.settings import resolve
 
 
 def _refusal(naming, legs, places):
     with pytest.raises(UsageError) as caught:
-        prepare(legs, places, nodes=4, rounds=10, record={}, naming=naming)
+        check_disk(legs, places, nodes=4, rounds=10, record={}, naming=naming)
     return str(caught.value)
 
 
@@ -35,7 +34,7 @@ def test_a_stray_file_in_the_checkpoint_directory_is_refused_alike(tmp_path):
 
 
 def test_the_plan_is_made_once_and_frozen(tmp_path):
-    done = prepare([Leg("teleportation", 2, tmp_path / "ck")],
+    done = check_disk([Leg("teleportation", 2, tmp_path / "ck")],
                    Places(out=tmp_path, every=5, keep=3), nodes=4, rounds=10, record={},
                    naming=API)
     plan = done.plan("teleportation")
@@ -47,7 +46,7 @@ def test_the_plan_is_made_once_and_frozen(tmp_path):
 def test_a_compare_job_locks_its_directories_once(tmp_path):
     cfg = resolve({"nodes": 4, "k": 2, "rounds": 4, "out": str(tmp_path / "o"),
                    "checkpoint_every": 2})
-    done = preflight.prepared(cfg)
+    done = check_job(cfg)
     assert [(str(p), what) for p, what in done.hold] == [
         (str(tmp_path / "o"), "--out"),
         (str(tmp_path / "o" / "teleportation" / "checkpoints"), "checkpoint directory"),

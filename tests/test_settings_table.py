@@ -236,7 +236,7 @@ def test_threads_gives_a_torch_problem_its_threads(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")
     from mpi_teleport.examples.custom_model import problem
-    from mpi_teleport.front.cli import with_threads
+    from mpi_teleport.front.prepare import with_threads
 
     built = problem(nodes=2)
     with_threads(built, 3)
@@ -300,7 +300,7 @@ def test_every_row_is_complete_and_written_once():
                             "fails", "betas", "threads"), row.name
         if row.rule is not None and row.default is not None and row.kind != "k":
             assert row.rule(row.default, row.name, CLI) == row.default, row.name
-    assert table.Config().to_dict() == table.defaults()
+    assert table.Values.of_job().to_dict() == table.defaults()
 
 
 WRONG_ON_ONE_RANK = """
@@ -409,7 +409,7 @@ def test_the_api_agrees_on_a_piece_setting_on_one_rank_too(tmp_path, mpirun):
 
 def test_the_command_lines_one_entry_gives_a_values_view(tea, tmp_path):
     """cli.from_args(argv, toml) is the command lines' documented entry: flags over the
-    TOML file over the table's defaults, a frozen Config that only views the values
+    TOML file over the table's defaults, frozen Values that only view the values
     (what the ranks agree on and what a problem is built from are functions of the
     values, beside the table and the problem factory, not methods of it)."""
     from mpi_teleport.front import cli
@@ -425,7 +425,7 @@ def test_the_command_lines_one_entry_gives_a_values_view(tea, tmp_path):
         cli.from_args(["--nodes", "4", "--tea", "red"])
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.nodes = 5  # type: ignore[misc]
-    assert not hasattr(table.Config, "agreed") and not hasattr(table.Config, "problem_settings")
+    assert not hasattr(table.Values, "agreed") and not hasattr(table.Values, "problem_settings")
     values = cfg.to_dict()
     assert table.agreed(values) == {s.name: values[s.name] for s in table.rows() if s.agree}
     assert "tea" in table.agreed(values) and "progress" not in table.agreed(values)
@@ -518,3 +518,57 @@ def test_the_authors_warmup_cosine_under_mpi_equals_the_simulator(tmp_path, mpir
     assert (without_time(read_jsonl(tmp_path / "mpi" / "metrics.jsonl"))
             == without_time(read_jsonl(tmp_path / "sim" / "metrics.jsonl")))
     assert json.loads((tmp_path / "mpi" / "config.json").read_text())["warmup_epochs"] == 1
+
+
+def test_run_settings_from_the_command_lines_flags(tmp_path, capsys):
+    """mt.RunSettings.from_args (issue 44): a script takes the command lines' flags (over a
+    TOML file) for its own problem and runs them with mt.train, record for record what
+    the simulator's command line runs; a job of two runs, a problem-building flag and
+    bad input are one UsageError each, spelt as flags."""
+    (tmp_path / "r.toml").write_text('lr = 0.05\nlog-every = 2\n')
+    flags = ["--nodes", "4", "--k", "2", "--rounds", "8", "--dim", "4", "--algorithm",
+             "teleportation", "--progress", "off"]
+    assert sim_main([*flags, "--config", str(tmp_path / "r.toml"), "--out",
+                     str(tmp_path / "cli")]) == 0
+    script = flags[:6] + flags[8:]  # (--dim builds the command line's problem: not here)
+
+    def problem():  # (what the command line builds of those flags)
+        return Quadratic(n=4, d=4, sigma2=10.0, zeta2=10.0)
+
+    settings = mt.RunSettings.from_args([*script, "--out", str(tmp_path / "api")],
+                                        tmp_path / "r.toml", problem=problem())
+    assert isinstance(settings, mt.RunSettings) and settings.spec.tokens == 2
+    mt.train(problem(), settings)
+    assert without_time(read_jsonl(tmp_path / "api" / "metrics.jsonl")) == \
+        without_time(read_jsonl(tmp_path / "cli" / "metrics.jsonl"))
+    recorded = json.loads((tmp_path / "api" / "config.json").read_text())
+    assert (recorded["problem"], recorded["dim"], recorded["lr"]) == ("quadratic", 4, 0.05)
+    for argv, says in [(["--nodes", "4"], r"^--algorithm compare runs two methods"),
+                       ([*script, "--sigma2", "1"], r"^--sigma2: RunSettings.from_args runs"),
+                       ([*script, "--lr", "-1"], r"^--lr must be"),
+                       ([*script, "--resume", str(tmp_path / "none")], r"^--resume")]:
+        with pytest.raises(mt.UsageError, match=says):
+            mt.RunSettings.from_args(argv, problem=problem())
+
+
+def test_both_front_ends_make_a_run_by_one_preparation(monkeypatch):
+    """The command lines and the API make every run's RunSettings by the one
+    front/prepare.py prepare(problem, values, comm, prepared=...), from the same kind of
+    checked values (settings.Values; Config, settings_of and checked_settings are gone)."""
+    import mpi_teleport.front.prepare as preparation
+    from mpi_teleport.front import api_checks, cli
+
+    seen = []
+    real = preparation.prepare
+
+    def spy(problem, values, comm=None, **kwargs):
+        seen.append((type(values), values.naming))
+        return real(problem, values, comm, **kwargs)
+
+    for module in ("mpi_teleport.sim", "mpi_teleport.api"):
+        monkeypatch.setattr(f"{module}.prepare", spy)
+    assert sim_main([*SMALL, "--rounds", "4"]) == 0
+    mt.teleportation(Quadratic(n=4, d=4), nodes=4, k=2, rounds=4, lr=0.05)
+    assert seen == [(table.Values, CLI), (table.Values, API)]
+    for gone in ("settings_of", "checked_settings", "Config"):
+        assert not any(hasattr(m, gone) for m in (cli, api_checks, table, preparation)), gone

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from mpi_teleport.front.settings import Config, resolve
+from mpi_teleport.front.settings import Values, resolve
 from mpi_teleport.disk.output import RunFiles, read_jsonl
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main, simulate
@@ -27,8 +27,8 @@ def centralized_sgd(n, d, sigma2, zeta2, seed, lr, rounds):
 @pytest.mark.parametrize("algorithm", ["dsgd", "teleportation"])
 def test_complete_graph_with_all_nodes_equals_centralized_sgd(algorithm):
     n, rounds = 12, 40
-    cfg = Config(nodes=n, k=n, topology="complete", rounds=rounds, lr=0.02, sigma2=5.0,
-                 zeta2=5.0, dim=7, seed=3, log_every=1)
+    cfg = Values.of_job(dict(nodes=n, k=n, topology="complete", rounds=rounds, lr=0.02,
+                             sigma2=5.0, zeta2=5.0, dim=7, seed=3, log_every=1))
     files = RunFiles(None)
     simulate(cfg, algorithm, n, files)
     reference = centralized_sgd(n, 7, 5.0, 5.0, 3, 0.02, rounds)
@@ -80,6 +80,6 @@ def test_stop_at_target():
 
 
 def test_a_million_nodes_with_k_64():
-    cfg = Config(nodes=10**6, k=64, rounds=20, log_every=10, zeta2=1.0, sigma2=1.0)
+    cfg = Values.of_job(dict(nodes=10**6, k=64, rounds=20, log_every=10, zeta2=1.0, sigma2=1.0))
     summary = simulate(cfg, "teleportation", 64, RunFiles(None))
     assert summary["rounds_run"] == 20 and np.isfinite(summary["final_error"])

@@ -1,7 +1,7 @@
 """Where a run writes, and holding it: path settings the system can take, made absolute,
 checked writable, and locked for the run's duration (one job per directory).
 
-Shared by the command line (a Config) and the Python API: both name their paths through
+Shared by the command line and the Python API: both name their paths through
 :func:`check_path` and lock them through :func:`hold_dirs`.
 """
 from __future__ import annotations

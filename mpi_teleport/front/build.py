@@ -1,13 +1,15 @@
 """The one builder of a run's :class:`~mpi_teleport.front.runner.RunSettings`, and the one
 record of its settings, for both front ends.
 
-The command lines (:func:`mpi_teleport.front.cli.settings_of`: one run of a ``Config``)
-and the Python API (:func:`mpi_teleport.front.api_checks.checked_settings`: one call's
-keywords) each check what they were given by the settings table's rules
-(:mod:`mpi_teleport.front.settings`) into flat *values* named as the table names its
-rows, build the run's :class:`~mpi_teleport.core.spec.RunSpec` from them by the one
-:func:`run_spec`, prepare the disk
-(:func:`mpi_teleport.front.prepare.prepare`) and hand all of it to :func:`build`, which
+The command lines (:func:`mpi_teleport.front.cli.from_args`: a job's flags and TOML file)
+and the Python API (:func:`mpi_teleport.front.api_checks.checked`: one call's keywords)
+each check what they were given by the settings table's rules
+(:mod:`mpi_teleport.front.settings`) into :class:`~mpi_teleport.front.settings.Values`
+named as the table names its rows and check the disk
+(:func:`mpi_teleport.front.prepare.check_disk`); then the one preparation of a run,
+:func:`mpi_teleport.front.prepare.prepare`, builds the run's
+:class:`~mpi_teleport.core.spec.RunSpec` from its values by the one :func:`spec_of`
+(:func:`run_spec` with the optimizer's rule) and hands all of it to :func:`build`, which
 derives the rest the same way for both: when the run records and evaluates, its latency
 layer, elastic mode and its failure plan, and what config.json and a checkpoint's
 manifest keep (:func:`record`, also what a resume compares, so the two front ends
@@ -20,15 +22,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core import topology as topo
-from ..core.spec import Logging, RunSpec, cosine_lr
-from ..errors import Naming, UsageError
-from ..latency.model import LatencySettings
+from ..core.spec import RunSpec, cosine_lr
+from ..errors import UsageError
 from . import resume as resume_rules
 from .loop_options import momentum_of
-from .runner import RunSettings
 from .settings import rows, setting
 
-__all__ = ["build", "group", "record", "run_spec"]
+__all__ = ["group", "record", "run_spec", "spec_of"]
 
 
 def record(values: Mapping[str, Any], rule=None,
@@ -117,6 +117,29 @@ def run_spec(values: Mapping[str, Any], rule=None, per_epoch: float | None = Non
                    _value(values, "seed"), _value(values, "k_select"), rule)
 
 
+def spec_of(values: Mapping[str, Any], problem=None) -> RunSpec:
+    """The :class:`~mpi_teleport.core.spec.RunSpec` of one run's checked ``values`` (a
+    :class:`~.settings.Values`) for ``problem``: :func:`run_spec` with the optimizer's
+    step rule (the command line's ``optimizer`` names torch.optim's, built here for the
+    problem's parameters, :func:`~.loop_options.step_rule`; the API's holds the rule
+    ``optimizer=`` built; none: SGD with the momentum) and, for the authors' schedule,
+    the rounds an epoch takes with the run's active nodes."""
+    from .loop_options import step_rule
+
+    optimizer = values.get("optimizer")
+    if isinstance(optimizer, str):
+        momentum, nesterov, rule = step_rule(values, problem)
+    else:
+        momentum, nesterov, rule = _value(values, "momentum"), _value(values, "nesterov"), optimizer
+    per_epoch = None  # (cosine-warmup: rounds an epoch, as epochs counts them)
+    if _value(values, "lr_schedule") == "cosine-warmup" and getattr(problem, "n_train", None):
+        k: Any = values.get("k")
+        active = int(values["nodes"] if values["algorithm"] in ("dsgd", "search")
+                     or k == "auto" else k)
+        per_epoch = problem.n_train / (int(_value(values, "batch_size")) * active)
+    return run_spec({**values, "momentum": momentum, "nesterov": nesterov}, rule, per_epoch)
+
+
 def _cosine_with_warmup(values: Mapping[str, Any], per_epoch: float | None, search: bool):
     """The authors' schedule of ``values`` (their lr, epochs, warmup_epochs), a function
     of the round (of the round within its phase for the search, as the API's search_k
@@ -131,37 +154,3 @@ def _cosine_with_warmup(values: Mapping[str, Any], per_epoch: float | None, sear
     lr = cosine_with_warmup(values["lr"], epochs, per_epoch,
                             warmup_epochs=_value(values, "warmup_epochs"))
     return within_phase(lr, values["rounds"]) if search else lr
-
-
-def build(values: dict[str, Any], spec: RunSpec, *, naming: Naming, plan, out,
-          identity: Mapping[str, Any] | None = None, facts: Mapping[str, Any] | None = None,
-          manifest_values: Mapping[str, Any] | None = None, hold: tuple = (),
-          callback=None, summary_extra: dict | None = None, problem_name: str | None = None,
-          resume_from=None) -> RunSettings:
-    """The :class:`RunSettings` of one run, from its checked ``values`` and ``spec``, the
-    same way for both front ends: its logging and latency layer (the fields the table
-    places there, :func:`group`), elastic mode and failure
-    plan (``fail`` parsed for ``spec.nodes`` and the spares), the manifest a checkpoint
-    keeps (:func:`record` of ``manifest_values``, default ``values``: the command line's
-    ``compare`` keeps the job's settings in both runs' checkpoints) and config.json
-    (:func:`record` of ``values`` and the run's ``facts``: the back end, the problem's
-    own description). ``naming``: how the run's messages spell a setting; ``plan``,
-    ``hold``: what :func:`~mpi_teleport.front.prepare.prepare` found; ``out``: where the
-    run's files go. Values only: what the caller holds while the run runs is its
-    :class:`~mpi_teleport.front.runner.RunContext`."""
-    from ..runtime.elastic import parse_failures
-
-    spares = _value(values, "spares")
-    failures = parse_failures(_value(values, "fail"), spec.nodes, spares)
-    recorded = record(values, spec.optimizer, identity)
-    manifest = (recorded if manifest_values is None
-                else record(manifest_values, spec.optimizer, identity))
-    return RunSettings(spec, Logging(naming=naming, **group(values, "logging")),
-                       LatencySettings(**group(values, "latency")), plan=plan,
-                       out=out, manifest=manifest, record={**recorded, **(facts or {})},
-                       summary_extra=summary_extra, problem_name=problem_name,
-                       resume_from=resume_from, hold=tuple(hold), callback=callback,
-                       progress=_value(values, "progress") is True,
-                       elastic=bool(_value(values, "elastic")) or bool(failures),
-                       failures=failures, spares=spares,
-                       agree_every=_value(values, "agree_every"))

@@ -6,14 +6,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import sys
 from typing import Any, cast
 
 import numpy as np
 
-from .settings import CLI, Config, UsageError, agreed, from_toml, rows
-from ..problems import is_factory
+from .settings import UsageError, Values, agreed, from_toml, rows
 from ..runtime.collective import first_error, ranks_text
 from ..runtime.signals import EXIT_USAGE
 
@@ -50,8 +48,8 @@ def build_parser(prog: str, description: str, epilog: str = "") -> argparse.Argu
     return parser
 
 
-def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) -> Config:
-    """Flags (over the TOML file, over defaults) -> validated Config checked against the
+def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) -> Values:
+    """Flags (over the TOML file, over defaults) -> validated Values checked against the
     disk (the preflight), or UsageError."""
     from . import preflight
     from .settings import coerce, setting
@@ -64,17 +62,19 @@ def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) 
 
 
 def from_args(argv, toml=None, *, world_size: int | None = None,
-              parser: argparse.ArgumentParser | None = None) -> Config:
+              parser: argparse.ArgumentParser | None = None) -> Values:
     """The command lines' one entry to their settings: the flags ``argv`` over the TOML
     file ``toml`` (or the flags' own ``--config FILE.toml``, which wins) over the table's
     defaults, checked by the table's rules and against the disk (a ``--resume`` supplies
-    the settings it leaves out), as the job's :class:`~.settings.Config`: a frozen view
-    of its values named as the table's rows. ``world_size``: the MPI job's ranks (None:
-    the simulator); ``parser``: the front end's (:func:`build_parser`; its program name
-    is in the help only). UsageError (one line) for bad input. Each run of the job is
-    then :func:`settings_of` ``(cfg, algorithm, k, problem)``, the
+    the settings it leaves out), as the job's :class:`~.settings.Values` (every row),
+    what the Python API makes of its keywords too. ``world_size``: the MPI job's ranks
+    (None: the simulator); ``parser``: the front end's (:func:`build_parser`; its
+    program name is in the help only). UsageError (one line) for bad input. Each run of
+    the job is then :func:`mpi_teleport.front.prepare.prepare` ``(problem,
+    run_values(values, algorithm, k), comm, prepared=..., job=values)``, the
     :class:`~mpi_teleport.front.runner.RunSettings` that :func:`mpi_teleport.train`
-    takes, built by the builder the Python API uses.
+    takes, made as the Python API makes its own (``RunSettings.from_args`` does all of
+    it for a script's one run).
 
     >>> from mpi_teleport.front.cli import from_args
     >>> from_args(["--nodes", "8", "--k", "2", "--lr", "0.05"]).to_dict()["k"]
@@ -96,20 +96,18 @@ def fail(prog: str, message: str, show: bool = True) -> int:
     return EXIT_USAGE
 
 
-def stopped_in_setup(cfg, algorithm: str, signum: int, terminator=None, prepared=None):
+def stopped_in_setup(cfg, algorithm: str, signum: int, terminator, prepared):
     """The :class:`Terminated` of a run whose set-up a signal interrupted (every process
     alike): nothing ran, so nothing is written; a resumed run's checkpoint still stands
     (status 75, resume it again), else status 128 + the signal. The stop is final.
-    ``prepared``: the job's preparation (:func:`~mpi_teleport.front.preflight.prepared`;
-    None: made here)."""
+    ``prepared``: the job's disk check (:func:`~mpi_teleport.front.prepare.check_job`)."""
     from pathlib import Path
 
-    from . import preflight
     from ..runtime.signals import Terminated
 
     if terminator is not None:
         terminator.commit()
-    plan = (prepared or preflight.prepared(cfg)).plan(algorithm)
+    plan = prepared.plan(algorithm)
     resumed = plan is not None and plan.manifest is not None
     # (resumed: a plan; `and plan is not None` repeats it for the type checker)
     return Terminated(signum, plan.start if resumed and plan is not None else 0,
@@ -187,7 +185,7 @@ def progress_for(cfg, label: str, rank0: bool = True):
 
 # ----------------------------------------------------------------------------- config -> run
 def problem_of(cfg):
-    """What building a job's problem needs of its Config
+    """What building a job's problem needs of its values
     (:func:`mpi_teleport.problems.problem_settings` of its values, ``given`` the
     settings away from the table's defaults), for
     :func:`mpi_teleport.problems.make_problem`."""
@@ -197,114 +195,17 @@ def problem_of(cfg):
     return problem_settings(cfg.to_dict(), defaults())
 
 
+def run_values(cfg, algorithm: str, k):
+    """The values of one run of a job (one algorithm of ``compare``; ``k`` 'auto':
+    Algorithm 2): the job's, with the run's algorithm and k (n for DSGD), what
+    :func:`mpi_teleport.front.prepare.prepare` takes beside the job's own."""
+    return cfg.replace(algorithm=algorithm, k=cfg.nodes if algorithm == "dsgd" else k)
+
+
 def run_spec(cfg, algorithm: str, k, problem=None):
-    """The RunSpec of one run a Config asks for (``k`` 'auto': Algorithm 2), built by the
-    one builder both front ends use (:func:`mpi_teleport.front.build.run_spec`);
+    """The RunSpec of one run a job's values ask for (``k`` 'auto': Algorithm 2), by the
+    one builder both front ends use (:func:`mpi_teleport.front.build.spec_of`);
     ``problem``: the run's (an optimizer's weight decay applies to its parameters only)."""
-    from . import build
-    from .loop_options import step_rule
+    from .build import spec_of
 
-    values = cfg.to_dict()
-    momentum, nesterov, rule = step_rule(values, problem)
-    per_epoch = None  # (--lr-schedule cosine-warmup: rounds an epoch, as --epochs counts them)
-    if cfg.lr_schedule == "cosine-warmup" and getattr(problem, "n_train", None):
-        active = cfg.nodes if algorithm == "dsgd" or k == "auto" else k
-        per_epoch = problem.n_train / (int(cfg.batch_size) * active)
-    return build.run_spec({**values, "algorithm": algorithm, "k": k, "momentum": momentum,
-                           "nesterov": nesterov}, rule, per_epoch)
-
-
-def phase_rounds(cfg, rounds_given: int, n_train) -> dict:
-    """How many rounds each phase of ``--k auto`` runs and why (config.json, summary.json);
-    ``cfg`` is the Config after --epochs was applied, ``rounds_given`` its --rounds."""
-    out = {"rounds_per_phase": cfg.rounds, "phases": 2, "rounds_total": 2 * cfg.rounds}
-    if cfg.epochs is None:
-        out["rounds_per_phase_from"] = f"--rounds {rounds_given}"
-        return out
-    out["rounds_per_phase_from"] = (
-        f"--epochs: ceil(epochs * n_train / (batch_size * n)) = ceil({cfg.epochs:g} * {n_train} "
-        f"/ ({cfg.batch_size} * {cfg.nodes})) = {cfg.rounds}; phase 1 (k = n) processes "
-        f"{cfg.epochs:g} epoch(s) in these rounds, phase 2 runs as many rounds, in which "
-        f"candidate k processes k/n of that")
-    return out
-
-
-def with_epochs(cfg, algorithm: str, k, problem):
-    """--epochs E: the same number of training samples for every method, so a run with
-    k active nodes (n for DSGD and for each phase of --k auto) gets
-    ceil(E * n_train / (batch_size * k)) rounds."""
-    if cfg.epochs is None:
-        return cfg
-    if getattr(problem, "n_train", None) is None:
-        raise UsageError(f"--epochs needs a problem that knows its training-set size "
-                         f"(n_train); {cfg.problem} does not: use --rounds")
-    batch = getattr(problem, "batch_size", None)  # (a factory's own batch size)
-    if batch is None and is_factory(cfg.problem):
-        raise UsageError(f"--epochs needs a problem that knows its batch size (batch_size); "
-                         f"{cfg.problem} does not: use --rounds")
-    batch = int(batch or cfg.batch_size)
-    active = cfg.nodes if algorithm == "dsgd" or k == "auto" else k
-    return cfg.replace(batch_size=batch,
-                       rounds=max(1, math.ceil(cfg.epochs * problem.n_train / (batch * active))))
-
-
-def with_threads(problem, threads) -> None:
-    """``--threads N|auto``: the torch intra-op threads a TorchProblem computes with (its
-    own default, 1, when not given); refused for a problem that computes without torch."""
-    if threads is None:
-        return
-    inner = getattr(problem, "problem", problem)
-    if getattr(inner, "torch_settings", None) is None:
-        raise UsageError(f"--threads {threads}: the problem ({type(inner).__name__}) computes "
-                         f"without torch; drop --threads")
-    from ..problems.torch_options import TorchSettings
-
-    inner.torch_settings = TorchSettings(threads)
-
-
-def settings_of(cfg, algorithm: str, k, problem, *, mpi: bool = False, prepared=None):
-    """The :class:`~mpi_teleport.front.runner.RunSettings` of one run of a Config (one
-    algorithm of ``compare``; ``k`` 'auto': Algorithm 2), built by the one builder both
-    front ends use (:func:`mpi_teleport.front.build.build`) from the Config's values: its
-    spec (--epochs and the optimizer applied to ``problem``), the checkpoint plan of the
-    job's preparation, and config.json (the run's algorithm and k, the back end, the
-    problem's facts) beside the manifest (the job's settings), for
-    :func:`mpi_teleport.train` (the simulator and the MPI command line call it as a
-    user's script would; a hot spare joining the run too). ``mpi``: the MPI runtime's
-    (the record says so). What the command line holds for the run (its signal handler,
-    hot spares, progress bar, the survivors' meeting) goes in the
-    :class:`~mpi_teleport.front.runner.RunContext`. ``prepared``: the job's preparation
-    (:func:`~mpi_teleport.front.preflight.prepared`; None: made here)."""
-    from . import preflight
-    from .build import build
-    from .report import out_dir
-    from ..problems import describe, factory
-
-    given = cfg
-    used = (factory.record(cfg.problem, problem_of(cfg), mpi) if is_factory(cfg.problem)
-            else None)
-    cfg = with_epochs(cfg, algorithm, k, problem)  # (a factory's problem: its batch size)
-    with_threads(problem, cfg.threads)
-    spec = run_spec(cfg, algorithm, k, problem)
-    phases = {}
-    if k == "auto":  # how many rounds each phase runs, and why (--epochs or --rounds)
-        phases = phase_rounds(cfg, given.rounds, getattr(problem, "n_train", None))
-    # config.json: this run's algorithm and k (n for DSGD) among the job's settings
-    values = {**cfg.to_dict(), "algorithm": algorithm,
-              "k": cfg.nodes if algorithm == "dsgd" else k}
-    facts = {"backend": "mpi" if mpi else "sim", **phases, **describe(problem)}
-    if used is not None:  # what the factory received; flags it did not take left out
-        unused = set(used["unused"]) - ({"batch_size"} if cfg.epochs is not None else set())
-        values = {key: value for key, value in values.items() if key not in unused}
-        facts = {key: value for key, value in facts.items() if key not in unused}
-        facts["factory_args"] = used["factory_args"]
-    plan = (prepared or preflight.prepared(given)).plan(algorithm)
-    if cfg.epochs is not None and plan is not None and plan.manifest is not None:
-        from .resume import check_rounds  # (preflight could not: the rounds come from the data)
-
-        check_rounds(f"--resume {given.resume}", plan.manifest, spec.rounds,
-                     f"--epochs {cfg.epochs:g} ({spec.rounds} rounds)")
-    return build(values, spec, naming=CLI, plan=plan, out=out_dir(cfg, algorithm),
-                 facts=facts, manifest_values=given.to_dict(), resume_from=cfg.out,
-                 problem_name=cfg.problem,
-                 summary_extra=phases)  # (rounds per phase: also summary.json)
+    return spec_of(run_values(cfg, algorithm, k), problem)

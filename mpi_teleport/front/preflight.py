@@ -5,10 +5,11 @@ The values of the settings are checked by :func:`mpi_teleport.front.settings.res
 happens here, on every process before any communication: the settings a ``--resume``
 inherits from its checkpoint (:func:`mpi_teleport.front.resume.inherit`), the data directory
 and the memory a run needs (:func:`check_fits`). :func:`load` is the whole path from
-raw settings to a Config. What the runs then ask of the disk (a latency matrix file,
-writable outputs, the checkpoint resumed, the checkpoint directories, the locks) is the
-step both front ends share, :func:`mpi_teleport.front.prepare.prepare`
-(:func:`prepared` makes a Config's).
+raw settings to a job's :class:`~mpi_teleport.front.settings.Values`. What the runs then
+ask of the disk (a latency matrix file, writable outputs, the checkpoint resumed, the
+checkpoint directories, the locks) is the step both front ends share,
+:func:`mpi_teleport.front.prepare.check_disk` (:func:`~mpi_teleport.front.prepare.check_job`
+makes a job's).
 """
 from __future__ import annotations
 
@@ -16,20 +17,15 @@ import os
 from pathlib import Path
 
 from . import report
-from .prepare import Leg, Places, Prepared, prepare
 from .settings import NETWORK_PROBLEMS, resolve
 from ..checkpoint.find import any_checkpoint
 from ..errors import UsageError
 from ..disk.paths import absolute_paths
-from .report import leg_dir
 from .resume import inherit
-from .settings import CLI, checkpoint_policy
-from .build import record
-from .loop_options import step_rule
 
 
 def load(raw: dict, world_size: int | None = None):
-    """Raw settings (flags over a TOML file) -> a validated Config, checked against the
+    """Raw settings (flags over a TOML file) -> a job's validated Values, checked against the
     disk: settings a ``--resume`` leaves out come from its checkpoint."""
     raw = absolute_paths(auto_resume(raw))
     if raw.get("resume") is not None:
@@ -56,7 +52,7 @@ def auto_resume(raw: dict) -> dict:
 
 
 def check(cfg):
-    """The checks of a resolved Config's data directory; returns it, or raises UsageError
+    """The checks of a job's data directory; returns it, or raises UsageError
     (what the runs ask of the disk: :func:`prepared`)."""
     if (cfg.problem in NETWORK_PROBLEMS and cfg.problem != "digits" and not cfg.download
             and cfg.data_dir is not None):  # (none given: the reader searches, and says where)
@@ -64,35 +60,6 @@ def check(cfg):
             raise UsageError(f"--data-dir {cfg.data_dir!r} does not exist; put the {cfg.problem} "
                              "files there or add --download on a machine with internet")
     return cfg
-
-
-def legs(cfg) -> list[Leg]:
-    """The runs a Config asks for (both of ``compare``), as :func:`prepare.prepare` takes
-    them: Algorithm 2 (``--k auto``) takes no checkpoints."""
-    return [Leg(algorithm, None if k == "auto" else cfg.nodes if algorithm == "dsgd" else int(k),
-                None if k == "auto" else leg_dir(cfg, algorithm))
-            for algorithm, k in report.runs_requested(cfg)]
-
-
-def places(cfg) -> Places:
-    """Where a Config's job writes and what it resumes."""
-    def where(value):
-        return None if value is None else Path(value)
-
-    return Places(where(cfg.out), where(cfg.checkpoint_dir), where(cfg.resume),
-                  *checkpoint_policy(cfg.to_dict()), compare=cfg.algorithm == "compare")
-
-
-def prepared(cfg) -> Prepared:
-    """The command line's preparation of a job (every run of it), the API's step
-    (:func:`mpi_teleport.front.prepare.prepare`): a latency matrix file, writable outputs,
-    the checkpoint resumed against this run (``--resume``), the checkpoint directories;
-    the runs' checkpoint plans and the directories the job locks. UsageError otherwise."""
-    # (--epochs: the rounds depend on the problem's data; settings_of checks them)
-    rounds = cfg.rounds if cfg.epochs is None else None
-    return prepare(legs(cfg), places(cfg), nodes=cfg.nodes, rounds=rounds,
-                   record=record(cfg.to_dict(), step_rule(cfg.to_dict())[2]), naming=CLI,
-                   latency=cfg.latency)
 
 
 # ----------------------------------------------------------------------------- memory

@@ -1,10 +1,14 @@
-"""The one preparation step of a run, for both front ends: what a run's settings ask of the
-disk, checked before anything runs, and what follows from it.
+"""The one preparation of a run, for both front ends: what its settings ask of the disk,
+checked before anything runs (:func:`check_disk`), and the run's
+:class:`~mpi_teleport.front.runner.RunSettings` made of its settings and its problem
+(:func:`prepare`).
 
-The command line (:func:`mpi_teleport.front.cli.prepared`, once for the whole job: both
-runs of ``compare``) and the Python API (:func:`mpi_teleport.front.api_checks.checked_settings`,
-once per call) both describe the runs they will start as :class:`Leg` rows and where
-they write as :class:`Places`, and call :func:`prepare`: a latency matrix file readable,
+Both front ends first make :class:`~mpi_teleport.front.settings.Values` of their input
+(the command lines: :func:`mpi_teleport.front.cli.from_args`; the Python API:
+:func:`mpi_teleport.front.api_checks.checked`). Then the disk: the command line once for
+the whole job (:func:`check_job`: both runs of ``compare``),
+the API once per call; both describe the runs they will start as :class:`Leg` rows and
+where they write as :class:`Places`, and call :func:`check_disk`: a latency matrix file readable,
 the outputs writable, the checkpoint resumed found, matching this run's settings
 (``record``, what a checkpoint's manifest keeps) and intact, every checkpoint directory
 free of another run's checkpoints. It returns the :class:`Prepared` result: each run's
@@ -14,18 +18,25 @@ found) and the directories the job locks, which
 one :class:`~mpi_teleport.errors.UsageError`, spelt as the front end spells the setting
 (a :class:`~mpi_teleport.errors.Naming`: ``--resume DIR`` or ``resume='DIR'``); under MPI
 every process prepares, and the ranks agree on the first refusal before anything runs.
+Last, with the problem built, each run is :func:`prepare` ``(problem, values, comm,
+prepared=...)``: the one function from settings to the RunSettings that
+:func:`mpi_teleport.train` takes, the same for both front ends.
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, cast
 
 from ..checkpoint import CheckpointPlan, any_checkpoint, locate
+from ..core.spec import Logging, RunSpec
 from ..disk.paths import check_writable, distinct_dirs
-from ..errors import Naming, UsageError
-from ..latency.model import parse_spec
+from ..errors import CLI, Naming, UsageError
+from ..latency.model import LatencySettings, parse_spec
 from . import resume as resume_rules
-from .settings import setting
+from .settings import Values, checkpoint_policy, default_logging, setting
 
 
 @dataclass(frozen=True)
@@ -62,21 +73,128 @@ class Prepared:
         return dict(self.plans).get(algorithm)
 
 
-def prepare(legs, places: Places, *, nodes: int, rounds: int | None, record: dict, naming: Naming,
-            latency: str | None = None) -> Prepared:
+@dataclass(frozen=True)
+class RunSettings:
+    """Every setting of one run, validated, in one frozen object: what
+    :func:`mpi_teleport.train` takes beside the problem and the communicator. It holds
+    values only; what a run holds while it runs (a signal handler, hot spares, a progress
+    bar, the survivors' meeting) is the caller's
+    :class:`~mpi_teleport.front.runner.RunContext`.
+
+    Made alike by :func:`prepare` from the Python API (:func:`mpi_teleport.teleportation`, :func:`~mpi_teleport.dsgd`,
+    :func:`~mpi_teleport.search_k`: the keywords, checked by the one validator spelt as
+    keywords) and from the command lines (``python -m mpi_teleport.sim`` and ``.run``:
+    flags and TOML, checked by the same validator spelt as flags; a script's own flags:
+    :meth:`from_args`); the rules live in the
+    settings table (:mod:`mpi_teleport.front.settings`), so two front ends cannot drift,
+    and :func:`train` checks what it is handed by them. ``spec``: what runs (algorithm,
+    n, k, rounds, step size, optimizer, topology, seed); ``logging``: when it is recorded
+    and evaluated; ``latency``: the latency layer; ``plan``: its checkpoints; ``out``:
+    where config.json, metrics.jsonl and summary.json go; ``manifest``: the settings a
+    checkpoint keeps and a resume compares; ``record``: config.json; ``hold``:
+    (directory, name) pairs the root locks for the run; ``callback``: called with each
+    record; ``progress``: a progress bar on the root's stderr. ``elastic``,
+    ``failures``, ``spares``, ``agree_every``: elastic mode (mpi_teleport/DESIGN.md
+    §11)."""
+
+    spec: RunSpec
+    logging: Logging = default_logging()  # (the table's defaults)
+    latency: LatencySettings = LatencySettings()
+    plan: CheckpointPlan | None = None
+    out: Path | None = None
+    manifest: dict | None = None
+    record: dict | None = None
+    summary_extra: dict | None = None
+    problem_name: str | None = None
+    resume_from: Path | str | None = None
+    hold: tuple = ()
+    callback: Callable | None = None
+    progress: bool = False
+    elastic: bool = False
+    failures: tuple = ()
+    spares: int = 0
+    agree_every: int = 1
+
+    @classmethod
+    def from_args(cls, argv=None, toml=None, *, problem: Any, comm: Any = None) -> "RunSettings":
+        """The command lines' flags ``argv`` (default ``sys.argv[1:]``) over the TOML file
+        ``toml`` (or ``--config FILE.toml``) over the table's defaults, as the
+        RunSettings of one run of ``problem``, the script's own object: what
+        ``python -m mpi_teleport.sim`` and ``.run`` make of the same flags, for
+        :func:`mpi_teleport.train` ``(problem, settings, comm)``. ``--algorithm`` names
+        one run (teleportation, or dsgd; ``compare`` is two: refused), ``--k auto``
+        Algorithm 2; ``comm``: the communicator the run will use (None: the simulator;
+        under MPI ``--nodes`` defaults to its size and every process learns the first
+        refusal, in one collective on a duplicate of it). The flags that build a problem
+        (``--problem``, ``--sigma2``, ``--alpha``, ...) are refused: config.json names
+        the problem by its class and fingerprint, as the API does. UsageError (one line,
+        spelt as flags) for bad input.
+
+        >>> import mpi_teleport as mt
+        >>> from mpi_teleport.problems.quadratic import Quadratic
+        >>> settings = mt.RunSettings.from_args(
+        ...     ["--nodes", "8", "--k", "2", "--algorithm", "teleportation", "--rounds", "20",
+        ...      "--lr", "0.05", "--progress", "off"], problem=Quadratic(n=8, d=3))
+        >>> mt.train(Quadratic(n=8, d=3), settings).summary["k"]
+        2
+        """
+        from . import cli
+
+        error, settings = None, None
+        try:
+            world = None if comm is None else comm.Get_size()
+            values = cli.from_args(argv, toml, world_size=world)
+            if values.algorithm == "compare":
+                raise UsageError("--algorithm compare runs two methods; RunSettings.from_args "
+                                 "makes one run: give --algorithm teleportation or dsgd")
+            building = [name for name in _PROBLEM_ROWS if values[name] != setting(name).default]
+            if building:
+                flags = ", ".join(setting(name).flag for name in building)
+                raise UsageError(f"{flags}: RunSettings.from_args runs the problem you pass "
+                                 f"(problem=); the flags that build one are the command "
+                                 f"lines': drop them")
+            (algorithm, k), = _runs(values)
+            run = {name: value for name, value in
+                   cli.run_values(values, algorithm, k).items() if name not in _PROBLEM_ROWS}
+            settings = prepare(problem, Values(run, values.naming), comm,
+                               prepared=check_job(values))
+        except UsageError as exc:
+            error = str(exc)
+        if comm is not None:  # (every process stops together, or none does)
+            from ..runtime.collective import first_error
+            from ..runtime.transport import Transport
+
+            transport = Transport.duplicate(comm)
+            try:
+                error = first_error(transport.allgather(error))
+            finally:
+                transport.free()
+        if error:
+            raise UsageError(error)
+        return cast(RunSettings, settings)
+
+
+# The rows that build the command lines' problem (problems.ProblemSettings, less the run's
+# own nodes, seed, batch size and elastic mode): RunSettings.from_args runs the caller's.
+_PROBLEM_ROWS = ("problem", "dim", "sigma2", "zeta2", "sampling", "alpha", "val_fraction",
+                 "data_dir", "download", "device")
+
+
+def check_disk(legs, places: Places, *, nodes: int, rounds: int | None, record: dict,
+               naming: Naming, latency: str | None = None) -> Prepared:
     """Check ``legs`` (the job's runs) against the disk, on this process, before any
     communication, and return their plans and the directories to lock; UsageError (one
     line) otherwise. ``record``: the settings a checkpoint keeps, compared with the
     resumed one's; ``latency``: the latency spec (a matrix file is read here); ``rounds``
     None: not known yet (the front end checks a resumed round against them later)."""
     try:
-        return _prepare(tuple(legs), places, nodes, rounds, record, naming, latency)
+        return _check_disk(tuple(legs), places, nodes, rounds, record, naming, latency)
     except OSError as exc:  # an unreadable directory or file
         raise UsageError(f"cannot read the checkpoint or output directory: "
                          f"{exc.strerror or exc}") from None
 
 
-def _prepare(legs, places: Places, nodes, rounds, record, naming, latency) -> Prepared:
+def _check_disk(legs, places: Places, nodes, rounds, record, naming, latency) -> Prepared:
     if latency is not None:
         try:
             parse_spec(latency, nodes)  # reads and checks a matrix file
@@ -138,3 +256,215 @@ def held(legs, places: Places, naming: Naming) -> list[tuple[Path, str]]:
         found += [(leg.checkpoints, "checkpoint directory") for leg in legs
                   if leg.checkpoints is not None and leg.tokens is not None]
     return distinct_dirs(found)
+
+
+def _legs(cfg) -> list[Leg]:
+    """The runs a job asks for (both of ``compare``), as :func:`check_disk` takes
+    them: Algorithm 2 (``--k auto``) takes no checkpoints."""
+    from .report import leg_dir
+
+    return [Leg(algorithm, None if k == "auto" else cfg.nodes if algorithm == "dsgd" else int(k),
+                None if k == "auto" else leg_dir(cfg, algorithm))
+            for algorithm, k in _runs(cfg)]
+
+
+def _places(cfg) -> Places:
+    """Where a job writes and what it resumes."""
+    def where(value):
+        return None if value is None else Path(value)
+
+    return Places(where(cfg.out), where(cfg.checkpoint_dir), where(cfg.resume),
+                  *checkpoint_policy(cfg), compare=cfg.algorithm == "compare")
+
+
+def check_job(cfg: Values) -> Prepared:
+    """The command line's disk check of a job (every run of it, once), the API's step
+    (:func:`check_disk`): a latency matrix file, writable outputs,
+    the checkpoint resumed against this run (``--resume``), the checkpoint directories;
+    the runs' checkpoint plans and the directories the job locks. UsageError otherwise."""
+    from .build import record
+    from .loop_options import step_rule
+
+    # (--epochs: the rounds depend on the problem's data; prepare checks them)
+    rounds = cfg.rounds if cfg.epochs is None else None
+    return check_disk(_legs(cfg), _places(cfg), nodes=cfg.nodes, rounds=rounds,
+                      record=record(cfg, step_rule(cfg)[2]), naming=CLI,
+                      latency=cfg.latency)
+
+
+def _runs(cfg):
+    from .report import runs_requested
+
+    return runs_requested(cfg)
+
+
+# ----------------------------------------------------------------------------- the run
+def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepared,
+            job: Values | None = None, callback=None):
+    """The :class:`~mpi_teleport.front.runner.RunSettings` of one run, the one way both
+    front ends make it: ``values`` (one run's: ``algorithm`` teleportation or dsgd, ``k``
+    an int or 'auto' for Algorithm 2, or the API's 'search') applied to ``problem`` (its
+    epochs into rounds, its threads, the optimizer's weight decay on its parameters, the
+    authors' schedule's rounds per epoch), its spec
+    (:func:`mpi_teleport.front.build.run_spec`), its checkpoint plan from the disk's
+    ``prepared`` (:func:`check_disk`), and what config.json and a checkpoint's manifest
+    keep (:func:`mpi_teleport.front.build.build`). ``comm``: the run's communicator or
+    transport (None: the simulator). ``job``: the command line's values of the whole job
+    (both runs of ``compare`` keep them in their checkpoints; it then holds the locks
+    itself); None: the run is the job and :func:`mpi_teleport.train` locks what it
+    holds. ``callback``: the API's, called with each record.
+
+    What the values hold decides, never the front end: a problem the values name (the
+    command lines' ``problem`` row) is recorded by that name, the back end and a
+    factory's arguments; an object (the API's) by its class and fingerprint
+    (:func:`~mpi_teleport.front.resume.describe_problem`) and its own facts. UsageError
+    (one line) for a problem built for other nodes, or epochs the problem cannot count."""
+    from ..problem import with_defaults
+    from ..problems import describe, factory, is_factory, problem_settings
+    from .build import spec_of
+    from .report import out_dir
+    from .resume import check_rounds, describe_problem
+    from .settings import defaults
+
+    naming = values.naming
+    problem = with_defaults(problem)  # (TypeError naming what is missing)
+    given = problem.nodes
+    if isinstance(given, int) and not isinstance(given, bool) and given != values.nodes:
+        raise UsageError(f"the problem was built for nodes={given} but the run has "
+                         f"nodes={values.nodes}: give both the same number")
+    named = "problem" in values  # (the command lines name their problem; the API hands one)
+    job = values if job is None else job
+    used = (factory.record(values.problem, problem_settings(job.to_dict(), defaults()),
+                           comm is not None) if named and is_factory(values.problem) else None)
+    values = with_epochs(values, problem)  # (a factory's problem: its batch size)
+    with_threads(problem, values.threads)
+    spec = spec_of(values, problem)
+    phases = {}
+    if values.get("k") == "auto":  # how many rounds each phase runs, and why
+        phases = phase_rounds(values, job.rounds, getattr(problem, "n_train", None))
+    plan = prepared.plan(values.algorithm)
+    if values.epochs is not None and plan is not None and plan.manifest is not None:
+        check_rounds(naming.given("resume", job.resume), plan.manifest, spec.rounds,
+                     f"{naming.given('epochs', f'{values.epochs:g}')} ({spec.rounds} rounds)")
+    record_values = values.to_dict()
+    if named:
+        facts = {"backend": "sim" if comm is None else "mpi", **phases, **describe(problem)}
+        identity = None
+    else:
+        facts = {**describe(problem), **_config_facts(problem)}
+        touches = values.get("checkpoint_dir") is not None or values.get("resume") is not None
+        identity = describe_problem(problem, spec.seed, touches)
+    if used is not None:  # what the factory received; flags it did not take left out
+        unused = set(used["unused"]) - ({"batch_size"} if values.epochs is not None else set())
+        record_values = {k: v for k, v in record_values.items() if k not in unused}
+        facts = {k: v for k, v in facts.items() if k not in unused}
+        facts["factory_args"] = used["factory_args"]
+    return build(record_values, spec, naming=naming, plan=plan,
+                       out=out_dir(job, values.algorithm), identity=identity,
+                       facts=facts, manifest_values=None if job is values else job.to_dict(),
+                       hold=prepared.hold if job is values else (), callback=callback,
+                       summary_extra=phases if named else None,
+                       problem_name=values.problem if named else None,
+                       resume_from=job.out if named else None)
+
+
+def _config_facts(problem) -> dict:
+    """config.json's facts of the model a problem has to tell (a TorchProblem's class
+    name and batch size: ``config_facts()``); not compared by a resume."""
+    facts = getattr(getattr(problem, "problem", problem), "config_facts", None)
+    return dict(facts()) if callable(facts) else {}
+
+
+def with_epochs(values: Values, problem) -> Values:
+    """``epochs`` E (the command line's --epochs): the same number of training samples
+    for every method, so a run with k active nodes (n for DSGD and for each phase of
+    Algorithm 2) gets ceil(E * n_train / (batch_size * k)) rounds."""
+    if values.epochs is None:
+        return values
+    name = values.naming.name
+    called = values.get("problem") or type(getattr(problem, "problem", problem)).__name__
+    if getattr(problem, "n_train", None) is None:
+        raise UsageError(f"{name('epochs')} needs a problem that knows its training-set size "
+                         f"(n_train); {called} does not: use {name('rounds')}")
+    batch = getattr(problem, "batch_size", None)  # (a factory's own batch size)
+    from ..problems import is_factory
+
+    if batch is None and is_factory(called):
+        raise UsageError(f"{name('epochs')} needs a problem that knows its batch size "
+                         f"(batch_size); {called} does not: use {name('rounds')}")
+    batch = int(batch or values.batch_size)
+    active = _active(values)
+    return values.replace(batch_size=batch, rounds=max(1, math.ceil(
+        values.epochs * problem.n_train / (batch * active))))
+
+
+def _active(values: Values) -> int:
+    """Nodes active a round: n for DSGD and for each phase of Algorithm 2, else k."""
+    k: Any = values.get("k")
+    return values.nodes if values.algorithm in ("dsgd", "search") or k == "auto" else int(k)
+
+
+def with_threads(problem, threads) -> None:
+    """``threads`` N|auto (the command line's --threads): the torch intra-op threads a
+    TorchProblem computes with (its own default, 1, when not given); refused for a
+    problem that computes without torch."""
+    if threads is None:
+        return
+    inner = getattr(problem, "problem", problem)
+    if getattr(inner, "torch_settings", None) is None:
+        raise UsageError(f"--threads {threads}: the problem ({type(inner).__name__}) computes "
+                         f"without torch; drop --threads")
+    from ..problems.torch_options import TorchSettings
+
+    inner.torch_settings = TorchSettings(threads)
+
+
+def phase_rounds(values: Values, rounds_given: int, n_train) -> dict:
+    """How many rounds each phase of ``--k auto`` runs and why (config.json, summary.json);
+    ``values`` after ``epochs`` was applied, ``rounds_given`` its ``rounds``."""
+    out = {"rounds_per_phase": values.rounds, "phases": 2, "rounds_total": 2 * values.rounds}
+    if values.epochs is None:
+        out["rounds_per_phase_from"] = f"--rounds {rounds_given}"
+        return out
+    out["rounds_per_phase_from"] = (
+        f"--epochs: ceil(epochs * n_train / (batch_size * n)) = ceil({values.epochs:g} * "
+        f"{n_train} / ({values.batch_size} * {values.nodes})) = {values.rounds}; phase 1 "
+        f"(k = n) processes {values.epochs:g} epoch(s) in these rounds, phase 2 runs as many "
+        f"rounds, in which candidate k processes k/n of that")
+    return out
+
+
+def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out,
+          identity: Mapping[str, Any] | None = None, facts: Mapping[str, Any] | None = None,
+          manifest_values: Mapping[str, Any] | None = None, hold: tuple = (),
+          callback=None, summary_extra: dict | None = None, problem_name: str | None = None,
+          resume_from=None) -> RunSettings:
+    """The :class:`RunSettings` of one run, from its checked ``values`` and ``spec``, the
+    same way for both front ends: its logging and latency layer (the fields the table
+    places there, :func:`group`), elastic mode and failure
+    plan (``fail`` parsed for ``spec.nodes`` and the spares), the manifest a checkpoint
+    keeps (:func:`record` of ``manifest_values``, default ``values``: the command line's
+    ``compare`` keeps the job's settings in both runs' checkpoints) and config.json
+    (:func:`record` of ``values`` and the run's ``facts``: the back end, the problem's
+    own description). ``naming``: how the run's messages spell a setting; ``plan``,
+    ``hold``: what :func:`~mpi_teleport.front.prepare.check_disk` found; ``out``: where the
+    run's files go. Values only: what the caller holds while the run runs is its
+    :class:`~mpi_teleport.front.runner.RunContext`. The one constructor of a
+    RunSettings in the package; :func:`prepare` calls it."""
+    from ..runtime.elastic import parse_failures
+    from .build import _value, group, record
+
+    spares = _value(values, "spares")
+    failures = parse_failures(_value(values, "fail"), spec.nodes, spares)
+    recorded = record(values, spec.optimizer, identity)
+    manifest = (recorded if manifest_values is None
+                else record(manifest_values, spec.optimizer, identity))
+    return RunSettings(spec, Logging(naming=naming, **group(values, "logging")),
+                       LatencySettings(**group(values, "latency")), plan=plan,
+                       out=out, manifest=manifest, record={**recorded, **(facts or {})},
+                       summary_extra=summary_extra, problem_name=problem_name,
+                       resume_from=resume_from, hold=tuple(hold), callback=callback,
+                       progress=_value(values, "progress") is True,
+                       elastic=bool(_value(values, "elastic")) or bool(failures),
+                       failures=failures, spares=spares,
+                       agree_every=_value(values, "agree_every"))

@@ -1,4 +1,4 @@
-"""The runs a Config asks for (one algorithm, or both for ``compare``), where each
+"""The runs a job asks for (one algorithm, or both for ``compare``), where each
 writes, and the printed comparison table; shared
 by the simulator and the MPI command line."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from ..disk.output import write_json
 
 
 def runs_requested(cfg) -> list[tuple[str, int | str]]:
-    """[(algorithm, k)] for the Config: compare means Teleportation then DSGD."""
+    """[(algorithm, k)] for a job's values: compare means Teleportation then DSGD."""
     tele = ("teleportation", cfg.k)
     dsgd = ("dsgd", cfg.nodes)
     return {"teleportation": [tele], "dsgd": [dsgd], "compare": [tele, dsgd]}[cfg.algorithm]
@@ -110,7 +110,7 @@ def finish(cfg, summaries: list[dict], header: str) -> str:
 
 
 def leg_dir(cfg, algorithm: str) -> Path | None:
-    """Where the checkpoints of one run of a Config (one algorithm of ``compare``) go,
+    """Where the checkpoints of one run of a job (one algorithm of ``compare``) go,
     or None."""
     if cfg.checkpoint_dir is not None:
         base = Path(cfg.checkpoint_dir)

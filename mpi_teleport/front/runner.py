@@ -1,7 +1,7 @@
 """One run of a spec on the back end asked for: the simulator, or one node per MPI rank.
 
-Shared by the Python API (:mod:`mpi_teleport.api`) and the command lines
-(:func:`mpi_teleport.front.cli.settings_of`): it checks what it is handed by the settings
+Shared by the Python API (:mod:`mpi_teleport.api`) and the command lines (both make the
+RunSettings of a run by :func:`mpi_teleport.front.prepare.prepare`): it checks what it is handed by the settings
 table's rules and, under MPI, has every rank agree on it first; it holds the output
 directories (one lock path for both), builds the back end (with the latency layer where
 asked), and hands the run to the engine (:func:`mpi_teleport.runtime.engine.execute`).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -24,50 +24,10 @@ from ..disk.output import RunFiles
 from ..problem import with_defaults
 from ..runtime.progress import Progress
 from ..errors import CLI, Naming
-from .settings import ABSENT, check_run, check_together, default_logging, held, rows
+from .prepare import RunSettings
+from .settings import ABSENT, check_run, check_together, held, rows
 from ..core.spec import Logging, RunSpec
 from ..latency.model import LatencySettings
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """Every setting of one run, validated, in one frozen object: what
-    :func:`mpi_teleport.train` takes beside the problem and the communicator. It holds
-    values only; what a run holds while it runs (a signal handler, hot spares, a progress
-    bar, the survivors' meeting) is the caller's :class:`RunContext`.
-
-    Built alike by the Python API (:func:`mpi_teleport.teleportation`, :func:`~mpi_teleport.dsgd`,
-    :func:`~mpi_teleport.search_k`: the keywords, checked by the one validator spelt as
-    keywords) and by the command lines (``python -m mpi_teleport.sim`` and ``.run``: flags
-    and TOML, checked by the same validator spelt as flags); the rules live in the
-    settings table (:mod:`mpi_teleport.front.settings`), so two front ends cannot drift,
-    and :func:`train` checks what it is handed by them. ``spec``: what runs (algorithm,
-    n, k, rounds, step size, optimizer, topology, seed); ``logging``: when it is recorded
-    and evaluated; ``latency``: the latency layer; ``plan``: its checkpoints; ``out``:
-    where config.json, metrics.jsonl and summary.json go; ``manifest``: the settings a
-    checkpoint keeps and a resume compares; ``record``: config.json; ``hold``:
-    (directory, name) pairs the root locks for the run; ``callback``: called with each
-    record; ``progress``: a progress bar on the root's stderr. ``elastic``,
-    ``failures``, ``spares``, ``agree_every``: elastic mode (mpi_teleport/DESIGN.md
-    §11)."""
-
-    spec: RunSpec
-    logging: Logging = default_logging()  # (the table's defaults)
-    latency: LatencySettings = LatencySettings()
-    plan: CheckpointPlan | None = None
-    out: Path | None = None
-    manifest: dict | None = None
-    record: dict | None = None
-    summary_extra: dict | None = None
-    problem_name: str | None = None
-    resume_from: Path | str | None = None
-    hold: tuple = ()
-    callback: Callable | None = None
-    progress: bool = False
-    elastic: bool = False
-    failures: tuple = ()
-    spares: int = 0
-    agree_every: int = 1
 
 
 @dataclass

@@ -15,7 +15,7 @@ or runs silently.
   ranks must agree on it, whether config.json records it always or only when set, and
   where :class:`~mpi_teleport.front.runner.RunSettings` carries it). Everything else is
   derived from it: the command line's flags and ``--config`` keys (:func:`coerce`,
-  :func:`from_toml`), :class:`Config`, the rules :func:`check_values` applies (the API's
+  :func:`from_toml`), :class:`Values` (what both front ends make of their input), the rules :func:`check_values` applies (the API's
   keywords too), what a resume may change (:func:`resumable_changes`), what the ranks
   agree on (:func:`agreed`, :func:`~.runner.agreement`), what config.json records
   (:func:`mpi_teleport.front.build.record`), the check of a hand-built RunSettings (:func:`check_run`)
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -507,7 +508,7 @@ def unset(name: str) -> "Default":
 
 
 def agreed(values: dict) -> dict:
-    """What every rank must hold alike of a job's settings ``values`` (a Config's, named
+    """What every rank must hold alike of a job's settings ``values`` (its Values, named
     as the rows): the table's ``agree`` rows, for the command line's first collective
     (:func:`mpi_teleport.front.cli.fingerprint`; ``train``'s own agreement on what a
     RunSettings carries is :func:`mpi_teleport.front.runner.agreement`)."""
@@ -637,7 +638,7 @@ def flat_settings(records, latency, checkpoints, out) -> dict:
 
 def checkpoint_policy(values: dict) -> tuple[int, int]:
     """How often checkpoints are written and how many are kept, of checked flat settings
-    (a Config's too: ``checkpoint_policy(cfg.to_dict())``)."""
+    (a job's :class:`Values` too)."""
     return values["checkpoint_every"], values["keep_checkpoints"]
 
 
@@ -710,34 +711,61 @@ def check_checkpoints(values: dict, naming: Naming, search: bool = False) -> Non
                          "go to DIR/checkpoints) or checkpoint_dir=DIR")
 
 
-def _config(values: dict) -> "Config":
-    return Config(**values)
+def _values(held: dict, naming: Naming) -> "Values":
+    return Values(held, naming)
 
 
-class Config:
-    """The command line's settings of a job, a frozen view of its checked values: one
-    attribute per row of :data:`SETTINGS`, each at its default unless given
-    (:meth:`to_dict`: the values named as the rows, what :func:`agreed`,
-    :func:`mpi_teleport.problems.problem_settings` and the builders read;
-    :meth:`replace` makes a changed copy). Built by :func:`resolve` from flags over a
-    TOML file (:func:`mpi_teleport.front.cli.from_args`)."""
+class Values(Mapping):
+    """The checked settings of one job or call, named as the table's rows: what both
+    front ends make of their input, and what :func:`mpi_teleport.front.prepare.prepare`
+    turns into a run's :class:`~mpi_teleport.front.runner.RunSettings` with the problem.
 
-    __slots__ = ("_values",)
+    The command lines' (:func:`mpi_teleport.front.cli.from_args`: flags over a TOML file
+    over the defaults) hold every row; the Python API's (the keywords of
+    :func:`mpi_teleport.teleportation` and its kin,
+    :func:`mpi_teleport.front.api_checks.checked`) hold the rows it takes, and there
+    ``optimizer`` is the step rule ``optimizer=`` built. Frozen: ``values.lr`` reads a
+    row (one not held: its default), ``values["lr"]`` and ``"lr" in values`` what is
+    held, :meth:`to_dict` all of it, :meth:`replace` makes a changed copy. ``naming``: how
+    its front end spells a setting in messages (``--log-every`` or ``log_every``)."""
+
+    __slots__ = ("_values", "naming")
     _values: dict
+    naming: Naming
 
-    def __init__(self, **given: Any) -> None:
-        table = rows()
-        unknown = set(given) - {s.name for s in table}
+    def __init__(self, held: Any = (), naming: Naming = CLI) -> None:
+        held = dict(held)
+        unknown = set(held) - {s.name for s in rows()}
         if unknown:
-            raise TypeError(f"Config: unknown setting {sorted(unknown)[0]!r}")
-        object.__setattr__(self, "_values",
-                           {s.name: given.get(s.name, s.default) for s in table})
+            raise TypeError(f"Values: unknown setting {sorted(unknown)[0]!r}")
+        object.__setattr__(self, "_values", held)
+        object.__setattr__(self, "naming", naming)
+
+    @classmethod
+    def of_job(cls, given: Any = ()) -> "Values":
+        """A command-line job's values: every row, at its default unless ``given``."""
+        return cls({**defaults(), **dict(given)}, CLI)
 
     def __getattr__(self, name: str) -> Any:
-        try:
-            return object.__getattribute__(self, "_values")[name]
-        except KeyError:
-            raise AttributeError(f"Config has no setting {name!r}") from None
+        held = object.__getattribute__(self, "_values")
+        if name in held:
+            return held[name]
+        found = row(name)
+        if found is None:
+            raise AttributeError(f"Values has no setting {name!r}")
+        return found.default
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._values
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
     def __setattr__(self, name: str, value: Any) -> None:
         from dataclasses import FrozenInstanceError
@@ -745,23 +773,23 @@ class Config:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Config) and other._values == self._values
+        return (isinstance(other, Values) and other._values == self._values
+                and other.naming == self.naming)
 
     def __hash__(self) -> int:
         return hash(tuple(sorted(self._values)))
 
     def __repr__(self) -> str:
-        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
+        return "Values(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
 
     def __reduce__(self):  # (pickle, copy: rebuilt through __init__, it being frozen)
-        return (_config, (dict(self._values),))
+        return (_values, (dict(self._values), self.naming))
 
     def to_dict(self) -> dict:
         return dict(self._values)
 
-    def replace(self, **changes: Any) -> "Config":
-        return Config(**{**self._values, **changes})
-
+    def replace(self, **changes: Any) -> "Values":
+        return Values({**self._values, **changes}, self.naming)
 
 
 def coerce(opt: Option, value, source: str):
@@ -883,7 +911,7 @@ def from_toml(path: str) -> dict:
     return out
 
 
-def resolve(raw: dict, world_size: int | None = None) -> Config:
+def resolve(raw: dict, world_size: int | None = None) -> Values:
     """Validate raw settings; ``world_size`` is the MPI size (None in the simulator). The
     rules of the run's settings are those above (the Python API's too);
     here: the command line's defaults and the settings of the built-in problems."""
@@ -893,7 +921,7 @@ def resolve(raw: dict, world_size: int | None = None) -> Config:
                          "--nodes N in one process; --nodes 1 runs a single node on purpose")
     given_nodes = raw.get("nodes") is not None and not raw.get("_inherited_nodes")
     raw = {name: value for name, value in raw.items() if not name.startswith("_")}
-    cfg = Config(**raw)
+    cfg = Values.of_job(raw)
     values = {name: value for name, value in cfg.to_dict().items()
               if not (name in ("nodes", "k") and value is None)}
     cfg = cfg.replace(**check_values(values, CLI))
@@ -937,7 +965,7 @@ def field_names() -> list[str]:
     return [s.name for s in rows()]
 
 
-def _check_optimizer(cfg: Config) -> None:
+def _check_optimizer(cfg: Values) -> None:
     """--optimizer and its options: each option belongs to the optimizers that have it;
     --threads to a problem that computes with torch."""
     start = defaults()
@@ -956,7 +984,7 @@ def _check_optimizer(cfg: Config) -> None:
                          f"numpy, not torch; drop --threads")
 
 
-def _check_schedule(cfg: Config) -> None:
+def _check_schedule(cfg: Values) -> None:
     """--lr-schedule cosine-warmup counts epochs: its cosine spans --epochs after the
     warm-up; --warmup-epochs is its own."""
     if cfg.lr_schedule == "cosine-warmup" and cfg.epochs is None:
@@ -967,7 +995,7 @@ def _check_schedule(cfg: Config) -> None:
                          f"--warmup-epochs {cfg.warmup_epochs}")
 
 
-def _nodes_beside_spares(cfg: Config, world_size: int) -> int:
+def _nodes_beside_spares(cfg: Values, world_size: int) -> int:
     """The ranks that hold a node when ``cfg.spares`` of the job's ranks are spares."""
     if not cfg.elastic:
         raise UsageError("--spares needs --elastic (a spare takes over a rank that died, "
@@ -983,7 +1011,7 @@ def _nodes_beside_spares(cfg: Config, world_size: int) -> int:
     return nodes
 
 
-def _check_elastic(cfg: Config, world_size: int | None) -> None:
+def _check_elastic(cfg: Values, world_size: int | None) -> None:
     """--elastic (MPI), --fail (the simulator's failure plan) and --spares: what they
     cannot do."""
     if cfg.agree_every != 1 and not (cfg.elastic or cfg.fail):

@@ -29,9 +29,9 @@ def serve(cfg, pool, local_rank: int, terminator, meeting=None, prepared=None) -
     leaving at once would end the job under mpirun before that checkpoint is written.
     ``meeting``: where a run that ends in an exception hands over the survivors'
     communicator (:class:`~mpi_teleport.front.runner.Meeting`); ``prepared``: the job's
-    preparation (:func:`~mpi_teleport.front.preflight.prepared`), whose plan it takes."""
-    from . import cli
-    from . import report
+    preparation (:func:`~mpi_teleport.front.prepare.check_job`), whose plan it takes."""
+    from . import cli, report
+    from .prepare import check_job, prepare
     from .runner import RunContext, train
     from ..runtime.backends.elastic import _test_hook
     from ..problems import make_problem
@@ -44,7 +44,8 @@ def serve(cfg, pool, local_rank: int, terminator, meeting=None, prepared=None) -
         return None
     (algorithm, k), = report.runs_requested(cfg)  # (elastic mode runs one algorithm)
     problem = make_problem(cli.problem_of(cfg), local_rank, local_nodes=[pool.node])  # the dead node's data
-    settings = cli.settings_of(cfg, algorithm, k, problem, mpi=True, prepared=prepared)
+    settings = prepare(problem, cli.run_values(cfg, algorithm, k), value[2],  # (the
+                       prepared=prepared or check_job(cfg), job=cfg)  # reformed comm)
     # (the run goes on as that node, from the survivors' round, on the reformed
     # communicator: the message that woke this spare said which)
     joining = RunContext(terminator=terminator, pool=pool, meeting=meeting,

@@ -48,7 +48,7 @@ class ProblemSettings:
 def problem_settings(values: Mapping[str, Any], defaults: Mapping[str, Any]) -> ProblemSettings:
     """What building a run's problem needs of its settings ``values`` (named as the
     settings table's rows, which name every field of :class:`ProblemSettings`: a command
-    line's ``Config.to_dict()``), ``given`` the fields away from ``defaults`` (the
+    line's ``Values.to_dict()``), ``given`` the fields away from ``defaults`` (the
     table's, ``mpi_teleport.front.settings.defaults()``), which a user's factory receives
     when it takes them. The problems see no front end's objects, only these values."""
     names = [f.name for f in fields(ProblemSettings) if f.name != "given"]

@@ -78,3 +78,30 @@ def test_the_callers_communicator_is_untouched():
     # a message of ours must not be left over for the caller's communicator to receive
     assert not comm.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
     assert agree(comm, comm.allreduce(1) == n)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_run_settings_from_the_command_lines_flags_equal_the_apis_under_mpi():
+    """A script taking the command lines' flags (mt.RunSettings.from_args, issue 44) under
+    MPI: --nodes from the communicator, the same records as the API's keywords and the
+    simulator's; a refusal is every rank's, in one line."""
+    comm = MPI.COMM_WORLD
+    n = comm.Get_size()
+    flags = ["--algorithm", "teleportation", "--k", "2", "--rounds", "12", "--lr", "0.3",
+             "--momentum", "0.9", "--topology", "base2", "--log-every", "3", "--seed", "3",
+             "--progress", "off"]
+    settings = mt.RunSettings.from_args(flags, problem=LogisticRegression(n, seed=3), comm=comm)
+    got = mt.train(LogisticRegression(n, seed=3), settings, comm)
+    want = mt.teleportation(LogisticRegression(n, seed=3), nodes=n, k=2, rounds=12, lr=0.3,
+                            momentum=0.9, topology="base2", log_every=3, seed=3)
+    sim = mt.train(LogisticRegression(n, seed=3), mt.RunSettings.from_args(
+        ["--nodes", str(n), *flags], problem=LogisticRegression(n, seed=3)))
+    refused = None
+    try:
+        mt.RunSettings.from_args(["--k", "2"], problem=LogisticRegression(n, seed=3), comm=comm)
+    except mt.UsageError as exc:
+        refused = str(exc)
+    same = (np.array_equal(got.x, want.x) and np.array_equal(sim.x, want.x)
+            and (comm.Get_rank() != 0 or without_time(got.records) == without_time(want.records)
+                 == without_time(sim.records)))
+    assert agree(comm, same and refused is not None and refused.startswith("--algorithm compare"))
