@@ -289,6 +289,16 @@ def test_run_settings_hold_values_and_no_live_handle():
         settings.progress = True  # type: ignore[misc]
     changed = dataclasses.replace(settings, progress=True)
     assert changed.progress and not settings.progress
+    # deeply frozen: what config.json and a checkpoint keep, nested values included
+    made = mt.RunSettings.from_args(["--nodes", "4", "--k", "2", "--algorithm", "dsgd",
+                                     "--rounds", "5", "--fail", "1@2", "--progress", "off"],
+                                    problem=Quadratic(n=4, d=2))
+    assert made.record["fail"] == ["1@2"] and made.manifest["nodes"] == 4
+    for change in (lambda: made.record.update(nodes=5), lambda: made.record["fail"].append("2@3"),
+                   lambda: made.manifest.pop("nodes")):
+        with pytest.raises(TypeError, match="RunSettings are frozen"):
+            change()
+    assert json.loads(json.dumps(made.record)) == made.record
 
 
 def test_every_row_is_complete_and_written_once():

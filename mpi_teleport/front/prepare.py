@@ -115,6 +115,11 @@ class RunSettings:
     spares: int = 0
     agree_every: int = 1
 
+    def __post_init__(self) -> None:
+        # deeply frozen: what config.json and a checkpoint keep can be read, not changed
+        for name in ("manifest", "record", "summary_extra"):
+            object.__setattr__(self, name, frozen(getattr(self, name)))
+
     @classmethod
     def from_args(cls, argv=None, toml=None, *, problem: Any, comm: Any = None) -> "RunSettings":
         """The command lines' flags ``argv`` (default ``sys.argv[1:]``) over the TOML file
@@ -172,6 +177,49 @@ class RunSettings:
         if error:
             raise UsageError(error)
         return cast(RunSettings, settings)
+
+
+class FrozenDict(dict):
+    """A dict that cannot change (a RunSettings' records): still a dict to json, to
+    ``==`` and to ``{**d}``, rebuilt whole by pickle and copy."""
+
+    def _frozen(self, *args, **kwargs):
+        raise TypeError("RunSettings are frozen: make a changed copy with "
+                        "dataclasses.replace(settings, record={**settings.record, ...})")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _frozen  # type: ignore[assignment]
+    __ior__ = _frozen  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return (FrozenDict, (dict(self),))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self)))
+
+
+class FrozenList(list):
+    """A list that cannot change, as :class:`FrozenDict` (equal to the list it holds)."""
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = FrozenDict._frozen  # type: ignore[assignment]
+    append = extend = insert = pop = remove = clear = sort = reverse = FrozenDict._frozen  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return (FrozenList, (list(self),))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self))
+
+
+def frozen(value: Any) -> Any:
+    """``value`` with every dict in it a :class:`FrozenDict` and every list a
+    :class:`FrozenList` (a tuple's items likewise)."""
+    if isinstance(value, dict):
+        return FrozenDict({key: frozen(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return FrozenList(frozen(item) for item in value)
+    if isinstance(value, tuple) and type(value) is tuple:
+        return tuple(frozen(item) for item in value)
+    return value
 
 
 # The rows that build the command lines' problem (problems.ProblemSettings, less the run's
