@@ -187,27 +187,21 @@ class FrozenDict(dict):
         raise TypeError("RunSettings are frozen: make a changed copy with "
                         "dataclasses.replace(settings, record={**settings.record, ...})")
 
-    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _frozen  # type: ignore[assignment]
-    __ior__ = _frozen  # type: ignore[assignment]
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _frozen
+    __ior__ = _frozen
 
     def __reduce__(self):
         return (FrozenDict, (dict(self),))
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(tuple(sorted(self)))
 
 
 class FrozenList(list):
     """A list that cannot change, as :class:`FrozenDict` (equal to the list it holds)."""
 
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = FrozenDict._frozen  # type: ignore[assignment]
-    append = extend = insert = pop = remove = clear = sort = reverse = FrozenDict._frozen  # type: ignore[assignment]
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = FrozenDict._frozen
+    append = extend = insert = pop = remove = clear = sort = reverse = FrozenDict._frozen
 
     def __reduce__(self):
         return (FrozenList, (list(self),))
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(tuple(self))
 
 
 def frozen(value: Any) -> Any:
