@@ -75,6 +75,7 @@ sys.dont_write_bytecode = False
 
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # (once, in the controller)
+        _SESSION_START.append(time.time() - 1)  # (mtimes are coarser than time())
         _compile_once()
     # Decompressed copies of data sets go to a cache (problems/fashion_files.py): the suite's
     # own, never the user's ~/.cache; MPI jobs and subprocesses inherit it.
@@ -98,6 +99,54 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     for folder in _CACHE:
         shutil.rmtree(folder, ignore_errors=True)
+    if not hasattr(config, "workerinput") and _SESSION_START:  # (the controller, at the end)
+        shm = Path("/dev/shm")
+        for segment in leftover_segments(_SESSION_START[0], shm, segments_in_use(shm)):
+            segment.unlink(missing_ok=True)
+
+
+# Shared-memory segments of MPI jobs (Open MPI's sm_segment.*, MPICH's mpich_shm_*, Intel
+# MPI's shm-col-space-* and friends): a job the suite kills on purpose (a rank's SIGKILL, a
+# timeout) cannot remove its own, about 28 MB a suite run, which piled up to 1.1 GB here and
+# slowed later runs. At its end the suite removes those made during the session that no
+# process maps or holds open any more; another job's, older ones and live ones stay.
+SEGMENT_PATTERNS = ("sm_segment.*", "mpich_shm_*", "shm-col-space-*", "shm-ep-*", "shm_*")
+_SESSION_START: list = []
+
+
+def leftover_segments(since: float, shm: Path, in_use: set[str]) -> list[Path]:
+    """The MPI segments in ``shm`` made at or after ``since`` (mtime) that are not in
+    ``in_use`` (their paths)."""
+    found = []
+    for pattern in SEGMENT_PATTERNS:
+        for path in shm.glob(pattern):
+            try:
+                if path.is_file() and path.stat().st_mtime >= since and str(path) not in in_use:
+                    found.append(path)
+            except OSError:  # (removed meanwhile)
+                continue
+    return sorted(set(found))
+
+
+def segments_in_use(shm: Path) -> set[str]:
+    """The files in ``shm`` some process maps or holds open (every process this user may
+    read: /proc/PID/maps and /proc/PID/fd)."""
+    prefix = f"{shm}/"
+    used: set[str] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            used.update(line.split(maxsplit=5)[5].strip().removesuffix(" (deleted)")
+                        for line in (proc / "maps").read_text().splitlines()
+                        if prefix in line and len(line.split(maxsplit=5)) == 6)
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith(prefix):
+                    used.add(target)
+        except OSError:  # (ended meanwhile, or not ours to read)
+            continue
+    return used
 
 
 # Tests that share one thing of the machine run on one pytest-xdist worker, one at a time

@@ -46,3 +46,22 @@ def test_a_launcher_that_returns_gives_its_output():
     out, err = communicate(_job(tag, "PY -c 'print(7)'; echo done >&2"), tag, timeout=30,
                            grace=0.5)
     assert out.strip() == "7" and err.strip() == "done"
+
+
+def test_the_suite_removes_the_mpi_segments_its_killed_jobs_left(tmp_path):
+    """conftest's end-of-session sweep of /dev/shm: only MPI segments made during the
+    session that no process maps or holds open; an older one, a live one and any other
+    file stay."""
+    import os
+
+    from conftest import leftover_segments, segments_in_use
+
+    old, dead, live, other = (tmp_path / name for name in (
+        "sm_segment.old.0", "mpich_shm_dead_0", "sm_segment.live.0", "notes.txt"))
+    for path in (old, dead, live, other):
+        path.write_bytes(b"\0" * 16)
+    os.utime(old, (1000.0, 1000.0))
+    since = time.time() - 60
+    assert leftover_segments(since, tmp_path, {str(live)}) == [dead]
+    with open(live, "rb"):  # (held open by this process: in use)
+        assert str(live) in segments_in_use(tmp_path)
