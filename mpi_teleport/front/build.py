@@ -1,5 +1,6 @@
-"""The one builder of a run's :class:`~mpi_teleport.front.runner.RunSettings`, and the one
-record of its settings, for both front ends.
+"""The one builder of a run's :class:`~mpi_teleport.core.spec.RunSpec` and the one record
+of its settings, for both front ends (the RunSettings around them:
+:mod:`mpi_teleport.front.prepare`).
 
 The command lines (:func:`mpi_teleport.front.cli.from_args`: a job's flags and TOML file)
 and the Python API (:func:`mpi_teleport.front.api_checks.checked`: one call's keywords)

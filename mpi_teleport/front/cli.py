@@ -72,7 +72,7 @@ def from_args(argv, toml=None, *, world_size: int | None = None,
     program name is in the help only). UsageError (one line) for bad input. Each run of
     the job is then :func:`mpi_teleport.front.prepare.prepare` ``(problem,
     run_values(values, algorithm, k), comm, prepared=..., job=values)``, the
-    :class:`~mpi_teleport.front.runner.RunSettings` that :func:`mpi_teleport.train`
+    :class:`~mpi_teleport.front.prepare.RunSettings` that :func:`mpi_teleport.train`
     takes, made as the Python API makes its own (``RunSettings.from_args`` does all of
     it for a script's one run).
 

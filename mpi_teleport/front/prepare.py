@@ -1,7 +1,6 @@
 """The one preparation of a run, for both front ends: what its settings ask of the disk,
 checked before anything runs (:func:`check_disk`), and the run's
-:class:`~mpi_teleport.front.runner.RunSettings` made of its settings and its problem
-(:func:`prepare`).
+:class:`RunSettings` made of its settings and its problem (:func:`prepare`).
 
 Both front ends first make :class:`~mpi_teleport.front.settings.Values` of their input
 (the command lines: :func:`mpi_teleport.front.cli.from_args`; the Python API:
@@ -343,14 +342,14 @@ def _runs(cfg):
 # ----------------------------------------------------------------------------- the run
 def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepared,
             job: Values | None = None, callback=None):
-    """The :class:`~mpi_teleport.front.runner.RunSettings` of one run, the one way both
-    front ends make it: ``values`` (one run's: ``algorithm`` teleportation or dsgd, ``k``
+    """The :class:`RunSettings` of one run, the one way both front ends make it: ``values`` (one run's: ``algorithm`` teleportation or dsgd, ``k``
     an int or 'auto' for Algorithm 2, or the API's 'search') applied to ``problem`` (its
     epochs into rounds, its threads, the optimizer's weight decay on its parameters, the
     authors' schedule's rounds per epoch), its spec
     (:func:`mpi_teleport.front.build.run_spec`), its checkpoint plan from the disk's
     ``prepared`` (:func:`check_disk`), and what config.json and a checkpoint's manifest
-    keep (:func:`mpi_teleport.front.build.build`). ``comm``: the run's communicator or
+    keep (:func:`mpi_teleport.front.build.record`), made by :func:`build`. ``comm``: the
+    run's communicator or
     transport (None: the simulator). ``job``: the command line's values of the whole job
     (both runs of ``compare`` keep them in their checkpoints; it then holds the locks
     itself); None: the run is the job and :func:`mpi_teleport.train` locks what it

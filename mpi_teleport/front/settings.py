@@ -13,7 +13,7 @@ or runs silently.
 * :data:`SETTINGS`: the table, a :class:`Setting` row per setting (name, default, how a
   flag or TOML value is parsed, help, rule, whether a resume must match it, whether the
   ranks must agree on it, whether config.json records it always or only when set, and
-  where :class:`~mpi_teleport.front.runner.RunSettings` carries it). Everything else is
+  where :class:`~mpi_teleport.front.prepare.RunSettings` carries it). Everything else is
   derived from it: the command line's flags and ``--config`` keys (:func:`coerce`,
   :func:`from_toml`), :class:`Values` (what both front ends make of their input), the rules :func:`check_values` applies (the API's
   keywords too), what a resume may change (:func:`resumable_changes`), what the ranks
@@ -253,7 +253,7 @@ class Setting:
     a checkpoint's manifest, or ``"when set"`` (only away from its default, so records
     written before the setting existed stay the same, and an absent one reads as the
     default on resume), or ``"no"`` (another row records it: the optimizer's options are
-    in the optimizer's description); ``where``: the attribute of :class:`~.runner.RunSettings` that
+    in the optimizer's description); ``where``: the attribute of :class:`~.prepare.RunSettings` that
     carries it (``"spec.rounds"``; a group's field, ``"logging.every"``, is filled from
     the values by :func:`mpi_teleport.front.build.group`), checked by
     :func:`mpi_teleport.train` on what it is handed and agreed by the ranks (``built``:
@@ -488,7 +488,7 @@ def defaults() -> dict:
 
 
 def default_logging() -> Logging:
-    """The logging of a :class:`~mpi_teleport.front.runner.RunSettings` built without
+    """The logging of a :class:`~mpi_teleport.front.prepare.RunSettings` built without
     one: records every ``log_every`` rounds at the row's default, no target."""
     return Logging(every=setting("log_every").default)
 
@@ -578,7 +578,7 @@ def __getattr__(name: str):  # the table's derived views, current with the table
 
 
 def held(run, where: str):
-    """The value a :class:`~.runner.RunSettings` holds at ``where`` (``"spec.rounds"``),
+    """The value a :class:`~.prepare.RunSettings` holds at ``where`` (``"spec.rounds"``),
     or :data:`ABSENT` when a group on the way is None (no checkpoint plan)."""
     value = run
     for part in where.split("."):
@@ -718,7 +718,7 @@ def _values(held: dict, naming: Naming) -> "Values":
 class Values(Mapping):
     """The checked settings of one job or call, named as the table's rows: what both
     front ends make of their input, and what :func:`mpi_teleport.front.prepare.prepare`
-    turns into a run's :class:`~mpi_teleport.front.runner.RunSettings` with the problem.
+    turns into a run's :class:`~mpi_teleport.front.prepare.RunSettings` with the problem.
 
     The command lines' (:func:`mpi_teleport.front.cli.from_args`: flags over a TOML file
     over the defaults) hold every row; the Python API's (the keywords of
