@@ -468,9 +468,9 @@ def _run(problem: Any, run: dict[str, Any], *, rule: Any = None, comm: Any, out:
     (:func:`mpi_teleport.front.api_checks.checked`), the run's RunSettings
     (:func:`mpi_teleport.front.prepare.prepare`), then :func:`train`, which refuses on
     every process what the disk check refused on one."""
-    values, prepared, refused = checked(problem, run, rule=rule, comm=comm, out=out,
-                                        records=records, checkpoints=checkpoints,
-                                        latency=latency, elastic=elastic, fail=fail,
-                                        spares=spares)
-    settings = prepare(problem, values, comm, prepared=prepared, callback=records.callback)
+    values, prepared, refused, identity = checked(
+        problem, run, rule=rule, comm=comm, out=out, records=records,
+        checkpoints=checkpoints, latency=latency, elastic=elastic, fail=fail, spares=spares)
+    settings = prepare(problem, values, comm, prepared=prepared, callback=records.callback,
+                       identity=identity)
     return train(problem, settings, comm, RunContext(refused=refused))

@@ -105,12 +105,12 @@ def pytest_unconfigure(config):
             segment.unlink(missing_ok=True)
 
 
-# Shared-memory segments of MPI jobs (Open MPI's sm_segment.*, MPICH's mpich_shm_*, Intel
-# MPI's shm-col-space-* and friends): a job the suite kills on purpose (a rank's SIGKILL, a
+# Shared-memory segments of MPI jobs (Open MPI's sm_segment.*, MPICH's mpich_shm_*; Intel
+# MPI's runs leave none in /dev/shm here): a job the suite kills on purpose (a rank's SIGKILL, a
 # timeout) cannot remove its own, about 28 MB a suite run, which piled up to 1.1 GB here and
 # slowed later runs. At its end the suite removes those made during the session that no
 # process maps or holds open any more; another job's, older ones and live ones stay.
-SEGMENT_PATTERNS = ("sm_segment.*", "mpich_shm_*", "shm-col-space-*", "shm-ep-*", "shm_*")
+SEGMENT_PATTERNS = ("sm_segment.*", "mpich_shm_*")
 _SESSION_START: list = []
 
 

@@ -32,7 +32,7 @@ from .settings import (API, Values, check_checkpoints, check_k, check_spares, ch
 
 def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
             checkpoints: Checkpoints, latency: Latency, elastic: bool = False,
-            fail=None, spares: int = 0) -> tuple[Values, Prepared, str | None]:
+            fail=None, spares: int = 0) -> tuple[Values, Prepared, str | None, dict]:
     """An API call's :class:`~.settings.Values` (the rows it takes: every argument checked
     by the command line's rules, :mod:`mpi_teleport.front.settings`, spelt as keywords;
     ``run``: what runs, named as the table's rows: algorithm, nodes, k, rounds, lr,
@@ -41,11 +41,11 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
     checked on this process (:func:`mpi_teleport.front.prepare.check_disk`, the command
     line's step: a resumed checkpoint against these settings and file by file, the
     checkpoint directory free of another run's). Returns the values, what the disk check
-    found, and its refusal: this process's one-line reason not to run, which
+    found, its refusal (this process's one-line reason not to run, which
     :func:`mpi_teleport.train` makes one UsageError on every process, before anything is
-    written. The call then makes its RunSettings as the command lines do,
-    :func:`mpi_teleport.front.prepare.prepare` ``(problem, values, comm,
-    prepared=...)``."""
+    written) and the problem's identity the check compared. The call then makes its
+    RunSettings as the command lines do, :func:`mpi_teleport.front.prepare.prepare`
+    ``(problem, values, comm, prepared=..., identity=...)``."""
     problem = with_defaults(problem)  # (TypeError naming what is missing)
     values, places, ck_dir = _checked(run, rule, comm, out, records, checkpoints, latency)
     spec = spec_of(values)  # (the run's own rules: nesterov needs momentum, ...)
@@ -78,10 +78,10 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
     try:
         return values, check_disk([leg], places, nodes=spec.nodes, rounds=spec.rounds,
                                   record=record(values, rule, identity), naming=API,
-                                  latency=values["latency"]), None
+                                  latency=values["latency"]), None, identity
     except UsageError as exc:  # (not run: train refuses)
         plan = CheckpointPlan(ck_dir, places.every, places.keep)
-        return values, Prepared(((spec.algorithm, plan),)), str(exc)
+        return values, Prepared(((spec.algorithm, plan),)), str(exc), identity
 
 
 def _checked(run: dict, rule, comm, out, records: Records, checkpoints: Checkpoints,

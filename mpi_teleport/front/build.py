@@ -29,7 +29,7 @@ from . import resume as resume_rules
 from .loop_options import momentum_of
 from .settings import rows, setting
 
-__all__ = ["group", "record", "run_spec", "spec_of"]
+__all__ = ["active_nodes", "group", "record", "run_spec", "spec_of"]
 
 
 def record(values: Mapping[str, Any], rule=None,
@@ -134,11 +134,16 @@ def spec_of(values: Mapping[str, Any], problem=None) -> RunSpec:
         momentum, nesterov, rule = _value(values, "momentum"), _value(values, "nesterov"), optimizer
     per_epoch = None  # (cosine-warmup: rounds an epoch, as epochs counts them)
     if _value(values, "lr_schedule") == "cosine-warmup" and getattr(problem, "n_train", None):
-        k: Any = values.get("k")
-        active = int(values["nodes"] if values["algorithm"] in ("dsgd", "search")
-                     or k == "auto" else k)
-        per_epoch = problem.n_train / (int(_value(values, "batch_size")) * active)
+        per_epoch = problem.n_train / (int(_value(values, "batch_size")) * active_nodes(values))
     return run_spec({**values, "momentum": momentum, "nesterov": nesterov}, rule, per_epoch)
+
+
+def active_nodes(values: Mapping[str, Any]) -> int:
+    """Nodes active a round in a run of ``values``: n for DSGD and for each phase of
+    Algorithm 2 (the API's search, the command line's k 'auto'), else k."""
+    k: Any = values.get("k")
+    return int(values["nodes"] if values["algorithm"] in ("dsgd", "search") or k == "auto"
+               else k)
 
 
 def _cosine_with_warmup(values: Mapping[str, Any], per_epoch: float | None, search: bool):

@@ -34,8 +34,13 @@ from ..core.spec import Logging, RunSpec
 from ..disk.paths import check_writable, distinct_dirs
 from ..errors import CLI, Naming, UsageError
 from ..latency.model import LatencySettings, parse_spec
+from ..problem import with_defaults
+from ..problems import describe, factory, is_factory, problem_settings
 from . import resume as resume_rules
-from .settings import Values, checkpoint_policy, default_logging, setting
+from .build import _value, active_nodes, group, record, spec_of
+from .loop_options import step_rule
+from .report import leg_dir, out_dir, runs_requested
+from .settings import Values, checkpoint_policy, default_logging, defaults, setting
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,9 @@ class RunSettings:
         refusal, in one collective on a duplicate of it). The flags that build a problem
         (``--problem``, ``--sigma2``, ``--alpha``, ...) are refused: config.json names
         the problem by its class and fingerprint, as the API does. UsageError (one line,
-        spelt as flags) for bad input.
+        spelt as flags) for bad input. A checkpoint of such a run resumes through the
+        Python API (``resume=DIR`` with the same problem); ``--resume`` here refuses it in
+        one line, as the command lines refuse any Python object's checkpoint.
 
         >>> import mpi_teleport as mt
         >>> from mpi_teleport.problems.quadratic import Quadratic
@@ -157,7 +164,7 @@ class RunSettings:
                 raise UsageError(f"{flags}: RunSettings.from_args runs the problem you pass "
                                  f"(problem=); the flags that build one are the command "
                                  f"lines': drop them")
-            (algorithm, k), = _runs(values)
+            (algorithm, k), = runs_requested(values)
             run = {name: value for name, value in
                    cli.run_values(values, algorithm, k).items() if name not in _PROBLEM_ROWS}
             settings = prepare(problem, Values(run, values.naming), comm,
@@ -302,11 +309,9 @@ def held(legs, places: Places, naming: Naming) -> list[tuple[Path, str]]:
 def _legs(cfg) -> list[Leg]:
     """The runs a job asks for (both of ``compare``), as :func:`check_disk` takes
     them: Algorithm 2 (``--k auto``) takes no checkpoints."""
-    from .report import leg_dir
-
     return [Leg(algorithm, None if k == "auto" else cfg.nodes if algorithm == "dsgd" else int(k),
                 None if k == "auto" else leg_dir(cfg, algorithm))
-            for algorithm, k in _runs(cfg)]
+            for algorithm, k in runs_requested(cfg)]
 
 
 def _places(cfg) -> Places:
@@ -323,9 +328,6 @@ def check_job(cfg: Values) -> Prepared:
     (:func:`check_disk`): a latency matrix file, writable outputs,
     the checkpoint resumed against this run (``--resume``), the checkpoint directories;
     the runs' checkpoint plans and the directories the job locks. UsageError otherwise."""
-    from .build import record
-    from .loop_options import step_rule
-
     # (--epochs: the rounds depend on the problem's data; prepare checks them)
     rounds = cfg.rounds if cfg.epochs is None else None
     return check_disk(_legs(cfg), _places(cfg), nodes=cfg.nodes, rounds=rounds,
@@ -333,15 +335,10 @@ def check_job(cfg: Values) -> Prepared:
                       latency=cfg.latency)
 
 
-def _runs(cfg):
-    from .report import runs_requested
-
-    return runs_requested(cfg)
-
-
 # ----------------------------------------------------------------------------- the run
 def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepared,
-            job: Values | None = None, callback=None):
+            job: Values | None = None, callback=None,
+            identity: Mapping[str, Any] | None = None):
     """The :class:`RunSettings` of one run, the one way both front ends make it: ``values`` (one run's: ``algorithm`` teleportation or dsgd, ``k``
     an int or 'auto' for Algorithm 2, or the API's 'search') applied to ``problem`` (its
     epochs into rounds, its threads, the optimizer's weight decay on its parameters, the
@@ -353,20 +350,15 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
     transport (None: the simulator). ``job``: the command line's values of the whole job
     (both runs of ``compare`` keep them in their checkpoints; it then holds the locks
     itself); None: the run is the job and :func:`mpi_teleport.train` locks what it
-    holds. ``callback``: the API's, called with each record.
+    holds. ``callback``: the API's, called with each record. ``identity``: the problem
+    object's, where the caller has it already (the API's disk check compared it:
+    :func:`~mpi_teleport.front.api_checks.checked`); None: described here.
 
     What the values hold decides, never the front end: a problem the values name (the
     command lines' ``problem`` row) is recorded by that name, the back end and a
     factory's arguments; an object (the API's) by its class and fingerprint
     (:func:`~mpi_teleport.front.resume.describe_problem`) and its own facts. UsageError
     (one line) for a problem built for other nodes, or epochs the problem cannot count."""
-    from ..problem import with_defaults
-    from ..problems import describe, factory, is_factory, problem_settings
-    from .build import spec_of
-    from .report import out_dir
-    from .resume import check_rounds, describe_problem
-    from .settings import defaults
-
     naming = values.naming
     problem = with_defaults(problem)  # (TypeError naming what is missing)
     given = problem.nodes
@@ -385,7 +377,7 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
         phases = phase_rounds(values, job.rounds, getattr(problem, "n_train", None))
     plan = prepared.plan(values.algorithm)
     if values.epochs is not None and plan is not None and plan.manifest is not None:
-        check_rounds(naming.given("resume", job.resume), plan.manifest, spec.rounds,
+        resume_rules.check_rounds(naming.given("resume", job.resume), plan.manifest, spec.rounds,
                      f"{naming.given('epochs', f'{values.epochs:g}')} ({spec.rounds} rounds)")
     record_values = values.to_dict()
     if named:
@@ -393,20 +385,22 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
         identity = None
     else:
         facts = {**describe(problem), **_config_facts(problem)}
-        touches = values.get("checkpoint_dir") is not None or values.get("resume") is not None
-        identity = describe_problem(problem, spec.seed, touches)
+        if identity is None:
+            touches = (values.get("checkpoint_dir") is not None
+                       or values.get("resume") is not None)
+            identity = resume_rules.describe_problem(problem, spec.seed, touches)
     if used is not None:  # what the factory received; flags it did not take left out
         unused = set(used["unused"]) - ({"batch_size"} if values.epochs is not None else set())
         record_values = {k: v for k, v in record_values.items() if k not in unused}
         facts = {k: v for k, v in facts.items() if k not in unused}
         facts["factory_args"] = used["factory_args"]
     return build(record_values, spec, naming=naming, plan=plan,
-                       out=out_dir(job, values.algorithm), identity=identity,
-                       facts=facts, manifest_values=None if job is values else job.to_dict(),
-                       hold=prepared.hold if job is values else (), callback=callback,
-                       summary_extra=phases if named else None,
-                       problem_name=values.problem if named else None,
-                       resume_from=job.out if named else None)
+                 out=out_dir(job, values.algorithm), identity=identity, facts=facts,
+                 manifest_values=None if job is values else job.to_dict(),
+                 hold=prepared.hold if job is values else (), callback=callback,
+                 summary_extra=phases if named else None,
+                 problem_name=values.problem if named else None,
+                 resume_from=job.out if named else None)
 
 
 def _config_facts(problem) -> dict:
@@ -428,21 +422,12 @@ def with_epochs(values: Values, problem) -> Values:
         raise UsageError(f"{name('epochs')} needs a problem that knows its training-set size "
                          f"(n_train); {called} does not: use {name('rounds')}")
     batch = getattr(problem, "batch_size", None)  # (a factory's own batch size)
-    from ..problems import is_factory
-
     if batch is None and is_factory(called):
         raise UsageError(f"{name('epochs')} needs a problem that knows its batch size "
                          f"(batch_size); {called} does not: use {name('rounds')}")
     batch = int(batch or values.batch_size)
-    active = _active(values)
     return values.replace(batch_size=batch, rounds=max(1, math.ceil(
-        values.epochs * problem.n_train / (batch * active))))
-
-
-def _active(values: Values) -> int:
-    """Nodes active a round: n for DSGD and for each phase of Algorithm 2, else k."""
-    k: Any = values.get("k")
-    return values.nodes if values.algorithm in ("dsgd", "search") or k == "auto" else int(k)
+        values.epochs * problem.n_train / (batch * active_nodes(values)))))
 
 
 def with_threads(problem, threads) -> None:
@@ -493,7 +478,6 @@ def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out
     :class:`~mpi_teleport.front.runner.RunContext`. The one constructor of a
     RunSettings in the package; :func:`prepare` calls it."""
     from ..runtime.elastic import parse_failures
-    from .build import _value, group, record
 
     spares = _value(values, "spares")
     failures = parse_failures(_value(values, "fail"), spec.nodes, spares)
