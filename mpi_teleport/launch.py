@@ -27,7 +27,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from .parsers import OneLineParser
+from .parsers import OneLineParser, add_version
 from .front.mpi_flavor import OPENMPI_OVERSUBSCRIBE, Flavor, find_mpirun, flavor_of_launcher  # noqa: F401
 
 OVERSUBSCRIBE = list(OPENMPI_OVERSUBSCRIBE)  # (Open MPI's; kept for callers of old)
@@ -163,6 +163,7 @@ def main(argv=None) -> int:
                     "`... -n 4 -m package.module [its args]` (the arguments after the script "
                     "are its own).",
     )
+    add_version(parser)
     parser.add_argument("-n", "--ranks", type=int, default=25, help="number of ranks = nodes (default 25)")
     parser.add_argument("--mpirun", help="the launcher to use (default: beside this Python, else on PATH)")
     parser.add_argument("--hosts", help="place ranks on these hosts: host:slots,host:slots,... "

@@ -16,6 +16,20 @@ import sys
 EXIT_USAGE = 2
 
 
+def version_line(prog: str) -> str:
+    """What every command's ``--version`` prints: ``PROG VERSION``."""
+    from ._version import __version__
+
+    return f"{prog} {__version__}"
+
+
+def add_version(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Give ``parser`` the ``--version`` flag of every command (the package's version)."""
+    parser.add_argument("--version", action="version", version=version_line(parser.prog),
+                        help="print the package's version and exit")
+    return parser
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are ``PROG: error: MESSAGE (see --help)``, exit 2."""
 

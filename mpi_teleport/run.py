@@ -24,6 +24,7 @@ from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .runtime.memory import keep_freed_memory
 from . import api
+from .parsers import version_line
 from .problems import make_problem, needs_local_rank
 from .runtime.transport import Transport, abort_job
 
@@ -70,6 +71,9 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
 
 
 def main(argv=None) -> int:
+    if "--version" in (sys.argv[1:] if argv is None else argv):  # (without starting MPI)
+        print(version_line("python -m mpi_teleport.run"))
+        return 0
     terminator = signals.Terminator().install()  # SIGTERM/SIGUSR1: checkpoint, exit 75
     from mpi4py import MPI  # (MPI_Init: slow on a loaded host, the handler is already there)
 

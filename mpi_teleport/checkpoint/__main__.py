@@ -10,13 +10,14 @@ from .store import DamagedCheckpointError
 
 
 def main(argv=None) -> int:
-    from ..parsers import OneLineParser
+    from ..parsers import OneLineParser, add_version
 
     parser = OneLineParser(
         prog="python -m mpi_teleport.checkpoint",
         description="Inspect checkpoints. newest: print the newest complete checkpoint "
                     "under DIR (a run, checkpoint or round-* directory); exit 1 if there is "
                     "none (for job scripts). show: print its manifest (records omitted).")
+    add_version(parser)
     parser.add_argument("command", choices=("newest", "show"))
     parser.add_argument("dir")
     args = parser.parse_args(argv)

@@ -12,6 +12,7 @@ from typing import Any, cast
 import numpy as np
 
 from .settings import UsageError, Values, agreed, from_toml, rows
+from ..parsers import add_version
 from ..runtime.collective import first_error, ranks_text
 from ..runtime.signals import EXIT_USAGE
 
@@ -30,6 +31,7 @@ def build_parser(prog: str, description: str, epilog: str = "") -> argparse.Argu
         formatter_class=argparse.RawDescriptionHelpFormatter,
         argument_default=argparse.SUPPRESS,  # absent flags stay absent: the file may set them
     )
+    add_version(parser)
     parser.add_argument("--config", metavar="FILE.toml",
                         help="read settings from a TOML file (keys as the flags, e.g. "
                              "lr = 0.05, log-every = 10); flags given here override it")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..parsers import OneLineParser
+from ..parsers import OneLineParser, add_version
 
 OPENMPI, MPICH, INTELMPI, CRAY, UNKNOWN = "openmpi", "mpich", "intelmpi", "cray-mpich", "unknown"
 
@@ -205,6 +205,7 @@ def flavor_of_mpi4py() -> Flavor:
 def main(argv=None) -> int:
     parser = OneLineParser(prog="python -m mpi_teleport.front.mpi_flavor",
                                      description="Name the MPI implementation of a launcher or of mpi4py.")
+    add_version(parser)
     parser.add_argument("mpiexec", nargs="?", help="a launcher (default: the one mpi_teleport.launch uses)")
     parser.add_argument("--mpi4py", action="store_true", help="the library this Python's mpi4py loads")
     parser.add_argument("--srun-mpi", action="store_true",

@@ -3,7 +3,7 @@ costs per message. Without a command, or with another one: one line, exit 2 (``-
 prints the latency models)."""
 import sys
 
-from ..parsers import usage_error
+from ..parsers import usage_error, version_line
 from .model import __doc__ as _DOC
 
 PROG = "python -m mpi_teleport.latency"
@@ -12,6 +12,9 @@ command = sys.argv[1:2]
 if command in (["-h"], ["--help"]):
     print(_DOC)
     print(f"usage: mpirun -n N {PROG} probe --latency SPEC [--reps R] [--dim D]")
+    sys.exit(0)
+if command == ["--version"]:
+    print(version_line(PROG))
     sys.exit(0)
 if command != ["probe"]:
     given = f"unknown command {command[0]!r}" if command else "no command given"

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from ..errors import UsageError
-from ..parsers import OneLineParser
+from ..parsers import OneLineParser, add_version
 from .layer import LatencyTransport
 from .model import parse_spec
 
@@ -31,6 +31,7 @@ def probe(argv=None) -> int:
     from ..runtime.transport import KIND_Y, Transport
 
     parser = OneLineParser(prog="python -m mpi_teleport.latency probe")
+    add_version(parser)
     parser.add_argument("--latency", required=True)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--dim", type=int, default=50)

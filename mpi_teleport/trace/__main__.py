@@ -13,11 +13,14 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
+    from ..parsers import add_version
+
     parser = argparse.ArgumentParser(
         prog="python -m mpi_teleport.trace",
         description="Where the time of a traced run went: each part of the round's share of "
                     "the wall time, its median and slowest process, the critical path of a "
                     "typical round and the processes that waited most.")
+    add_version(parser)
     parser.add_argument("file", type=Path, help="a trace file (--trace PATH of a run)")
     parser.add_argument("--png", type=Path, metavar="OUT",
                         help="draw the shares and the timeline of a typical round (matplotlib)")
