@@ -22,6 +22,7 @@ from .runtime.engine import Result
 from .errors import NonFiniteError, OutputError, UsageError
 from .disk.loggers import CsvWriter, TensorBoardWriter
 from .front.settings import Checkpoints, Latency, Records
+from .front.script import add_arguments
 from .problem import Problem
 from .core.schedulers import rounds_per_epoch
 from .runtime.launched import on_root
@@ -33,7 +34,7 @@ __all__ = ["teleportation", "dsgd", "search_k", "train", "RunSettings", "Problem
            "TorchProblem", "EvalMetric",
            "Result", "UsageError", "NonFiniteError", "OutputError", "CsvWriter",
            "TensorBoardWriter", "Records", "Checkpoints", "Latency", "rounds_per_epoch",
-           "on_root", "Stopped"]
+           "on_root", "Stopped", "add_arguments"]
 
 _TORCH_NAMES = ("TorchProblem", "EvalMetric")
 

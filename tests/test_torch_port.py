@@ -463,6 +463,7 @@ def test_e_callback_sees_every_record_on_the_root_and_can_stop_the_run(tmp_path)
     lines = (tmp_path / "run.csv").read_text().splitlines()
     assert lines[0].split(",") == ["round", "time_s", "loss", "accuracy", "consensus",
                                    "epoch", "samples", "lr",  # (where training is: issue 47)
+                                   "train_epoch", "epoch_step",  # (issue 57; epoch_end: a bool)
                                    "train_loss", "train_accuracy"]  # (widened at round 1)
     assert lines[1].endswith(",,") and not lines[2].endswith(",")
     assert len(lines) == 5

@@ -111,13 +111,27 @@ class Logging:
     eval_every: int | None = None  # None: every record evaluates
     eval_at_start: bool = True  # False: round 0's record is not evaluated (issue 47)
     trace: str | PathLike[str] | None = None  # the run's timeline goes there (issue 48)
+    every_epochs: int | None = None  # also record at the end of every this many epochs
+    epoch_span: tuple[int, int] | None = None  # (n_train, samples a round): where epochs end
 
     def is_log_round(self, r: int, start: int, stop: int) -> bool:
-        """Round r of a phase [start, stop): its first and last, every ``every``, and
-        every evaluation round."""
+        """Round r of a phase [start, stop): its first and last, every ``every``, every
+        evaluation round and, with ``every_epochs``, the round that ends every such
+        epoch (:meth:`ends_epochs`)."""
         rel = r - start
         return (rel == 0 or rel % self.every == 0 or r == stop
-                or (self.eval_every is not None and rel % self.eval_every == 0))
+                or (self.eval_every is not None and rel % self.eval_every == 0)
+                or self.ends_epochs(rel))
+
+    def ends_epochs(self, rel: int) -> bool:
+        """Whether round ``rel`` of its phase completes a multiple of ``every_epochs``
+        epochs (exact integer arithmetic: epochs end where the samples drawn reach a
+        multiple of n_train)."""
+        if not self.every_epochs or self.epoch_span is None or rel < 1:
+            return False
+        n_train, samples = self.epoch_span
+        every = self.every_epochs
+        return (rel * samples // n_train) // every > ((rel - 1) * samples // n_train) // every
 
     def is_eval_round(self, r: int, start: int, stop: int) -> bool:
         """Whether round r's record evaluates the model: every record without
@@ -130,6 +144,20 @@ class Logging:
             return True
         rel = r - start
         return rel == 0 or rel % self.eval_every == 0 or r == stop
+
+
+def epoch_position(r: int, n_train: int, samples: int) -> dict:
+    """Where round r (r >= 1: its batches drawn) stands in the epochs as a plain loop
+    counts them: ``train_epoch``, the epoch (from 1) its batches belong to;
+    ``epoch_step``, the step (from 1) within it; ``epoch_end``, whether it completes that
+    epoch. Round 0 (nothing drawn): epoch 0, step 0, no end. ``samples``: drawn a round by
+    the active nodes."""
+    if r < 1:
+        return {"train_epoch": 0, "epoch_step": 0, "epoch_end": False}
+    epoch = (r - 1) * samples // n_train + 1
+    first = -(-(epoch - 1) * n_train // samples) + 1  # (the epoch's first round)
+    return {"train_epoch": epoch, "epoch_step": r - first + 1,
+            "epoch_end": r * samples // n_train >= epoch}
 
 
 def cosine_lr(lr: float, total: int) -> Callable[[int], float]:

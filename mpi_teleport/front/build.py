@@ -26,7 +26,7 @@ from ..core import topology as topo
 from ..core.spec import RunSpec, cosine_lr
 from ..errors import UsageError
 from . import resume as resume_rules
-from .loop_options import momentum_of
+from .loop_options import momentum_of, within_phase
 from .settings import rows, setting
 
 __all__ = ["active_nodes", "group", "record", "run_spec", "spec_of"]
@@ -125,13 +125,17 @@ def spec_of(values: Mapping[str, Any], problem=None) -> RunSpec:
     problem's parameters, :func:`~.loop_options.step_rule`; the API's holds the rule
     ``optimizer=`` built; none: SGD with the momentum) and, for the authors' schedule,
     the rounds an epoch takes with the run's active nodes."""
-    from .loop_options import step_rule
+    from .loop_options import scheduled, step_rule
 
     optimizer = values.get("optimizer")
     if isinstance(optimizer, str):
         momentum, nesterov, rule = step_rule(values, problem)
     else:
         momentum, nesterov, rule = _value(values, "momentum"), _value(values, "nesterov"), optimizer
+    if values.get("lr_scheduler") is not None:  # (the command line's scheduler by name)
+        lr = scheduled(values, problem, active_nodes(values))
+        search = values["algorithm"] == "search" or values.get("k") == "auto"
+        values = {**values, "lr": within_phase(lr, values["rounds"]) if search else lr}
     per_epoch = None  # (cosine-warmup: rounds an epoch, as epochs counts them)
     if _value(values, "lr_schedule") == "cosine-warmup" and getattr(problem, "n_train", None):
         per_epoch = problem.n_train / (int(_value(values, "batch_size")) * active_nodes(values))

@@ -54,13 +54,27 @@ def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) 
     """Flags (over the TOML file, over defaults) -> validated Values checked against the
     disk (the preflight), or UsageError."""
     from . import preflight
+
+    raw, _ = raw_of(parser, argv)
+    return preflight.load(raw, world_size)
+
+
+def raw_of(parser: argparse.ArgumentParser, argv, known_only: bool = False
+           ) -> tuple[dict, list[str]]:
+    """The flags ``argv`` as raw settings (only those given, each coerced as its row
+    says; a ``--config FILE.toml`` under them), and, with ``known_only``, the arguments
+    the parser does not know (else they are refused in one line)."""
     from .settings import coerce, setting
 
-    ns = vars(parser.parse_args(argv))
-    raw = from_toml(ns.pop("config")) if "config" in ns else {}
-    for name, value in ns.items():
+    if known_only:
+        ns, rest = parser.parse_known_args(argv)
+    else:
+        ns, rest = parser.parse_args(argv), []
+    given = vars(ns)
+    raw = from_toml(given.pop("config")) if "config" in given else {}
+    for name, value in given.items():
         raw[name] = coerce(setting(name), value, "command line")
-    return preflight.load(raw, world_size)
+    return raw, list(rest)
 
 
 def from_args(argv, toml=None, *, world_size: int | None = None,
@@ -76,19 +90,23 @@ def from_args(argv, toml=None, *, world_size: int | None = None,
     run_values(values, algorithm, k), comm, prepared=..., job=values)``, the
     :class:`~mpi_teleport.front.prepare.RunSettings` that :func:`mpi_teleport.train`
     takes, made as the Python API makes its own (``RunSettings.from_args`` does all of
-    it for a script's one run).
+    it for a script's one run, :mod:`mpi_teleport.front.script`).
 
     >>> from mpi_teleport.front.cli import from_args
     >>> from_args(["--nodes", "8", "--k", "2", "--lr", "0.05"]).to_dict()["k"]
     2
     """
+    return parse(parser or build_parser("mpi_teleport", ""), with_config(argv, toml),
+                 world_size)
+
+
+def with_config(argv, toml=None) -> list[str]:
+    """``argv`` (None: ``sys.argv[1:]``) with ``--config TOML`` before it (its own
+    ``--config`` wins)."""
     import os
 
-    parser = parser or build_parser("mpi_teleport", "")
     argv = list(sys.argv[1:] if argv is None else argv)
-    if toml is not None:
-        argv = ["--config", os.fspath(toml), *argv]
-    return parse(parser, argv, world_size)
+    return argv if toml is None else ["--config", os.fspath(toml), *argv]
 
 
 def fail(prog: str, message: str, show: bool = True) -> int:

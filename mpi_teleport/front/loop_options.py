@@ -12,7 +12,7 @@ from ..errors import UsageError
 from .settings import Default
 
 __all__ = ["rounds_for", "eval_rounds", "optimizer_settings", "within_phase", "momentum_of",
-           "step_rule"]
+           "step_rule", "optimizer_factory", "scheduled"]
 
 
 def rounds_for(problem, rounds, epochs, active, names=("rounds", "epochs")):
@@ -52,28 +52,73 @@ def eval_rounds(problem, eval_every, eval_every_epochs, active):
 
 def step_rule(values, problem=None):
     """``(momentum, nesterov, rule)`` of the command line's ``--optimizer`` (with
-    ``--momentum``, ``--nesterov``, ``--weight-decay``, ``--betas``, ``--eps``; ``values``
-    named as the table's rows): the optimizer torch.optim would build, read by the API's
-    own plumbing (:func:`optimizer_settings`), so a command-line run steps exactly as
-    ``optimizer=`` does. Plain SGD (no weight decay) is the momentum alone (rule None),
-    as before optimizers existed."""
-    name, lr, decay = values["optimizer"], values["lr"], values["weight_decay"]
-    if name == "sgd" and not decay:
+    ``--momentum``, ``--nesterov``, ``--weight-decay``, ``--betas``, ``--eps``, or any
+    torch.optim class by name with ``--optimizer-args``; ``values`` named as the table's
+    rows): the optimizer torch.optim would build, read by the API's own plumbing
+    (:func:`optimizer_settings`), so a command-line run steps exactly as ``optimizer=``
+    does. Plain SGD (no weight decay) is the momentum alone (rule None), as before
+    optimizers existed. ``problem``: the run's (a named torch optimizer needs one that
+    computes with torch)."""
+    factory = optimizer_factory(values)
+    if factory is None:
         return values["momentum"], values["nesterov"], None
+    if problem is not None and not _builtin(values):
+        inner = getattr(problem, "problem", problem)
+        if getattr(inner, "torch_settings", None) is None:
+            raise UsageError(f"--optimizer {values['optimizer']}: {type(inner).__name__} "
+                             f"computes with numpy; a torch optimizer by name steps a torch "
+                             f"problem's parameters: use sgd, adam or adamw")
+    _, momentum, nesterov, rule = optimizer_settings(factory, problem, values["lr"], 0.0,
+                                                     False)
+    return momentum, nesterov, rule
+
+
+def _builtin(values) -> bool:
+    """The three optimizers the package names itself, without --optimizer-args."""
+    from .settings import OPTIMIZERS
+
+    return values["optimizer"] in OPTIMIZERS and values.get("optimizer_args") is None
+
+
+def optimizer_factory(values, plain_sgd: bool = False):
+    """The torch optimizer the command line's values describe, as a class with its
+    keywords (``functools.partial``, what ``optimizer=`` takes); None for plain SGD
+    without weight decay (the momentum alone) unless ``plain_sgd`` (a scheduler is built
+    on it)."""
     import functools
 
+    name, lr, decay = values["optimizer"], values["lr"], values["weight_decay"]
+    if not _builtin(values):
+        from .by_name import factory
+
+        return factory(name, values.get("optimizer_args"), "optimizer", lr=lr)
+    if name == "sgd" and not decay and not plain_sgd:
+        return None
     from ..core.optimizers import _torch
 
     optim = _torch().optim
     if name == "sgd":
-        factory = functools.partial(optim.SGD, lr=lr, momentum=values["momentum"],
-                                    weight_decay=decay, nesterov=values["nesterov"])
-    else:
-        cls = optim.Adam if name == "adam" else optim.AdamW
-        factory = functools.partial(cls, lr=lr, betas=tuple(values["betas"]),
-                                    eps=values["eps"], weight_decay=decay)
-    _, momentum, nesterov, rule = optimizer_settings(factory, problem, lr, 0.0, False)
-    return momentum, nesterov, rule
+        return functools.partial(optim.SGD, lr=lr, momentum=values["momentum"],
+                                 weight_decay=decay, nesterov=values["nesterov"])
+    cls = optim.Adam if name == "adam" else optim.AdamW
+    return functools.partial(cls, lr=lr, betas=tuple(values["betas"]), eps=values["eps"],
+                             weight_decay=decay)
+
+
+def scheduled(values, problem, active: int):
+    """The step size of the command line's ``--lr-scheduler`` (with its arguments and
+    interval), a function of the round built as the API's ``lr=`` builds a scheduler
+    factory on ``optimizer=`` (:func:`mpi_teleport.core.schedulers.step_size`); the
+    number ``values["lr"]`` without one."""
+    name = values.get("lr_scheduler")
+    if name is None:
+        return values["lr"]
+    from ..core.schedulers import step_size
+    from .by_name import factory
+
+    scheduler = factory(name, values.get("lr_scheduler_args"), "lr_scheduler")
+    interval = values.get("lr_scheduler_interval") or "epoch"
+    return step_size(scheduler, interval, problem, active, optimizer_factory(values, True))
 
 
 def optimizer_settings(optimizer, problem, lr, momentum, nesterov):

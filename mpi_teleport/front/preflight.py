@@ -21,13 +21,18 @@ from .settings import NETWORK_PROBLEMS, resolve
 from ..checkpoint.find import any_checkpoint
 from ..errors import UsageError
 from ..disk.paths import absolute_paths
-from .resume import inherit
+from ..errors import CLI
+from .resume import check_auto_length, inherit
 
 
-def load(raw: dict, world_size: int | None = None):
+def load(raw: dict, world_size: int | None = None, script: bool = False):
     """Raw settings (flags over a TOML file) -> a job's validated Values, checked against the
-    disk: settings a ``--resume`` leaves out come from its checkpoint."""
+    disk: settings a ``--resume`` leaves out come from its checkpoint. ``script``: the
+    flags of a script running its own problem, which resumes as the API does (its
+    settings given again, compared with the checkpoint's, none taken from it)."""
     raw = absolute_paths(auto_resume(raw))
+    if script:
+        return resolve(raw, world_size, script=True)
     if raw.get("resume") is not None:
         given = raw.get("nodes") is not None
         raw = inherit(raw)
@@ -48,6 +53,14 @@ def auto_resume(raw: dict) -> dict:
         raise UsageError("--resume auto needs --out or --checkpoint-dir: the directory to "
                          "continue a run from, or to start one in")
     found = next((p for p in places if Path(p).is_dir() and any_checkpoint(Path(p))), None)
+    if found is not None:  # (the same run only: another length continues when asked)
+        try:
+            rounds = None if raw.get("rounds") is None else int(raw["rounds"])
+            epochs = None if raw.get("epochs") is None else float(raw["epochs"])
+        except (TypeError, ValueError):
+            rounds = epochs = None  # (refused in one line by the settings' own check)
+        check_auto_length(Path(found), any_checkpoint(Path(found))[1], CLI, rounds=rounds,
+                          epochs=epochs)
     return {**raw, "resume": found}
 
 

@@ -125,21 +125,28 @@ class RunSettings:
             object.__setattr__(self, name, frozen(getattr(self, name)))
 
     @classmethod
-    def from_args(cls, argv=None, toml=None, *, problem: Any, comm: Any = None) -> "RunSettings":
+    def from_args(cls, argv=None, toml=None, *, problem: Any, comm: Any = None,
+                  known_only: bool = False, **overrides: Any) -> Any:
         """The command lines' flags ``argv`` (default ``sys.argv[1:]``) over the TOML file
         ``toml`` (or ``--config FILE.toml``) over the table's defaults, as the
-        RunSettings of one run of ``problem``, the script's own object: what
-        ``python -m mpi_teleport.sim`` and ``.run`` make of the same flags, for
-        :func:`mpi_teleport.train` ``(problem, settings, comm)``. ``--algorithm`` names
-        one run (teleportation, or dsgd; ``compare`` is two: refused), ``--k auto``
-        Algorithm 2; ``comm``: the communicator the run will use (None: the simulator;
-        under MPI ``--nodes`` defaults to its size and every process learns the first
-        refusal, in one collective on a duplicate of it). The flags that build a problem
-        (``--problem``, ``--sigma2``, ``--alpha``, ...) are refused: config.json names
-        the problem by its class and fingerprint, as the API does. UsageError (one line,
-        spelt as flags) for bad input. A checkpoint of such a run resumes through the
-        Python API (``resume=DIR`` with the same problem); ``--resume`` here refuses it in
-        one line, as the command lines refuse any Python object's checkpoint.
+        RunSettings of one run of ``problem``, the script's own object, for
+        :func:`mpi_teleport.train` ``(problem, settings, comm)``: what ``python -m
+        mpi_teleport.sim`` and ``.run`` make of the same flags. ``--algorithm`` names one
+        run (teleportation, or dsgd; ``compare`` is two: refused), ``--k auto`` Algorithm
+        2; ``--epochs`` counts the problem's epochs, ``--batch-size`` must be the
+        problem's own. ``comm``: the communicator the run will use (None: the simulator;
+        ``"auto"``: MPI under a launcher, else the simulator; under MPI ``--nodes``
+        defaults to its size and every process learns the first refusal, in one
+        collective on a duplicate of it). ``known_only``: return ``(settings, rest)``,
+        ``rest`` the arguments that are not the package's (else they are refused).
+        ``overrides``: settings by keyword over the flags, and the Python objects the
+        flags cannot name (``optimizer=``, ``lr=`` a scheduler, ``callback=``,
+        ``topology=`` a function), as :meth:`from_namespace` takes them. The flags that
+        build a problem (``--problem``, ``--sigma2``, ...) are refused: config.json names
+        the problem by its class and fingerprint, as the API does, and ``--resume`` (or
+        ``--resume auto``) compares them with the checkpoint's, as the API's ``resume=``
+        does, whether the checkpoint was written here or through the API. UsageError
+        (one line, spelt as flags) for bad input.
 
         >>> import mpi_teleport as mt
         >>> from mpi_teleport.problems.quadratic import Quadratic
@@ -149,40 +156,39 @@ class RunSettings:
         >>> mt.train(Quadratic(n=8, d=3), settings).summary["k"]
         2
         """
-        from . import cli
+        from .script import settings_from_args
 
-        error, settings = None, None
-        try:
-            world = None if comm is None else comm.Get_size()
-            values = cli.from_args(argv, toml, world_size=world)
-            if values.algorithm == "compare":
-                raise UsageError("--algorithm compare runs two methods; RunSettings.from_args "
-                                 "makes one run: give --algorithm teleportation or dsgd")
-            building = [name for name in _PROBLEM_ROWS if values[name] != setting(name).default]
-            if building:
-                flags = ", ".join(setting(name).flag for name in building)
-                raise UsageError(f"{flags}: RunSettings.from_args runs the problem you pass "
-                                 f"(problem=); the flags that build one are the command "
-                                 f"lines': drop them")
-            (algorithm, k), = runs_requested(values)
-            run = {name: value for name, value in
-                   cli.run_values(values, algorithm, k).items() if name not in _PROBLEM_ROWS}
-            settings = prepare(problem, Values(run, values.naming), comm,
-                               prepared=check_job(values))
-        except UsageError as exc:
-            error = str(exc)
-        if comm is not None:  # (every process stops together, or none does)
-            from ..runtime.collective import first_error
-            from ..runtime.transport import Transport
+        return settings_from_args(argv, toml, problem=problem, comm=comm,
+                                  known_only=known_only, **overrides)
 
-            transport = Transport.duplicate(comm)
-            try:
-                error = first_error(transport.allgather(error))
-            finally:
-                transport.free()
-        if error:
-            raise UsageError(error)
-        return cast(RunSettings, settings)
+    @classmethod
+    def from_namespace(cls, args: Any, *, problem: Any, comm: Any = None,
+                       **overrides: Any) -> "RunSettings":
+        """The RunSettings of one run of ``problem`` from ``args``, the namespace a
+        script's own ``argparse`` parser returned after :func:`mpi_teleport.add_arguments`
+        added the package's flags to it: the package's flags given, the script's own
+        flags of the same names (``--lr``, ``--epochs``, ``--batch-size``, ``--seed``,
+        ...) for those settings, and ``overrides`` by keyword over both: a setting's
+        value (``rounds=1``; None drops what the flags gave) or a Python object
+        (``optimizer=`` a torch optimizer class, factory or instance; ``lr=`` a torch
+        scheduler, built or unbuilt, or a function of the round; ``callback=``;
+        ``topology=`` a function). The script's other flags are left alone. Otherwise as
+        :meth:`from_args` (``comm`` None, a communicator or ``"auto"``).
+
+        >>> import argparse, mpi_teleport as mt
+        >>> from mpi_teleport.problems.quadratic import Quadratic
+        >>> parser = argparse.ArgumentParser()
+        >>> _ = parser.add_argument("--lr", type=float, default=0.05)
+        >>> _ = mt.add_arguments(parser)
+        >>> args = parser.parse_args(["--nodes", "8", "--k", "2", "--rounds", "20",
+        ...                           "--algorithm", "teleportation"])
+        >>> settings = mt.RunSettings.from_namespace(args, problem=Quadratic(n=8, d=3))
+        >>> settings.spec.lr, settings.spec.tokens
+        (0.05, 2)
+        """
+        from .script import settings_from_namespace
+
+        return settings_from_namespace(args, problem=problem, comm=comm, **overrides)
 
 
 class FrozenDict(dict):
@@ -220,12 +226,6 @@ def frozen(value: Any) -> Any:
     if isinstance(value, tuple) and type(value) is tuple:
         return tuple(frozen(item) for item in value)
     return value
-
-
-# The rows that build the command lines' problem (problems.ProblemSettings, less the run's
-# own nodes, seed, batch size and elastic mode): RunSettings.from_args runs the caller's.
-_PROBLEM_ROWS = ("problem", "dim", "sigma2", "zeta2", "sampling", "alpha", "val_fraction",
-                 "data_dir", "download", "device")
 
 
 def check_disk(legs, places: Places, *, nodes: int, rounds: int | None, record: dict,
@@ -395,12 +395,30 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
         facts = {k: v for k, v in facts.items() if k not in unused}
         facts["factory_args"] = used["factory_args"]
     return build(record_values, spec, naming=naming, plan=plan,
+                 epoch_span=epoch_span(values, problem),
                  out=out_dir(job, values.algorithm), identity=identity, facts=facts,
                  manifest_values=None if job is values else job.to_dict(),
                  hold=prepared.hold if job is values else (), callback=callback,
                  summary_extra=phases if named else None,
                  problem_name=values.problem if named else None,
                  resume_from=job.out if named else None)
+
+
+def epoch_span(values: Values, problem) -> tuple[int, int] | None:
+    """(n_train, samples the active nodes draw a round) of a problem that knows its
+    epochs (a TorchProblem), which says where its epochs end; None for another problem,
+    where ``log_every_epochs`` is refused in one line."""
+    n_train, batch = getattr(problem, "n_train", None), getattr(problem, "batch_size", None)
+    if n_train and batch and values.get("k") != "auto" and values.algorithm != "search":
+        return int(n_train), int(batch) * active_nodes(values)
+    if values.get("log_every_epochs") is not None:
+        name = values.naming.name
+        why = ("Algorithm 2's phases count their own rounds"
+               if values.get("k") == "auto" or values.algorithm == "search" else
+               f"{type(getattr(problem, 'problem', problem)).__name__} does not know its "
+               f"epochs (n_train, batch_size)")
+        raise UsageError(f"{name('log_every_epochs')}: {why}; use {name('log_every')}")
+    return None
 
 
 def _config_facts(problem) -> dict:
@@ -464,7 +482,7 @@ def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out
           identity: Mapping[str, Any] | None = None, facts: Mapping[str, Any] | None = None,
           manifest_values: Mapping[str, Any] | None = None, hold: tuple = (),
           callback=None, summary_extra: dict | None = None, problem_name: str | None = None,
-          resume_from=None) -> RunSettings:
+          resume_from=None, epoch_span: tuple[int, int] | None = None) -> RunSettings:
     """The :class:`RunSettings` of one run, from its checked ``values`` and ``spec``, the
     same way for both front ends: its logging and latency layer (the fields the table
     places there, :func:`group`), elastic mode and failure
@@ -474,7 +492,8 @@ def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out
     (:func:`record` of ``values`` and the run's ``facts``: the back end, the problem's
     own description). ``naming``: how the run's messages spell a setting; ``plan``,
     ``hold``: what :func:`~mpi_teleport.front.prepare.check_disk` found; ``out``: where the
-    run's files go. Values only: what the caller holds while the run runs is its
+    run's files go; ``epoch_span``: (n_train, samples a round) of a problem that knows
+    its epochs (where records at epoch ends fall). Values only: what the caller holds while the run runs is its
     :class:`~mpi_teleport.front.runner.RunContext`. The one constructor of a
     RunSettings in the package; :func:`prepare` calls it."""
     from ..runtime.elastic import parse_failures
@@ -484,7 +503,8 @@ def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out
     recorded = record(values, spec.optimizer, identity)
     manifest = (recorded if manifest_values is None
                 else record(manifest_values, spec.optimizer, identity))
-    return RunSettings(spec, Logging(naming=naming, **group(values, "logging")),
+    return RunSettings(spec, Logging(naming=naming, **group(values, "logging"),
+                                     epoch_span=epoch_span),
                        LatencySettings(**group(values, "latency")), plan=plan,
                        out=out, manifest=manifest, record={**recorded, **(facts or {})},
                        summary_extra=summary_extra, problem_name=problem_name,

@@ -238,6 +238,25 @@ LR_SCHEDULES = ("constant", "cosine", "cosine-warmup")
 DEVICES = ("auto", "cpu", "cuda")
 PROGRESS = ("auto", "on", "off")
 OPTIMIZERS = ("sgd", "adam", "adamw")  # torch.optim's names, as --optimizer spells them
+SCHEDULER_STEPS = ("epoch", "round")  # (core.schedulers.STEPS: the API's lr_step)
+
+
+def text(value, field, naming):
+    """A non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{naming.name(field)}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def optimizer_name(value, field, naming):
+    """The command line's optimizer: one of the three built-in names (in any case), or
+    any other name (a torch.optim class or a dotted path: checked when the run is
+    resolved, :func:`mpi_teleport.front.by_name.resolve_class`). The API's holds the step
+    rule ``optimizer=`` built (not a string)."""
+    if not naming.cli and not isinstance(value, str):
+        return value
+    value = text(value, field, naming)
+    return value.lower() if value.lower() in OPTIMIZERS else value
 
 
 @dataclass(frozen=True)
@@ -443,13 +462,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("agree_every", 1, "int", "with --elastic: the survivors agree that no rank died "
             "every A rounds (and at every record and checkpoint) instead of every round; a "
             "loss seen at an agreement takes effect at the previous one, the rounds since "
-            "are redone (default 1)", at_least(1, " (1 = every round)"), metavar="A",
+            "are redone; 0: A chosen by the run from its measured agreement cost and round "
+            "time (default 1)", at_least(0, " (0 = chosen by the run, 1 = every round)"),
+            metavar="A",
             resume=False, where="agree_every"),  # (the checkpoint's losses say what was lost)
     # The optimizer (its step rule: mpi_teleport/DESIGN.md §2.6), as torch.optim builds it;
     # config.json and the manifest record the rule the run steps with (its describe()).
-    Setting("optimizer", "sgd", "choice", "torch.optim's optimizer the tokens step with: "
-            "sgd (with --momentum; default), adam or adamw; Adam's moments travel with the "
-            "token as momentum does (needs torch)", choice(OPTIMIZERS), OPTIMIZERS,
+    Setting("optimizer", "sgd", "str", "the optimizer the tokens step with: sgd "
+            "(with --momentum; default), adam or adamw (with --weight-decay, --betas, --eps), "
+            "or any torch.optim class by name, in any case (adadelta, RMSprop), or a "
+            "third-party one by its dotted path (package.module.Class), with "
+            "--optimizer-args; its state travels with the token as momentum does (needs "
+            "torch)", optimizer_name, metavar="NAME",
             record="when set", where="spec.optimizer", built=True),
     Setting("weight_decay", 0.0, "float", "the optimizer's weight decay >= 0 (SGD and Adam: "
             "L2 added to the gradient; AdamW: decoupled; default 0)", non_negative,
@@ -462,6 +486,25 @@ SETTINGS: tuple[Setting, ...] = (
             "auto (this rank's share of its host's cores); default: the problem's own (1: "
             "bit for bit the simulator's numbers)", threads, metavar="{N,auto}",
             resume=False, record="when set"),
+    Setting("optimizer_args", None, "str", "the --optimizer class's keyword arguments as "
+            "key=value pairs separated by commas, each value a Python literal "
+            "(rho=0.95,eps=1e-6), checked against its signature; --lr is the step size",
+            optional(text), metavar="K=V,...", record="when set"),
+    Setting("lr_scheduler", None, "str", "a torch.optim.lr_scheduler class by name, in any "
+            "case (StepLR, cosineannealinglr), or a dotted path, built on the optimizer from "
+            "--lr and replayed as the step size of each round (default: none; not with "
+            "--lr-schedule)", optional(text), metavar="NAME", record="when set"),
+    Setting("lr_scheduler_args", None, "str", "the --lr-scheduler class's keyword arguments "
+            "(step_size=1,gamma=0.7), as --optimizer-args", optional(text),
+            metavar="K=V,...", record="when set"),
+    Setting("lr_scheduler_interval", "epoch", "choice", "--lr-scheduler: step it once per "
+            "epoch (default; needs a problem that knows its epochs) or once per round",
+            choice(SCHEDULER_STEPS), SCHEDULER_STEPS, record="when set"),
+    Setting("log_every_epochs", None, "int", "record at the end of every E-th epoch (the "
+            "round in which the active nodes' samples complete it; and the first and last "
+            "round), beside --log-every; for a problem that knows its epochs",
+            optional(at_least(1)), metavar="E", resume=False, record="when set",
+            where="logging.every_epochs"),
 )
 
 
@@ -911,10 +954,14 @@ def from_toml(path: str) -> dict:
     return out
 
 
-def resolve(raw: dict, world_size: int | None = None) -> Values:
+def resolve(raw: dict, world_size: int | None = None, script: bool = False) -> Values:
     """Validate raw settings; ``world_size`` is the MPI size (None in the simulator). The
     rules of the run's settings are those above (the Python API's too);
-    here: the command line's defaults and the settings of the built-in problems."""
+    here: the command line's defaults and the settings of the built-in problems.
+    ``script``: the flags of a script that runs its own problem
+    (:meth:`~mpi_teleport.front.prepare.RunSettings.from_args`): no rule of the built-in
+    problems applies (the problem itself says what it can do when the run is
+    prepared)."""
     if world_size == 1 and raw.get("nodes") is None and raw.get("resume") is None:
         raise UsageError("only one MPI rank: launch one rank per node with mpirun -n N python -m "
                          "mpi_teleport.run (or srun -n N), or use python -m mpi_teleport.sim "
@@ -942,16 +989,17 @@ def resolve(raw: dict, world_size: int | None = None) -> Values:
     n = cfg.nodes
     cfg = cfg.replace(k=check_k(min(8, n) if cfg.k is None else cfg.k, n, cfg.algorithm, CLI))
     network = cfg.problem in NETWORK_PROBLEMS
-    if network and "target" not in raw:
+    if network and not script and "target" not in raw:
         cfg = cfg.replace(target=0.9)
-    if cfg.problem not in PROBLEMS and "target" not in raw:
+    if (script or cfg.problem not in PROBLEMS) and "target" not in raw:
         cfg = cfg.replace(target=None)  # a user's problem: no target unless given
-    _check_optimizer(cfg)
+    _check_optimizer(cfg, script)
     _check_schedule(cfg)
+    _check_scheduler(cfg)
     if cfg.eval_every is not None and cfg.k == "auto":  # (as search_k takes no eval_every)
         raise UsageError("--eval-every is not taken by --k auto: Algorithm 2 selects k from "
                          "the evaluated records; use --log-every")
-    if cfg.epochs is not None and cfg.problem == "quadratic":
+    if cfg.epochs is not None and cfg.problem == "quadratic" and not script:
         raise UsageError("--epochs applies to the network problems; use --rounds for quadratic")
     if cfg.k == "auto" and network and cfg.val_fraction == 0:
         raise UsageError("--k auto selects k on a validation set: give --val-fraction F > 0 "
@@ -965,10 +1013,12 @@ def field_names() -> list[str]:
     return [s.name for s in rows()]
 
 
-def _check_optimizer(cfg: Values) -> None:
+def _check_optimizer(cfg: Values, script: bool = False) -> None:
     """--optimizer and its options: each option belongs to the optimizers that have it;
     --threads to a problem that computes with torch."""
     start = defaults()
+    if cfg.optimizer not in OPTIMIZERS or cfg.optimizer_args is not None:
+        _check_named_optimizer(cfg, start, script)
     if cfg.optimizer != "sgd" and cfg.momentum:
         raise UsageError(f"--momentum is SGD's; --optimizer {cfg.optimizer} keeps its own "
                          f"moments (--betas): drop --momentum or use --optimizer sgd")
@@ -979,9 +1029,42 @@ def _check_optimizer(cfg: Values) -> None:
         if cfg.optimizer == "sgd" and getattr(cfg, name) != start[name]:
             raise UsageError(f"--{name} is Adam's: give --optimizer adam or adamw, or drop "
                              f"--{name}")
-    if cfg.threads is not None and cfg.problem == "quadratic":
+    if cfg.threads is not None and cfg.problem == "quadratic" and not script:
         raise UsageError(f"--threads {cfg.threads}: the quadratic problem computes with "
                          f"numpy, not torch; drop --threads")
+
+
+def _check_named_optimizer(cfg: Values, start: dict, script: bool) -> None:
+    """An optimizer by name with --optimizer-args: its options are its arguments; the
+    class is found (torch imported) and the arguments bind to its signature."""
+    from .by_name import factory
+
+    for name in ("weight_decay", "betas", "eps", "momentum", "nesterov"):
+        if getattr(cfg, name) != start[name]:
+            raise UsageError(f"--{name.replace('_', '-')} is for sgd, adam and adamw without "
+                             f"--optimizer-args: give {name}=... in --optimizer-args "
+                             f"(--optimizer {cfg.optimizer})")
+    factory(cfg.optimizer, cfg.optimizer_args, "optimizer", lr=1.0)
+    if cfg.problem == "quadratic" and not script and cfg.optimizer not in OPTIMIZERS:
+        raise UsageError(f"--optimizer {cfg.optimizer}: the quadratic problem computes with "
+                         f"numpy; torch optimizers by name step a torch problem's parameters: "
+                         f"use sgd, adam or adamw")
+
+
+def _check_scheduler(cfg: Values) -> None:
+    """--lr-scheduler: found and its arguments bound; not beside --lr-schedule."""
+    if cfg.lr_scheduler is None:
+        for name in ("lr_scheduler_args", "lr_scheduler_interval"):
+            if getattr(cfg, name) != setting(name).default:
+                raise UsageError(f"--{name.replace('_', '-')} is --lr-scheduler's: add it, or "
+                                 f"drop --{name.replace('_', '-')}")
+        return
+    if cfg.lr_schedule != "constant":
+        raise UsageError(f"--lr-scheduler {cfg.lr_scheduler} and --lr-schedule "
+                         f"{cfg.lr_schedule} both set the step size: give one")
+    from .by_name import factory
+
+    factory(cfg.lr_scheduler, cfg.lr_scheduler_args, "lr_scheduler")
 
 
 def _check_schedule(cfg: Values) -> None:

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from ..core import topology as topo
+from ..core.spec import epoch_position
 
 
 from ..core.contract import check_metrics  # noqa: E402
@@ -165,15 +166,18 @@ class Recorder(Stopwatch):
     def where(self, r: int) -> dict:
         """Where training is after r rounds, for a problem that knows its batches (a
         TorchProblem): ``epoch`` (passes over the training data, fractional),
-        ``samples`` (drawn by the active nodes so far) and ``lr`` (the step size of the
-        round just taken; round 0's at round 0). Empty for other problems."""
+        ``samples`` (drawn by the active nodes so far), ``lr`` (the step size of the
+        round just taken; round 0's at round 0) and, as a plain loop counts, the epoch
+        the round's batches belong to, the step within it and whether it ends it
+        (:func:`~mpi_teleport.core.spec.epoch_position`). Empty for other problems."""
         inner = getattr(self.problem, "problem", self.problem)
         n_train, batch = getattr(inner, "n_train", None), getattr(inner, "batch_size", None)
         if not n_train or not batch or not self.k:
             return {}
         samples = int(r) * int(batch) * int(self.k)
         return {"epoch": samples / n_train, "samples": samples,
-                "lr": float(self.spec.lr_at(max(int(r) - 1, 0)))}
+                "lr": float(self.spec.lr_at(max(int(r) - 1, 0))),
+                **epoch_position(int(r), int(n_train), int(batch) * int(self.k))}
 
     def summary(self, wall_time_s: float, extra: dict | None = None) -> dict:
         spec = self.spec
