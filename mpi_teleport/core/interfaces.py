@@ -280,10 +280,13 @@ class Backend(Protocol):
     def enter(self, r: int) -> None:
         """Round r's start between two agreed boundaries (``agree_every``): nothing kept."""
 
-    def settle(self, r: int, ok: bool = True) -> bool:
+    def settle(self, r: int, ok: bool = True, later: bool = False) -> bool:
         """Collective (elastic): True when no process failed since the last agreed
         boundary and this one's ``ok`` (no collective of round r raised
-        :class:`~mpi_teleport.errors.RankLost`). Plain: ``ok`` (it is always true)."""
+        :class:`~mpi_teleport.errors.RankLost`). Plain: ``ok`` (it is always true).
+        ``later``: no collective comes before the next agreed boundary, so this
+        agreement may be completed there (MPI: started now, waited for then; a loss it
+        finds then goes back to the boundary before, the back end's ``rollback_to``)."""
 
     def recover(self, r: int) -> None:
         """After a failed :meth:`settle`: go on from round r's start (the last kept

@@ -209,16 +209,21 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
     rounds = keeper.rounds(phase.start, phase.stop)
     # round 1 is recorded too where records carry the training loss (core/training.py)
     reports = not elastic and spec.algorithm != "search" and reports_batches(recorder.problem)
-    every = max(1, backend.agree_every)
-    each = every == 1  # (every boundary agreed: plain runs, the default)
+    each = backend.agree_every == 1  # (every boundary agreed: plain runs, the default)
+
+    def collective_boundary(t: int) -> bool:
+        """Boundaries with a collective (a record, a checkpoint, the signal check at
+        logging rounds) or the run's end: every agreement is completed before them."""
+        return (t == where["first"] or t % logging.every == 0
+                or logging.is_log_round(t, phase.start, phase.stop)
+                or keeper.plan.due(t, spec.total_rounds) or t >= last)
 
     def agreed_boundary(t: int) -> bool:
-        """Boundaries the survivors agree at and keep the tokens of: every ``every``-th
-        (``--agree-every``), and every one with a collective (a record, a checkpoint, the
-        signal check at logging rounds) or the run's end."""
-        return (each or t == where["first"] or (t - where["first"]) % every == 0
-                or t % logging.every == 0 or logging.is_log_round(t, phase.start, phase.stop)
-                or keeper.plan.due(t, spec.total_rounds) or t >= last)
+        """Boundaries the survivors agree at and keep the tokens of: every
+        ``agree_every``-th (``--agree-every``; read each time: an elastic back end may
+        choose it as it goes) and every collective one."""
+        return (each or (t - where["first"]) % backend.agree_every == 0
+                or collective_boundary(t))
 
     r, stopped = first, False
     kept = r
@@ -270,12 +275,16 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
                 ok = False
             if each or not ok or stopped or agreed_boundary(r + 1):  # (between: no agreement)
                 began = each_round.begin(sp.AGREE) if each_round is not None else 0.0
-                lost = not backend.settle(r, ok)
+                # (before a boundary without a collective the agreement may complete later)
+                later = elastic and ok and not stopped and not collective_boundary(r + 1)
+                lost = not backend.settle(r, ok, later)
                 if each_round is not None:
                     each_round.boundary(r).end(sp.AGREE, began)
         if lost:
             lost = False
-            r = kept  # (the survivors go back to the last boundary agreed on)
+            # (the survivors go back to the last boundary agreed on: the one kept last, or
+            # the one before it when that boundary's own agreement was still under way)
+            r = kept if getattr(backend, "rollback_to", None) is None else backend.rollback_to
             again = tracer.boundary(r) if tracer is not None else None
             began = again.begin(sp.RECOVER) if again is not None else 0.0
             try:

@@ -496,11 +496,17 @@ class ElasticTransport(Transport):
     for alone and a failure is remembered, to be agreed on at the round boundary
     (:meth:`settle`, MPI_Comm_agree); a collective that fails revokes the communicator
     (so no survivor waits in another collective) and raises RankLost. :meth:`shrink`
-    acknowledges the failures and continues on a communicator of the survivors. Only the
-    per-round path: no persistent channels (a channel is bound to one communicator).
+    acknowledges the failures and continues on a communicator of the survivors.
+
+    Persistent channels too (the compiled rounds run between agreements): a channel is
+    bound to the communicator, so :meth:`shrink` frees them all and the back end compiles
+    its rounds again over the survivors' communicator. Starting and completing channels
+    never raises either (a failed request is remembered, the others completed one by one).
+    :meth:`start_agreement` / :meth:`finish_agreement`: the boundary's agreement without
+    waiting for it (MPIX_Comm_iagree), completed at a later boundary.
     """
 
-    has_channels = False
+    has_channels = True
 
     def __init__(self, comm, pool: "SparePool | None" = None, living=None, joined=False):
         import mpi4py
@@ -523,6 +529,52 @@ class ElasticTransport(Transport):
         self.failed = False  # a request of this round failed (agreed on by settle)
         self.shrunk = False  # ranks died (the job then ends with os._exit: see runner)
         self.replaced: dict[int, int] = {}  # the last shrink's {node: spare}
+        self.agreed = 0  # the last settle's agreed value (its ``value`` bits' AND)
+        # (the base class binds start and wait_all to mpi4py's own calls, which raise on a
+        # failed request: here they are the methods below)
+        self.start, self.wait_all = self._start, self._wait_all
+
+    # -- persistent channels: never raise, remember ----------------------------------------
+    def _channel(self, send: bool, buf: np.ndarray, peer: int, kind: int) -> list:
+        key = (send, peer, kind, id(buf))  # (peer: a node id; whole messages, no pieces)
+        hit = self._channels.get(key)
+        if hit is None:
+            make = self.comm.Send_init if send else self.comm.Recv_init
+            hit = self._channels[key] = [make(buf, self._peer[peer], self._steady_tag0 + kind)]
+        return hit
+
+    def channel_spans(self, buf: np.ndarray, peer: int) -> list[tuple[int, int]]:
+        return [(0, buf.size)]
+
+    def _start(self, requests: list) -> None:
+        try:
+            self._mpi.Prequest.Startall(requests)
+        except self._mpi.Exception:
+            self.failed = True
+
+    def _wait_all(self, requests: list) -> None:
+        try:
+            self._mpi.Request.Waitall(requests)
+        except self._mpi.Exception:  # each completes or fails: every survivor goes on
+            self.failed = True
+            for request in requests:
+                try:
+                    request.Wait()
+                except self._mpi.Exception:
+                    pass
+
+    def testall(self, requests: list) -> bool:
+        try:
+            return self._mpi.Request.Testall(requests)
+        except self._mpi.Exception:  # (the wait that follows completes the rest one by one)
+            self.failed = True
+            return True
+
+    def release_channels(self, buffers=None) -> None:
+        try:
+            super().release_channels(buffers)
+        except self._mpi.Exception:  # (a request on a communicator with dead ranks)
+            self._channels.clear()
 
     # -- per-round messages: never raise, remember -----------------------------------------
     def post_recvs(self, recvs, pending: Pending | None = None) -> Pending:
@@ -551,10 +603,6 @@ class ElasticTransport(Transport):
                 np.copyto(self._local.pop(tag), buf)
         return pending
 
-    def meanwhile(self, pending, work) -> None:
-        """Nothing: no request is tested before :meth:`wait` meets each one, failed or not
-        (the work is finished by its owner, the same numbers)."""
-
     def wait(self, pending: Pending) -> None:
         # One Wait per request, not Waitall: every request completes or fails, so every
         # survivor reaches the round's agreement (issue 23's measured pattern).
@@ -567,21 +615,56 @@ class ElasticTransport(Transport):
         self._local.clear()
 
     # -- the round boundary --------------------------------------------------------------------
-    def settle(self, ok: bool = True) -> bool:
+    def settle(self, ok: bool = True, value: int = 0) -> bool:
         """Collective over the survivors: True when every rank finished the round and none
-        saw a failure (MPI_Comm_agree; it also fails when a rank died unseen)."""
-        flag = int(bool(ok) and not self.failed)
+        saw a failure (MPI_Comm_agree; it also fails when a rank died unseen). ``value``:
+        bits 1.. of the agreed word, their AND over the ranks left in :attr:`agreed`."""
+        flag = (int(bool(ok) and not self.failed) & 1) | (value << 1)
         self.failed = False
         try:
-            return bool(self.comm.Agree(flag))
+            word = int(self.comm.Agree(flag))
         except self._mpi.Exception:
             return False
+        self.agreed = word >> 1
+        return bool(word & 1)
+
+    def start_agreement(self, ok: bool = True):
+        """:meth:`settle` without waiting (MPIX_Comm_iagree): the request and its word, for
+        :meth:`finish_agreement`. MPI progresses it inside the following rounds' calls."""
+        word = np.array([int(bool(ok) and not self.failed)], dtype=np.intc)
+        self.failed = False
+        try:
+            return self.comm.Iagree(word), word
+        except self._mpi.Exception:
+            return None, word
+
+    def finish_agreement(self, pending) -> bool:
+        """The outcome of :meth:`start_agreement`'s agreement (waits for it)."""
+        request, word = pending
+        if request is None:
+            return False
+        try:
+            request.Wait()
+        except self._mpi.Exception:
+            return False
+        return bool(word[0] & 1)
+
+    def agreement_done(self, pending) -> bool:
+        """Whether :meth:`finish_agreement` would return at once (a test: it progresses)."""
+        request = pending[0]
+        if request is None:
+            return True
+        try:
+            return bool(request.Test())
+        except self._mpi.Exception:
+            return True
 
     def shrink(self, r: int = -1) -> list[int]:
         """Acknowledge the failures, continue on a communicator of the survivors; returns
         the nodes that died (the same on every survivor: read from the shrunk group). With
         a pool, spares take over dead nodes (``replaced``) and join the communicator."""
         self.shrunk = True
+        self.release_channels()  # (bound to the communicator being replaced)
         if self.pool is not None:
             self.pool.wake(r)
             dead, self.replaced, comm, living = self.pool.reform()

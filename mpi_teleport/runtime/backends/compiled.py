@@ -164,6 +164,11 @@ class CompiledRounds:
             return int(s.v is not None and s.v is not self._arrangements[0][2])
         return int(s.x is not self._arrangements[0][0])
 
+    def forget(self) -> None:
+        """Drop every record (their channels were bound to a communicator that is gone:
+        elastic mode's recovery); the next block compiles its rounds again."""
+        self._records.clear()
+
     # -- compiling ---------------------------------------------------------------------
     def records(self, block) -> list:
         """One record per round of ``block`` (a plan.OverlapBlock or SimpleBlock of this

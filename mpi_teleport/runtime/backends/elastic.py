@@ -1,26 +1,42 @@
-"""Elastic mode over MPI: the round executor with a round-start copy, an agreement at
-every round boundary, and recovery from lost ranks (mpi_teleport/runtime/elastic.py,
+"""Elastic mode over MPI: the compiled rounds between agreements, a copy of the held
+token at every agreed boundary, and recovery from lost ranks (mpi_teleport/runtime/elastic.py,
 mpi_teleport/DESIGN.md §11).
 
-The engine's one loop (:func:`mpi_teleport.runtime.engine.execute`) calls, for every round
-boundary r, the round-boundary members every back end has (a plain one does nothing there):
-:meth:`ElasticBackend.keep` (this rank keeps the token it holds at round r's start), then
-round r's record and checkpoint and round r itself, then :meth:`ElasticBackend.settle`
-(every survivor agrees that nothing failed). When something did, :meth:`recover` shrinks
-the communicator to the survivors, rolls round r back to the kept tokens, restores the
-lost tokens (the mean of the surviving ones, momentum zero), places every token with its
-holder over the living set and the engine redoes boundary r, so the numbers do not depend
-on which survivors' exchanges of round r had completed: they equal the simulator told
-of the same failures (``--fail NODE@ROUND``).
+The engine's one loop (:func:`mpi_teleport.runtime.engine.execute`) calls, for every agreed
+round boundary r, the round-boundary members every back end has (a plain one does nothing
+there): :meth:`ElasticBackend.keep` (this rank keeps the token it holds at round r's
+start), then round r's record and checkpoint and the rounds up to the next agreed boundary,
+then :meth:`ElasticBackend.settle` (every survivor agrees that nothing failed). When
+something did, :meth:`recover` shrinks the communicator to the survivors, rolls back to
+the last boundary all of whose earlier rounds were agreed on, restores the lost tokens
+(the mean of the surviving ones, momentum zero), places every token with its holder over
+the living set and the engine redoes the rounds from there, so the numbers do not depend
+on which survivors' exchanges had completed: they equal the simulator told of the same
+failures at that boundary (``--fail NODE@ROUND``).
 
-Only the round executor (:mod:`mpi_teleport.core.algorithms.teleport`, per-round messages)
-runs here, never the compiled rounds: persistent channels are bound to a communicator
-that a failure replaces (benchmarks/bench_elastic.py measures the price).
+The rounds are the plain mode's compiled rounds (persistent channels,
+:mod:`~mpi_teleport.runtime.backends.compiled`), compiled again over the survivors'
+communicator after a recovery. Between a record, a checkpoint or the run's end the
+agreement does not hold the rounds up: it is started (MPIX_Comm_iagree) at its boundary,
+progresses inside the next rounds' exchanges and is completed at the next agreed boundary,
+so a boundary keeps two copies (the newest one and the last one agreed on) and a loss is
+redone from the last agreed boundary: at most two intervals of rounds. At a boundary with a
+collective (a record, a checkpoint, the run's end) every agreement is completed first, so
+no record or checkpoint ever holds rounds that were not agreed on.
+
+``--agree-every 0`` chooses the interval A from what this run measures (:func:`interval`):
+the first two agreements are waited for and timed, with the copy and the rounds between
+them; A is the smallest power of two whose rounds take 1 / AUTO_SHARE times an agreement
+and a copy, but no longer than REDO_S, agreed by every rank (the largest of their
+choices, carried in the agreement's own word).
 """
 from __future__ import annotations
 
+import math
 import os
 import signal
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
@@ -37,9 +53,59 @@ TEST_DIE = "MPI_TELEPORT_TEST_DIE"  # NODE@ROUND[:save|:stop],...: tests kill a 
 TEST_DIE_ONCE = "MPI_TELEPORT_TEST_DIE_ONCE"  # a directory: each entry above fires once
 
 
-def _test_hook(node: int, r: int, where: str) -> None:
+# --agree-every 0: the interval chosen from the run's own measurements (see interval())
+AUTO_START = 8  # rounds between the two timed agreements that choose it
+AUTO_SHARE = 0.01  # an agreement and a copy cost at most this share of an interval's rounds
+REDO_S = 0.1  # ... unless an interval would then last longer than this (a loss redoes <= 2)
+AUTO_MOST = 1 << 14  # (the interval's exponent travels in the agreement's 31-bit word)
+_EXPONENTS = AUTO_MOST.bit_length()
+
+
+def interval(agree_s: float, keep_s: float, round_s: float) -> int:
+    """The rounds between agreements for an agreement of ``agree_s`` seconds, a copy of the
+    held token of ``keep_s`` and rounds of ``round_s``: the smallest power of two whose
+    rounds take at least (agree_s + keep_s) / AUTO_SHARE, at most REDO_S (at least 1)."""
+    round_s = max(round_s, 1e-9)
+    cost = max(1, math.ceil((agree_s + keep_s) / (AUTO_SHARE * round_s)))
+    most = max(1, min(AUTO_MOST, int(REDO_S / round_s)))
+    a = 1 << (cost - 1).bit_length()
+    while a > most:
+        a >>= 1
+    return a
+
+
+def _exponent_bits(a: int) -> int:
+    """A power of two 2**e as bits e.. set: their AND over the ranks is the largest e's."""
+    e = max(0, a.bit_length() - 1)
+    return sum(1 << j for j in range(e, _EXPONENTS))
+
+
+def _largest(bits: int) -> int:
+    """The interval whose bits (:func:`_exponent_bits`) are the AND of every rank's."""
+    return 1 << ((bits & -bits).bit_length() - 1) if bits else 1
+
+
+@dataclass
+class Kept:
+    """What a recovery at round ``round`` starts from: the token this rank held (``m``,
+    -1: none; ``x``, ``v`` its copy), where every token sat (``entry``), who lived."""
+
+    round: int
+    m: int
+    entry: np.ndarray
+    x: np.ndarray | None
+    v: np.ndarray | None
+    living: elastic.Living
+
+    def as_tuple(self) -> tuple:
+        return self.m, self.entry, self.x, self.v
+
+
+def _test_hook(node: int, r: int, where: str, before=None) -> None:
     """Tests only: SIGKILL (``:stop``: SIGSTOP) this process at round r's start ("start")
-    or inside round r's checkpoint ("save") when $MPI_TELEPORT_TEST_DIE names it."""
+    or inside round r's checkpoint ("save") when $MPI_TELEPORT_TEST_DIE names it, after
+    ``before()`` (the agreement under way completed: the rank dies after it, as a rank
+    killed there would with every agreement waited for)."""
     for item in filter(None, os.environ.get(TEST_DIE, "").split(",")):
         spot, _, how = item.partition(":")
         who, _, when = spot.partition("@")
@@ -51,6 +117,8 @@ def _test_hook(node: int, r: int, where: str) -> None:
                 if os.path.exists(mark):
                     continue
                 open(mark, "w").close()
+            if before is not None:
+                before()
             os.kill(os.getpid(), signal.SIGSTOP if how == "stop" else signal.SIGKILL)
 
 
@@ -66,23 +134,32 @@ class ElasticBackend(MpiBackend):
     def __init__(self, problem, spec, transport, token_device=None, agree_every: int = 1):
         if spec.algorithm not in ("teleportation", "dsgd"):
             raise ValueError("elastic mode runs Teleportation or DSGD")
-        super().__init__(problem, spec, transport, token_device, compiled=False)
+        super().__init__(problem, spec, transport, token_device)  # (compiled where it can)
         self.living = elastic.Living.everyone(spec.nodes)
         self.losses, self.replacements = self.living.losses, self.living.replaced
         self.spares = transport.spares
-        self._kept: tuple | None = None  # (m, entry, x, v) of the last kept round's start
+        # The boundaries kept (Kept): the newest, and the one a recovery goes back to (the
+        # newest whose earlier rounds every survivor agreed on: the same one unless an
+        # agreement is under way); two copies of the held token, made once, reused
+        self._newest: Kept | None = None
+        self._target: Kept | None = None
+        self._copies: list = []  # [(x, v)] buffers of the two Kept copies
+        self._pending = None  # the agreement under way (transport.start_agreement's)
+        self.rollback_to: int | None = None  # (after a failed settle: the round to go back to)
         self._orphans: dict = {}  # tokens the root writes in a too-few checkpoint
-        self._kept_living = self.living
-        self._kept_round: int | None = None
-        self._gone: dict = {}  # nodes dead since round r's start -> the spare taking over (or None)
+        self._gone: dict = {}  # nodes dead since the target's round -> the spare taking over (or None)
         # Hot spares: what the engine hands a spare that takes a node over (the root's
         # export) and how the spare takes it (set_handover, by the engine's loop)
         self._handover: tuple[Callable[[], Any], Callable[[Any], None]] = (
             lambda: None, lambda state: None)
         self._joining = False
         # --agree-every A: the survivors agree (and keep the tokens) every A rounds, not
-        # every round; a loss seen at an agreement rolls back to the last one (DESIGN §11)
-        self.agree_every = max(1, int(agree_every))
+        # every round; a loss seen at an agreement rolls back to the last one agreed
+        # (DESIGN §11). 0: A chosen from this run's measurements (interval())
+        self._auto = int(agree_every) == 0
+        self.agree_every = AUTO_START if self._auto else max(1, int(agree_every))
+        self._timing: dict = {}  # (auto: what the first agreements measured)
+        self._next_every: int | None = None  # (auto: the interval from the next boundary on)
         self._joined_at: int | None = None  # (tests' hooks: a spare is not killed again at its first round)
 
     @property
@@ -104,30 +181,90 @@ class ElasticBackend(MpiBackend):
     # -- the round boundary --------------------------------------------------------------
     def keep(self, r: int) -> None:
         """The token this rank holds at round r's start, where every token sits and who
-        lives: what every recovery at round r starts from (kept once per round, so a
-        second loss at r, even during the first recovery, restores from the same state)."""
-        if self._kept_round == r:
+        lives: what a recovery at round r starts from (kept once per round, so a second
+        loss at r, even during the first recovery, restores from the same state). The
+        copy goes to the Kept buffer not holding the recovery's target."""
+        if self._target is not None and self._target.round == r:
+            self._newest = self._target
             return
-        _test_hook(self.rank, r, "start")
+        _test_hook(self.rank, r, "start", self._finish_pending)
+        if self._next_every is not None:  # (auto: the agreed interval, from this boundary on)
+            self.agree_every, self._next_every = self._next_every, None
+        began = time.perf_counter()
         s, (_, m) = self.state, self.held
-        self._kept = (m, self.holding[0].copy(), s.x.copy() if m >= 0 else None,
-                      s.v.copy() if m >= 0 and s.v is not None else None)
-        self._kept_living, self._kept_round = self.living, r
-        self._gone = {}
+        if not self._copies:
+            self._copies = [(np.empty_like(s.x), None if s.v is None else np.empty_like(s.v))
+                            for _ in range(2)]
+        used = self._target if self._pending is not None else None
+        x, v = next(c for c in self._copies if used is None or c[0] is not used.x)
+        if m >= 0:
+            np.copyto(x, s.x)
+            if v is not None:
+                np.copyto(v, s.v)
+        self._newest = Kept(r, m, self.holding[0].copy(), x, v, self.living)
+        if self._pending is None:  # (every round before r agreed on)
+            self._target, self._gone = self._newest, {}
+        self._timing["keep_s"] = time.perf_counter() - began
+        self._timing["kept_at"] = (r, time.perf_counter())
 
     def enter(self, r: int) -> None:
         """Round r's start between agreements: nothing kept (tests' hook only)."""
-        _test_hook(self.rank, r, "start")
+        _test_hook(self.rank, r, "start", self._finish_pending)
 
     def join(self, r: int) -> None:
         """A spare that took a node over at round r: it holds nothing yet; :meth:`recover`,
         which it enters beside the survivors, hands it round r's start."""
-        self._joining, self._kept_round, self._joined_at = True, r, r
+        self._joining, self._joined_at = True, r
+        self._target = self._newest = Kept(r, -1, np.zeros(0, dtype=np.int64), None, None,
+                                           self.living)
         self._gone = dict(self.transport.replaced)
 
-    def settle(self, r: int, ok: bool = True) -> bool:
-        """Every survivor agrees that nothing failed (MPI_Comm_agree)."""
-        return self.transport.settle(ok)
+    def settle(self, r: int, ok: bool = True, later: bool = False) -> bool:
+        """Every survivor agrees that nothing failed up to round r's end (MPI_Comm_agree):
+        first the agreement under way, if any (the rounds before the newest kept boundary);
+        then these rounds' own, waited for, or with ``later`` (no collective follows before
+        the next agreed boundary) only started, to be completed at the next one. False: a
+        loss, and :attr:`rollback_to` the round a recovery goes back to."""
+        tr = self.transport
+        if self._pending is not None:
+            if not self._finish_pending():
+                self.rollback_to = cast(Kept, self._target).round
+                return False
+            self._target, self._gone = self._newest, {}
+        calibrating = self._auto and "agreed" not in self._timing  # (auto: waited and timed)
+        if later and not calibrating:
+            self._pending = tr.start_agreement(ok)
+            return True
+        value = _exponent_bits(self._choose()) if calibrating and "agree_s" in self._timing else 0
+        began = time.perf_counter()
+        if not tr.settle(ok, value):
+            self.rollback_to = cast(Kept, self._target).round
+            return False
+        if calibrating:
+            self._time_window(r, time.perf_counter() - began)
+            if value:  # (every rank's choice in one word: the largest interval)
+                self._next_every = self._timing["agreed"] = _largest(tr.agreed)
+        return True
+
+    def _finish_pending(self) -> bool:
+        """Complete the agreement under way (True: none, or nothing failed)."""
+        pending, self._pending = self._pending, None
+        return pending is None or self.transport.finish_agreement(pending)
+
+    def _time_window(self, r: int, agree_s: float) -> None:
+        """(auto) The rounds since the newest boundary and this agreement, timed."""
+        t = self._timing
+        kept_round, kept_at = t.get("kept_at", (r, 0.0))
+        rounds = r + 1 - kept_round
+        if rounds > 0 and kept_at:
+            round_s = (time.perf_counter() - agree_s - kept_at) / rounds
+            t["round_s"] = min(t.get("round_s", round_s), round_s)
+        t["agree_s"] = min(t.get("agree_s", agree_s), agree_s)
+
+    def _choose(self) -> int:
+        """(auto) This rank's interval from what it measured (:func:`interval`)."""
+        t = self._timing
+        return interval(t["agree_s"], t.get("keep_s", 0.0), t.get("round_s", 0.0))
 
     def set_handover(self, export, take) -> None:
         """(A spare taking a node over gets ``export()`` of the root; it calls ``take``.)"""
@@ -136,18 +273,23 @@ class ElasticBackend(MpiBackend):
     def recover(self, r: int) -> None:
         """The survivors go on from round r's start without the lost nodes."""
         tr, spec = self.transport, self.spec
+        self._pending, self.rollback_to = None, None  # (an agreement under way failed with it)
         if not self._joining:
             for node in tr.shrink(r):  # (with spares: {node: spare} in tr.replaced)
                 self._gone[node] = tr.replaced.get(node)
+        if self._compiler is not None:  # (their channels were on the old communicator)
+            self._compiler.forget()
         if any(s is not None for s in self._gone.values()):
             self._hand_over(r)  # (collective: a spare took a node over since r's start)
-        m, entry, x, v = cast(tuple, self._kept)  # (kept at round r's start, or handed over)
+        kept = cast(Kept, self._target)  # (kept at round r's start, or handed over)
+        self._newest = kept
+        m, entry, x, v = kept.as_tuple()
         # every node dead since round r's start (all of them restored from that state): the
         # ones a spare took over stay in the run
         dead = sorted(self._gone)
         replaced = {i: s for i, s in self._gone.items() if s is not None}
         gone = [i for i in dead if i not in replaced]
-        self.living = self._kept_living.without(gone)
+        self.living = kept.living.without(gone)
         self.living.losses += elastic.loss_records(spec, r, entry, gone)
         self.living.replaced += elastic.replacement_records(spec, r, entry, replaced)
         self.losses, self.replacements = self.living.losses, self.living.replaced
@@ -189,17 +331,21 @@ class ElasticBackend(MpiBackend):
         part (the records); a spare takes it, the others pass."""
         state = None
         if self.root:
-            living = self._kept_living
-            kept = cast(tuple, self._kept)  # (kept at round r's start)
-            state = {"entry": kept[1], "nodes": living.nodes, "losses": living.losses,
+            kept = cast(Kept, self._target)  # (kept at round r's start)
+            living = kept.living
+            state = {"entry": kept.entry, "nodes": living.nodes, "losses": living.losses,
                      "replaced": living.replaced, "gone": self._gone,
-                     "engine": self._handover[0]()}
+                     "engine": self._handover[0](),
+                     "agree_every": (self.agree_every, self._next_every, self._timing)}
         state = self.transport.bcast(state)
         if not self._joining:
             return
-        self._kept = (-1, np.asarray(state["entry"]), None, None)
-        self._kept_living = elastic.Living(tuple(state["nodes"]), list(state["losses"]),
-                                           list(state["replaced"]))
+        self._target = self._newest = Kept(r, -1, np.asarray(state["entry"]), None, None,
+                                           elastic.Living(tuple(state["nodes"]),
+                                                          list(state["losses"]),
+                                                          list(state["replaced"])))
+        self.agree_every, self._next_every, timing = state["agree_every"]
+        self._timing = dict(timing)
         self._gone = dict(state["gone"])
         self._handover[1](state["engine"])
         self._joining = False

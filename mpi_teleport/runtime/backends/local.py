@@ -133,7 +133,7 @@ class LocalBackend:
     def enter(self, r: int) -> None:
         """(Every boundary is kept here: ``agree_every`` is 1.)"""
 
-    def settle(self, r: int, ok: bool = True) -> bool:
+    def settle(self, r: int, ok: bool = True, later: bool = False) -> bool:
         """Whether every node the plan loses at round r is already lost."""
         return ok and not (self.elastic and self._dying(r))
 

@@ -440,7 +440,7 @@ class MpiBackend:
     def enter(self, r: int) -> None:
         """A plain run keeps nothing at a round's start."""
 
-    def settle(self, r: int, ok: bool = True) -> bool:
+    def settle(self, r: int, ok: bool = True, later: bool = False) -> bool:
         """Nothing to agree on: a failed rank ends a plain run (MPI_Abort)."""
         return ok
 
