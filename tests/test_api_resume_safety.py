@@ -218,7 +218,8 @@ def test_a_full_disk_is_one_line_exit_1_and_the_last_checkpoint_resumes(tmp_path
     capsys.readouterr()
     _full_disk(monkeypatch, name)
     assert sim_main(["--resume", str(out), "--rounds", "6"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
+    said, *err = capsys.readouterr().err.strip().splitlines()
+    assert said == f"extending {out}: it ended at round 2; running it on to round 6"
     assert len(err) == 1, err
     assert "cannot write" in err[0] and name in err[0] and "No space left on device" in err[0]
     monkeypatch.undo()

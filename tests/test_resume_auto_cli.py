@@ -45,14 +45,19 @@ def test_resume_auto_starts_continues_and_reports_a_finished_run(tmp_path):
 
 def test_resume_auto_finds_a_compare_runs_legs_and_its_checkpoint_dir(tmp_path):
     flags = [a for a in RUN if a not in ("--algorithm", "teleportation")]
-    assert sim_main([*flags, "--rounds", "10", "--out", str(tmp_path / "c"), "--resume", "auto"]) == 0
-    assert sim_main([*flags, "--out", str(tmp_path / "c"), "--resume", "auto"]) == 0
+    c = str(tmp_path / "c")
+    assert sim_main([*flags, "--rounds", "10", "--out", c, "--resume", "auto"]) == 0
+    assert sim_main([*flags, "--rounds", "10", "--out", c, "--resume", "auto"]) == 0  # finished
+    # another length continues only when asked: --resume DIR (auto: the same run only)
+    assert sim_main([*flags, "--out", c, "--resume", "auto"]) == 2
+    assert sim_main([*flags, "--out", c, "--resume", c]) == 0
     for leg in ("teleportation", "dsgd"):  # both continued from round 10 to 20
         rounds = [r["round"] for r in read_jsonl(tmp_path / "c" / leg / "metrics.jsonl")]
         assert rounds == [0, 5, 10, 15, 20], leg
-    apart = ["--checkpoint-dir", str(tmp_path / "ck"), "--resume", "auto"]
-    assert sim_main([*RUN, "--rounds", "10", *apart]) == 0
-    assert sim_main([*RUN, *apart]) == 0
+    apart = ["--checkpoint-dir", str(tmp_path / "ck")]
+    assert sim_main([*RUN, "--rounds", "10", *apart, "--resume", "auto"]) == 0
+    assert sim_main([*RUN, *apart, "--resume", "auto"]) == 2
+    assert sim_main([*RUN, *apart, "--resume", str(tmp_path / "ck")]) == 0
     assert (tmp_path / "ck" / "round-00000020").is_dir()
 
 

@@ -2,6 +2,8 @@
 final model x, from the final checkpoint), and ``resume="auto"`` continues an unfinished
 run in the directory, returns a finished one and starts a fresh one where there is none:
 one line a job array can rerun (mpi_teleport/checkpoint/find.py, checkpoint/keeper.py)."""
+import shutil
+
 import numpy as np
 import pytest
 
@@ -32,8 +34,9 @@ def test_resuming_a_finished_run_returns_its_result(tmp_path):
 def test_resume_auto_starts_continues_and_returns(tmp_path):
     full = mt.teleportation(quadratic(), rounds=8, **RUN)
     where = dict(out=tmp_path / "run", checkpoint_every=2, resume="auto")
-    fresh = mt.teleportation(quadratic(), rounds=4, **where, **RUN)  # none there: a fresh run
-    assert fresh.records[0]["round"] == 0 and fresh.summary["rounds_run"] == 4
+    fresh = mt.teleportation(quadratic(), rounds=8, **where, **RUN)  # none there: a fresh run
+    assert fresh.records[0]["round"] == 0 and fresh.summary["rounds_run"] == 8
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "round-00000008")  # (as if killed at 7)
     continued = mt.teleportation(quadratic(), rounds=8, **where, **RUN)  # unfinished: continued
     assert without_time(continued.records) == without_time(full.records)
     assert np.array_equal(continued.x, full.x)

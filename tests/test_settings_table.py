@@ -494,6 +494,7 @@ def test_the_authors_warmup_cosine_from_the_command_line(tmp_path, epochs_proble
     assert [p.name for p in newest] == ["round-00000006", "round-00000012"]
     shutil.rmtree(newest[-1])  # (as if stopped after round 6: the warm-up's epoch is over)
     assert sim_main(["--resume", str(run), "--epochs", "2", "--progress", "off"]) == 0
+    assert f"resuming {run} from round 6 of 12" in capsys.readouterr().err
     assert (run / "checkpoints" / "round-00000012").is_dir()
     whole = mt.teleportation(epochs_problem.data(4, 0), nodes=4, k=2, epochs=2,
                              lr=cosine_with_warmup(0.1, 2, 6, warmup_epochs=1), log_every=1)

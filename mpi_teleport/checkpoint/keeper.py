@@ -103,6 +103,27 @@ class Keeper:
         self._t0 = time.perf_counter() - self.wall_offset
         return self.plan.source, m
 
+    @property
+    def returns_finished(self) -> bool:
+        """The checkpoint resumed ends this run: no round runs, its result is returned."""
+        m = self.plan.manifest
+        return m is not None and self._finished(m)
+
+    def resume_line(self, where) -> str | None:
+        """What a resume does, in one line for the root to print (None: a fresh run):
+        continues the run ``where`` from its checkpoint's round, extends a finished run
+        given more rounds, or returns a finished one as it ended."""
+        m = self.plan.manifest
+        if m is None:
+            return None
+        r, total = int(m["round"]), self.spec.total_rounds
+        if self._finished(m):
+            how = "finished" if r >= total else "stopped at its target"
+            return f"{where} {how} at round {r}: returning it"
+        if m.get("final"):
+            return f"extending {where}: it ended at round {r}; running it on to round {total}"
+        return f"resuming {where} from round {r} of {total}"
+
     def _finished(self, m: dict) -> bool:
         """Whether the checkpoint ends this run: its last round, or a stop at the target
         that this run keeps."""

@@ -96,6 +96,9 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+RUN_FILES = ("config.json", "metrics.jsonl", "summary.json")  # what a run writes in ``out``
+
+
 class RunFiles:
     """The three files of one run in ``out``; ``out=None`` writes nothing."""
 

@@ -183,6 +183,32 @@ def check_rounds(where: str, manifest: dict, rounds: int, given: str) -> None:
         raise UsageError(f"{where}: the checkpoint is at round {r}, beyond {given}")
 
 
+def _length(rounds=None, epochs=None) -> str | None:
+    if epochs is not None:
+        return f"{float(epochs):g} epochs"
+    return None if rounds is None else f"{int(rounds)} rounds"
+
+
+def check_auto_length(where: Path, manifest: dict, naming, *, rounds=None, epochs=None) -> None:
+    """``resume="auto"`` continues only the run it would start (a job rerun as it was
+    given): UsageError when the checkpoint in ``where`` is of a run of another length
+    (``rounds``, or ``epochs``, as this run gives them; None: not given, the
+    checkpoint's). A run of another length -- a finished run given more rounds, a real
+    run in the directory of a one-round trial -- continues only when asked, with
+    ``resume=DIR``."""
+    saved = manifest.get("config") or {}
+    theirs = _length(saved.get("rounds"), saved.get("epochs"))
+    mine = _length(rounds, epochs)
+    if mine is None or theirs is None or mine == theirs:
+        return
+    given = naming.given("resume", "auto")
+    raise UsageError(f"{given}: {show(where)} holds a run of {theirs} (at round "
+                     f"{manifest.get('round')}), this one is of {mine}; {given} continues "
+                     f"only the same run: to continue that one for {mine}, give "
+                     f"{naming.given('resume', str(where))}; to start afresh, choose another "
+                     f"{naming.name('out')} or delete that run")
+
+
 def _missing_files(directory: Path, manifest: dict) -> str | None:
     """A reason why the checkpoint's array files are not all there, or None."""
     if manifest.get("layout") == LAYOUT_MATRIX:

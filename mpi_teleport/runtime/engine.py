@@ -25,6 +25,7 @@ verdict (stop at target, or a non-finite loss) together.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -36,6 +37,8 @@ from ..core.evaluation import Evaluations
 from ..core.interfaces import Backend, RunRecorder
 from ..core.spec import Logging, RunSpec
 from ..core.training import first_batches_round, latest_mean, reports_batches
+from ..disk.lock import RUN_LOCK
+from ..disk.output import RUN_FILES
 from ..errors import RankLost, Terminated
 from ..trace import spans as sp
 from .elastic import TooFewSurvivors
@@ -115,11 +118,17 @@ def execute(problem, run: RunPlan, backend: Backend, recorder: RunRecorder, *,
     x0 = problem.initial()
     restore = None
     if joining is None:
+        if backend.root:  # (before the restore, which may fail: a full disk)
+            _say_resumed(keeper, recorder)
         restore = keeper.restore()
+        if backend.root and keeper.returns_finished and callback is not None:
+            _last_record_to(callback, recorder)
         start_clock = time.perf_counter() - keeper.wall_offset
         keeper.gate()  # (collective) a signal during the set-up stops the run here
-    tracer = _tracer(logging.trace, backend, spec, keeper.start if joining is None else joining,
-                     joining is not None)
+    # (a finished run returned runs no round: its trace, if any, stays as it was written)
+    tracer = None if keeper.returns_finished else _tracer(
+        logging.trace, backend, spec, keeper.start if joining is None else joining,
+        joining is not None, outputs=_outputs(recorder, keeper))
     try:
         for index, phase in enumerate(spec.phases()):
             if joining is None:
@@ -144,7 +153,25 @@ def execute(problem, run: RunPlan, backend: Backend, recorder: RunRecorder, *,
     return _finish(backend, recorder, keeper, start_clock, run.summary_extra, tracer)
 
 
-def _tracer(path, backend, spec, first: int, joining: bool):
+def _say_resumed(keeper, recorder) -> None:
+    """The root's one line on what a resume does (:meth:`Keeper.resume_line`; a fresh
+    run: none)."""
+    from ..disk.paths import show
+
+    out = getattr(getattr(recorder, "files", None), "out", None)
+    line = keeper.resume_line(show(out if out is not None else keeper.plan.source))
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _last_record_to(callback, recorder) -> None:
+    """A finished run returned runs no round: ``callback`` still sees its last record."""
+    records = getattr(getattr(recorder, "files", None), "records", None)
+    if records:
+        callback(dict(records[-1]))
+
+
+def _tracer(path, backend, spec, first: int, joining: bool, outputs=((), ())):
     """The run's tracer (collective: the clocks are aligned), or None without a trace."""
     from ..trace.tracer import path_from_env, start
 
@@ -152,7 +179,17 @@ def _tracer(path, backend, spec, first: int, joining: bool):
     if path is None:
         return None
     return start(path, backend, spec.total_rounds, first, joining=joining,
-                 algorithm=spec.algorithm)
+                 algorithm=spec.algorithm, outputs=outputs)
+
+
+def _outputs(recorder, keeper) -> tuple[list, list]:
+    """(the run's own files, its checkpoint directories) as the root knows them: what a
+    trace may not overwrite."""
+    out = getattr(getattr(recorder, "files", None), "out", None)
+    files = [] if out is None else [out / name for name in (*RUN_FILES, RUN_LOCK)]
+    if out is not None and out.name == keeper.spec.algorithm:  # (a leg of compare)
+        files.append(out.parent / "comparison.json")
+    return files, [d for d in (keeper.plan.dir,) if d is not None]
 
 
 def _finish(backend, recorder, keeper, start_clock, summary_extra, tracer=None) -> Result:

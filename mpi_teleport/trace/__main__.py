@@ -32,6 +32,10 @@ def main(argv=None) -> int:
                         help="first rebuild FILE from its part files (FILE.parts/), e.g. after "
                              "a job was killed")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        print(f"--rounds {args.rounds}: give a whole number >= 1 (the rounds the drawing's "
+              f"timeline shows)", file=sys.stderr)
+        return 2
     from .chrome import load, write_trace
     from .summary import compare, draw, read, report
     from .tracer import read_parts
@@ -59,7 +63,7 @@ def main(argv=None) -> int:
         print(compare(trace, sim))
     if args.png is not None:
         try:
-            draw(trace, args.png, max(1, args.rounds), title=str(args.file.name))
+            draw(trace, args.png, args.rounds, title=str(args.file.name))
         except ImportError:
             print("--png needs matplotlib (pip install matplotlib)", file=sys.stderr)
             return 2

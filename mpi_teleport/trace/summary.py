@@ -57,17 +57,38 @@ class Trace:
         return max(s.end for s in self.spans) - min(s.ts for s in self.spans)
 
 
+def events(data) -> list[dict]:
+    """A loaded file's ``traceEvents``, or ValueError saying why it is not a trace."""
+    if not isinstance(data, dict) or "traceEvents" not in data:
+        raise ValueError("no traceEvents: not a trace (a file --trace PATH wrote)")
+    found = data["traceEvents"]
+    if not isinstance(found, list):
+        raise ValueError(f"traceEvents is not a list of events ({type(found).__name__})")
+    bad = next((i for i, e in enumerate(found) if not isinstance(e, dict)), None)
+    if bad is not None:
+        raise ValueError(f"event {bad} is not an object ({type(found[bad]).__name__})")
+    if not isinstance(data.get("otherData", {}), dict):
+        raise ValueError("otherData is not an object")
+    return found
+
+
 def read(data: dict) -> Trace:
     """The spans of a loaded trace file (see :func:`mpi_teleport.trace.chrome.load`),
     nested per process as the viewers nest them (by start, the longer first)."""
     names, spans = {}, []
-    for e in data.get("traceEvents", []):
-        if e.get("ph") == "M" and e.get("name") == "process_name":
-            names[int(e["pid"])] = e["args"]["name"]
-        elif e.get("ph") == "X":
-            args = e.get("args", {})
-            spans.append(Span(int(e["pid"]), e["name"], float(e["ts"]), float(e["dur"]),
-                              int(args.get("round", -1)), int(args.get("token", -1))))
+    for i, e in enumerate(events(data)):
+        try:
+            if e.get("ph") == "M" and e.get("name") == "process_name":
+                names[int(e["pid"])] = str(e["args"]["name"])
+            elif e.get("ph") == "X":
+                args = e.get("args", {})
+                spans.append(Span(int(e["pid"]), str(e["name"]), float(e["ts"]),
+                                  float(e["dur"]), int(args.get("round", -1)),
+                                  int(args.get("token", -1))))
+        except KeyError as exc:
+            raise ValueError(f"event {i} ({e.get('ph')!r}) has no {exc.args[0]!r}") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"event {i} ({e.get('ph')!r}) is not a trace event: {exc}") from None
     spans.sort(key=lambda s: (s.pid, s.ts, -s.dur))
     stack: list[Span] = []
     pid = None

@@ -192,24 +192,61 @@ def run_path(path: Path, algorithm: str) -> Path:
 
 
 def start(path, backend, total_rounds: int, first: int = 0, joining: bool = False,
-          environ=None, algorithm: str = "run") -> Tracer:
+          environ=None, algorithm: str = "run", outputs=((), ())) -> Tracer:
     """The tracer of a run on ``backend`` (collective unless ``joining``: the clocks are
     aligned here). Its limits come from ``MPI_TELEPORT_TRACE_ROUNDS`` and
-    ``MPI_TELEPORT_TRACE_EVERY``."""
+    ``MPI_TELEPORT_TRACE_EVERY``; ``outputs``: (the run's own files, its checkpoint
+    directories), which the trace may not overwrite (the root's are checked)."""
     rounds, every = limits_from_env(environ)
-    spans = sp.make_spans(rounds, every, total_rounds - first, first=first,
-                          cpu=cpu_from_env(environ))
-    tracer = Tracer(run_path(Path(path), algorithm), spans, backend_name=backend.name,
-                    total_rounds=total_rounds)
+    cpu = cpu_from_env(environ)
+    path = run_path(Path(path), algorithm)
+    if not joining:
+        # (collective: a buffer beyond the memory, one of the run's own files, a place the
+        # trace cannot go: every rank's one-line refusal now, not an error after the run)
+        backend.share(lambda: (check_buffer(rounds, every, total_rounds - first),
+                               check_not_an_output(path, *outputs), prepare_dir(path)))
+    spans = sp.make_spans(rounds, every, total_rounds - first, first=first, cpu=cpu)
+    tracer = Tracer(path, spans, backend_name=backend.name, total_rounds=total_rounds)
     backend.trace(tracer)
     if joining:
         tracer.joined = first
     else:
-        # (collective: a place the trace cannot go is every rank's one-line refusal now,
-        # not an error after the run)
-        backend.share(lambda: prepare_dir(tracer.path))
         tracer.align(backend)
     return tracer
+
+
+ROW_BYTES = 200  # one recorded span in the buffer: its slot, its tuple and its floats
+
+
+def check_buffer(rounds: int, every: int, total_rounds: int, available=None) -> None:
+    """UsageError when the span buffer for ``rounds`` recorded rounds (no more than the
+    run samples) cannot fit in this machine's memory, as every other setting is checked
+    (:func:`mpi_teleport.front.preflight.check_fits`)."""
+    from ..front.preflight import memory_bytes
+
+    available = memory_bytes() if available is None else available
+    need = sp.capacity_for(rounds, every, total_rounds) * ROW_BYTES
+    if available is not None and need > available:
+        recorded = sp.sampled_rounds(rounds, every, total_rounds)
+        raise UsageError(f"{ROUNDS_ENV}={rounds}: the trace's buffer for {recorded} rounds needs "
+                         f"about {need / 2**30:.3g} GiB, more than the {available / 2**30:.3g} "
+                         f"GiB of memory here; give fewer rounds ({ROUNDS_ENV}) or record one "
+                         f"in several ({EVERY_ENV})")
+
+
+def check_not_an_output(path: Path, files=(), directories=()) -> None:
+    """UsageError when trace ``path`` is one of the run's own ``files`` (config.json,
+    metrics.jsonl, ...) or lies in one of its ``directories`` (its checkpoints)."""
+    from ..disk.paths import show
+
+    target = Path(path).resolve()
+    if any(target == Path(f).resolve() for f in files):
+        raise UsageError(f"trace {show(path)}: that is one of the run's own files; give the "
+                         f"trace a path of its own (e.g. {show(target.parent / 'trace.json')})")
+    for directory in directories:
+        if Path(directory).resolve() in (target, *target.parents):
+            raise UsageError(f"trace {show(path)}: that is inside the run's checkpoint "
+                             f"directory {show(directory)}; give the trace a path outside it")
 
 
 def prepare_dir(path: Path) -> None:
