@@ -113,32 +113,57 @@ def mpi_flavor_parser(): return as_rst(mpi_flavor())
 
 # ---------------------------------------------------------------------------- reports
 # The dated measurement reports live beside their data in benchmarks/results/
-# (<study>-<YYYY-MM-DD>.md); each gets a page under docs/results/reports/ that includes it,
-# written here before the build reads the sources (git-ignored).
-REPORT = re.compile(r"^[a-z0-9][a-z0-9_.-]*-\d{4}-\d{2}-\d{2}\.md$")
+# (<study>-<YYYY-MM-DD>.md). They are records, not pages of the manual: the Reports page
+# lists them as files to open (downloads), newest first, written here before the build
+# reads the sources (docs/results/reports.md, git-ignored).
+REPORT = re.compile(r"^([a-z0-9][a-z0-9_.-]*)-(\d{4}-\d{2}-\d{2})\.md$")
+REPORTS_PAGE = """# Reports
+
+Dated measurement reports, one file per study and date, kept as they were written (the
+commands as they were run then; a flag may have changed since). The current figures are on
+the [results pages](index.md); each report is a file beside its data in
+`benchmarks/results/`.
+
+| date | study | file |
+| --- | --- | --- |
+"""
 
 
-def report_pages(docs: Path) -> list[Path]:
+def report_list(docs: Path) -> Path:
+    """Write docs/results/reports.md: every dated report of benchmarks/results/, newest first."""
     results = docs.parent / "benchmarks" / "results"
-    pages = docs / "results" / "reports"
-    wanted = {}
+    rows = []
     for report in sorted(results.glob("*.md")):
-        if REPORT.match(report.name):
-            wanted[pages / report.name] = ("```{include} ../../../benchmarks/results/"
-                                           f"{report.name}\n:relative-images:\n```\n")
-    for old in pages.glob("*-????-??-??.md"):
-        if old not in wanted:
-            old.unlink()
-    for page, text in wanted.items():
-        if not page.exists() or page.read_text() != text:
-            page.write_text(text)
-    return sorted(wanted)
+        found = REPORT.match(report.name)
+        if found:
+            study, date = found.groups()
+            rows.append((date, study.replace("_", " ").replace("-", " "), report.name))
+    lines = [f"| {date} | {study} | {{download}}`{name} <../../benchmarks/results/{name}>` |"
+             for date, study, name in sorted(rows, key=lambda r: (r[0], r[2]), reverse=True)]
+    page = docs / "results" / "reports.md"
+    text = REPORTS_PAGE + "\n".join(lines) + "\n"
+    if not page.exists() or page.read_text() != text:
+        page.write_text(text)
+    return page
 
 
 def _write_reports(app):
-    report_pages(Path(app.srcdir))
+    report_list(Path(app.srcdir))
+
+
+# ---------------------------------------------------------------------------- figures
+def _draw_figures(app):
+    """The Concepts pages' figures (docs/concepts/figures.py), drawn from the package."""
+    import importlib.util
+
+    path = Path(app.srcdir) / "concepts" / "figures.py"
+    spec = importlib.util.spec_from_file_location("concept_figures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.draw_all(path.parent / "_figures")
 
 
 def setup(app):
     app.connect("builder-inited", _write_reports)
+    app.connect("builder-inited", _draw_figures)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
