@@ -84,6 +84,7 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
                   callback: Callable[[dict[str, Any]], object] | None = Default(None),
                   eval_every: int | None = unset("eval_every"),
                   eval_every_epochs: float | None = None,
+                  log_every_epochs: int | None = unset("log_every_epochs"),
                   eval_at_start: bool = unset("eval_at_start"),
                   trace: str | Path | None = unset("trace"),
                   checkpoints: Checkpoints | None = None,
@@ -191,7 +192,16 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
         rounds, and at the first and last; the records between carry the training
         values alone. Default: every record evaluates.
     eval_every_epochs : float, optional
-        ``eval_every`` in passes over the training data (converted as ``epochs`` is).
+        Evaluate at the end of every this many passes over the training data: a whole
+        number E evaluates exactly at the round that completes every E-th epoch (where
+        the active nodes' samples reach a multiple of ``n_train``), as a plain loop's
+        ``test()`` after each epoch; a fraction is converted to rounds as ``epochs`` is.
+    log_every_epochs : int, optional
+        Also record at the end of every this many epochs (the round that completes it),
+        beside ``log_every``. Every record of a problem that knows its epochs says where
+        it stands as a plain loop counts: ``train_epoch`` (from 1), ``epoch_step`` (the
+        round's step within that epoch, from 1) and ``epoch_end`` (True at the round
+        completing it), so a callback tells an epoch's end without arithmetic.
     eval_at_start : bool
         Evaluate the model before the first round (round 0's record; default True).
         False skips that evaluation (a large test set at the start of a long run): the
@@ -298,13 +308,14 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
     run = {"algorithm": "teleportation", "nodes": nodes, "k": k, "rounds": rounds, "lr": lr,
            "momentum": momentum, "nesterov": nesterov, "topology": topology,
            "variant": variant, "seed": seed}
-    eval_every = eval_rounds(problem, eval_every, eval_every_epochs, k)
+    eval_every, in_epochs = eval_rounds(problem, eval_every, eval_every_epochs, k)
     return _run(
         problem, run, rule=rule, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
                       callback=callback, eval_every=eval_every,
-                      eval_at_start=eval_at_start, trace=trace),
+                      eval_at_start=eval_at_start, trace=trace,
+                      log_every_epochs=log_every_epochs, eval_every_epochs=in_epochs),
         checkpoints=merge(Checkpoints, checkpoints,
                           checkpoint_every=checkpoint_every,
                           checkpoint_dir=checkpoint_dir,
@@ -330,6 +341,7 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
          callback: Callable[[dict[str, Any]], object] | None = Default(None),
          eval_every: int | None = unset("eval_every"),
          eval_every_epochs: float | None = None,
+         log_every_epochs: int | None = unset("log_every_epochs"),
          eval_at_start: bool = unset("eval_at_start"),
          trace: str | Path | None = unset("trace"),
          checkpoints: Checkpoints | None = None,
@@ -364,13 +376,14 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
     run = {"algorithm": "dsgd", "nodes": nodes, "k": nodes, "rounds": rounds, "lr": lr,
            "momentum": momentum, "nesterov": nesterov, "topology": topology,
            "variant": "overlap", "seed": seed}
-    eval_every = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
+    eval_every, in_epochs = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
     return _run(
         problem, run, rule=rule, comm=comm, out=out,
         records=merge(Records, records, log_every=log_every, target=target,
                       stop_at_target=stop_at_target, progress=progress,
                       callback=callback, eval_every=eval_every,
-                      eval_at_start=eval_at_start, trace=trace),
+                      eval_at_start=eval_at_start, trace=trace,
+                      log_every_epochs=log_every_epochs, eval_every_epochs=in_epochs),
         checkpoints=merge(Checkpoints, checkpoints,
                           checkpoint_every=checkpoint_every,
                           checkpoint_dir=checkpoint_dir,

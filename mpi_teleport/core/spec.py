@@ -112,6 +112,7 @@ class Logging:
     eval_at_start: bool = True  # False: round 0's record is not evaluated (issue 47)
     trace: str | PathLike[str] | None = None  # the run's timeline goes there (issue 48)
     every_epochs: int | None = None  # also record at the end of every this many epochs
+    eval_every_epochs: int | None = None  # evaluate at the end of every this many epochs
     epoch_span: tuple[int, int] | None = None  # (n_train, samples a round): where epochs end
 
     def is_log_round(self, r: int, start: int, stop: int) -> bool:
@@ -121,29 +122,32 @@ class Logging:
         rel = r - start
         return (rel == 0 or rel % self.every == 0 or r == stop
                 or (self.eval_every is not None and rel % self.eval_every == 0)
-                or self.ends_epochs(rel))
+                or self.ends_epochs(rel, self.every_epochs)
+                or self.ends_epochs(rel, self.eval_every_epochs))
 
-    def ends_epochs(self, rel: int) -> bool:
-        """Whether round ``rel`` of its phase completes a multiple of ``every_epochs``
-        epochs (exact integer arithmetic: epochs end where the samples drawn reach a
-        multiple of n_train)."""
-        if not self.every_epochs or self.epoch_span is None or rel < 1:
+    def ends_epochs(self, rel: int, every: int | None) -> bool:
+        """Whether round ``rel`` of its phase completes a multiple of ``every`` epochs
+        (exact integer arithmetic: epochs end where the samples drawn reach a multiple
+        of n_train)."""
+        if not every or self.epoch_span is None or rel < 1:
             return False
         n_train, samples = self.epoch_span
-        every = self.every_epochs
         return (rel * samples // n_train) // every > ((rel - 1) * samples // n_train) // every
 
     def is_eval_round(self, r: int, start: int, stop: int) -> bool:
         """Whether round r's record evaluates the model: every record without
-        ``eval_every``; with it, the phase's first and last round and every
-        ``eval_every`` (the others carry the training loss only). Round 0 not without
+        ``eval_every`` or ``eval_every_epochs``; with them, the phase's first and last
+        round, every ``eval_every`` and every ``eval_every_epochs``-th epoch's end (the
+        others carry the training loss only). Round 0 not without
         ``eval_at_start`` (unless it is also the last)."""
         if r == 0 and not self.eval_at_start and r != stop:
             return False
-        if self.eval_every is None:
+        if self.eval_every is None and self.eval_every_epochs is None:
             return True
         rel = r - start
-        return rel == 0 or rel % self.eval_every == 0 or r == stop
+        return (rel == 0 or r == stop
+                or (self.eval_every is not None and rel % self.eval_every == 0)
+                or self.ends_epochs(rel, self.eval_every_epochs))
 
 
 def epoch_position(r: int, n_train: int, samples: int) -> dict:

@@ -39,15 +39,21 @@ def rounds_for(problem, rounds, epochs, active, names=("rounds", "epochs")):
 
 
 def eval_rounds(problem, eval_every, eval_every_epochs, active):
-    """``eval_every`` (rounds, or the :class:`~.options.Default` standing for it), or the
-    rounds ``eval_every_epochs`` passes over the data take with ``active`` nodes each
-    drawing a batch per round (converted as ``epochs`` is)."""
+    """``(eval_every, eval_every_epochs)``: ``eval_every`` (rounds, or the
+    :class:`~.options.Default` standing for it) and a Default(None); or, for
+    ``eval_every_epochs``, a Default and the whole number of epochs (evaluated exactly
+    at their ends: ``Logging.eval_every_epochs``), or a fraction of an epoch converted to
+    the rounds it takes with ``active`` nodes each drawing a batch per round (as
+    ``epochs`` is) and a Default(None)."""
     if eval_every_epochs is None:
-        return eval_every
+        return eval_every, Default(None)
     if not isinstance(eval_every, Default):
         raise UsageError("give eval_every= (rounds) or eval_every_epochs= (epochs), not both")
-    return rounds_for(problem, None, eval_every_epochs, active,
-                      ("eval_every", "eval_every_epochs"))
+    rounds = rounds_for(problem, None, eval_every_epochs, active,
+                        ("eval_every", "eval_every_epochs"))  # (its checks, its messages)
+    if float(eval_every_epochs).is_integer():
+        return eval_every, int(eval_every_epochs)
+    return rounds, Default(None)
 
 
 def step_rule(values, problem=None):

@@ -411,13 +411,16 @@ def epoch_span(values: Values, problem) -> tuple[int, int] | None:
     n_train, batch = getattr(problem, "n_train", None), getattr(problem, "batch_size", None)
     if n_train and batch and values.get("k") != "auto" and values.algorithm != "search":
         return int(n_train), int(batch) * active_nodes(values)
-    if values.get("log_every_epochs") is not None:
+    given = [row for row in ("log_every_epochs", "eval_every_epochs")
+             if values.get(row) is not None]
+    if given:
         name = values.naming.name
         why = ("Algorithm 2's phases count their own rounds"
                if values.get("k") == "auto" or values.algorithm == "search" else
                f"{type(getattr(problem, 'problem', problem)).__name__} does not know its "
                f"epochs (n_train, batch_size)")
-        raise UsageError(f"{name('log_every_epochs')}: {why}; use {name('log_every')}")
+        instead = "log_every" if given[0] == "log_every_epochs" else "eval_every"
+        raise UsageError(f"{name(given[0])}: {why}; use {name(instead)}")
     return None
 
 

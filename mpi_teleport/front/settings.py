@@ -505,6 +505,12 @@ SETTINGS: tuple[Setting, ...] = (
             "round), beside --log-every; for a problem that knows its epochs",
             optional(at_least(1)), metavar="E", resume=False, record="when set",
             where="logging.every_epochs"),
+    Setting("eval_every_epochs", None, "int", "evaluate the model at the end of every E-th "
+            "epoch (a record there) and at the first and last round, as a plain loop's "
+            "test() after each epoch; the other records carry the training loss alone "
+            "(with --eval-every: at both). For a problem that knows its epochs",
+            optional(at_least(1)), metavar="E", resume=False, record="when set",
+            where="logging.eval_every_epochs"),
 )
 
 
@@ -672,6 +678,8 @@ def flat_settings(records, latency, checkpoints, out) -> dict:
     order the rules check them."""
     return {"log_every": records.every, "eval_every": records.eval_every,
             "eval_at_start": records.eval_at_start, "trace": records.trace,
+            "log_every_epochs": records.every_epochs,
+            "eval_every_epochs": records.eval_every_epochs,
             "target": records.target, "stop_at_target": records.stop_at_target,
             "latency": latency.model, "clock": latency.clock,
             "compute_time": latency.compute_time, "out": out,
@@ -1158,7 +1166,9 @@ class Records:
     every this many rounds (and the first and last; None: at every record), the other
     records carrying the training loss alone; ``eval_at_start``: evaluate round 0 (the
     model before any step; False: skip it); ``trace``: a path for the run's timeline
-    (:mod:`mpi_teleport.trace`; None: none)."""
+    (:mod:`mpi_teleport.trace`; None: none); ``every_epochs``, ``eval_every_epochs``:
+    also record, and evaluate, at the end of every this many epochs, exactly where the
+    active nodes' samples complete it (a problem that knows its epochs)."""
 
     every: int = _STARTS["log_every"]
     target: float | None = _STARTS["target"]  # (the API's: no target unless given)
@@ -1168,6 +1178,8 @@ class Records:
     eval_every: int | None = _STARTS["eval_every"]
     eval_at_start: bool = _STARTS["eval_at_start"]
     trace: str | Path | None = _STARTS["trace"]
+    every_epochs: int | None = _STARTS["log_every_epochs"]
+    eval_every_epochs: int | None = _STARTS["eval_every_epochs"]
 
 
 # The flat keyword of each field, in the spelling messages use (settings.RULES' names).
@@ -1177,7 +1189,8 @@ FLAT = {
     Latency: {"model": "latency", "clock": "clock", "compute_time": "compute_time"},
     Records: {"every": "log_every", "target": "target", "stop_at_target": "stop_at_target",
               "progress": "progress", "callback": "callback", "eval_every": "eval_every",
-              "eval_at_start": "eval_at_start", "trace": "trace"},
+              "eval_at_start": "eval_at_start", "trace": "trace",
+              "every_epochs": "log_every_epochs", "eval_every_epochs": "eval_every_epochs"},
 }
 KEYWORD = {Checkpoints: "checkpoints", Latency: "latency", Records: "records"}
 
