@@ -22,6 +22,7 @@ from .front.prepare import check_job, prepare
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
+from .runtime.leaving import leave_together
 from .runtime.memory import keep_freed_memory
 from . import api
 from .parsers import version_line
@@ -232,4 +233,6 @@ def _leave(status: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # every return of main() is an end all ranks agreed on: they leave in order, so the
+    # launcher shows the status without its banner (runtime/leaving.py)
+    leave_together(main())

@@ -14,6 +14,7 @@ from ..core.interfaces import Backend
 from .find import prune
 from ..disk.output import write_atomic
 from .store import RUN_MARKER, round_dir, write_manifest
+from ..runtime.stop_watch import watch_for
 
 @dataclass(frozen=True)
 class CheckpointPlan:
@@ -49,7 +50,9 @@ class Keeper:
     round and :meth:`finish` at the end. After a round, on logging and checkpoint rounds
     (every round in one process, where it costs nothing) the processes agree on whether
     any got a signal (one Allreduce of an integer under MPI), write the periodic or the
-    signal's checkpoint, and stop together with :class:`signals.Terminated`.
+    signal's checkpoint, and stop together with :class:`signals.Terminated`; between them
+    the :class:`~mpi_teleport.runtime.stop_watch.StopWatch` finds the signal within about
+    a second, and the processes stop at the round it names.
     """
 
     def __init__(self, plan: CheckpointPlan, backend: Backend, recorder, terminator=None, *, settings: dict,
@@ -67,6 +70,8 @@ class Keeper:
         self.run_id = source_id if isinstance(source_id, str) else uuid.uuid4().hex
         if terminator is not None:  # (the latency layer cuts a real-clock delay short)
             backend.interrupt_on(lambda: bool(terminator.signum))
+        # between logging rounds: a signal stops the run within about a second
+        self.watch = watch_for(backend, terminator)
 
     @property
     def start(self) -> int:
@@ -149,15 +154,20 @@ class Keeper:
             return  # the run ends here anyway: a signal now changes nothing
         due = self.plan.due(r, total)
         term = self.terminator
+        flag = term.signum if term is not None else 0
         if self.backend.checks_every_round:
-            if not due and not (term is not None and term.signum):
+            if not due and not flag:
                 return
-        elif r % self.logging.every and not due:
-            return  # neither a logging nor a checkpoint round
+        elif r % self.logging.every and not due:  # neither a logging nor a checkpoint round:
+            # the watch's agreement, started a period ago, decides (no waiting)
+            if self.watch is None or not self.watch.boundary(flag):
+                return
         paused = self.rec.pause()
-        signum = self.backend.agree(term.signum if term is not None else 0)
+        signum = self.backend.agree(flag)  # (after a watch's stop: its signal, agreed again)
         if signum and term is not None:
             term.commit()  # the stop is decided: a second signal cannot change it now
+        if signum:
+            self.close()
         path = None
         if due or (signum and self.plan.dir is not None):
             path = self._save(r, "signal" if signum else "every")
@@ -165,8 +175,14 @@ class Keeper:
         if signum:
             raise Terminated(signum, r, path, self.resume_from)
 
+    def close(self) -> None:
+        """No reduction of the watch outlives the run (every process, at the same point)."""
+        if self.watch is not None:
+            self.watch.close()
+
     def finish(self, summary: dict | None) -> Path | None:
         """The final checkpoint (collective) when periodic checkpoints were asked."""
+        self.close()
         if not self.plan.periodic or self._last_round is None:
             return None  # (nothing ran: resumed from the end, its checkpoint stands)
         return self._save(self._last_round, "final", summary)

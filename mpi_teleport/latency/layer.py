@@ -276,6 +276,10 @@ class LatencyTransport:
         self.flush()
         return self.inner.agree_max(value)
 
+    def agree_max_start(self, values):
+        self.flush()
+        return self.inner.agree_max_start(values)
+
     def reduce_max(self, value: float) -> float | None:
         self.flush()
         return self.inner.reduce_max(value)

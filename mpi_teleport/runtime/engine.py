@@ -41,6 +41,7 @@ from ..disk.lock import RUN_LOCK
 from ..disk.output import RUN_FILES
 from ..errors import RankLost, Terminated
 from ..trace import spans as sp
+from .collective import is_agreed
 from .elastic import TooFewSurvivors
 
 
@@ -149,6 +150,10 @@ def execute(problem, run: RunPlan, backend: Backend, recorder: RunRecorder, *,
     except Terminated:  # (agreed: every process stops here, after the signal's checkpoint)
         if tracer is not None:
             tracer.flush(backend, final=True)
+        raise
+    except BaseException as exc:
+        if is_agreed(exc):  # (every process here: the stop watch's reduction completes)
+            keeper.close()
         raise
     return _finish(backend, recorder, keeper, start_clock, run.summary_extra, tracer)
 

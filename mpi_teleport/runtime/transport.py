@@ -162,6 +162,18 @@ class Pending:
     requests: list = field(default_factory=list)
 
 
+class Agreement:
+    """A non-blocking reduction in flight (:meth:`Transport.agree_max_start`); it holds
+    the buffers until it completes."""
+
+    def __init__(self, request, mine: np.ndarray, top: np.ndarray):
+        self._request, self._mine, self._top = request, mine, top
+
+    def wait(self) -> list[int]:
+        self._request.Wait()
+        return [int(v) for v in self._top]
+
+
 class Transport:
     """Moves vectors between the ranks of ``comm`` (an
     :class:`~mpi_teleport.core.interfaces.ChannelTransport`: per-round messages, persistent
@@ -428,6 +440,14 @@ class Transport:
         top = np.zeros(1, dtype=np.int64)
         self.comm.Allreduce(mine, top, op=self._mpi.MAX)
         return int(top[0])
+
+    def agree_max_start(self, values) -> "Agreement":
+        """The elementwise largest of ``values`` (a few integers) over the ranks, begun
+        without waiting (an Iallreduce): its ``wait()`` gives the list. Every rank starts
+        it at the same point among its collectives."""
+        mine = np.asarray(values, dtype=np.int64)
+        top = np.empty_like(mine)
+        return Agreement(self.comm.Iallreduce(mine, top, op=self._mpi.MAX), mine, top)
 
     def host_ids(self) -> list[int]:
         """Every rank's host, numbered in order of first appearance over the ranks (by

@@ -418,6 +418,12 @@ class MpiBackend:
     def agree(self, flag: int) -> int:
         return self.transport.agree_max(flag)
 
+    @property
+    def agree_start(self):
+        """The transport's non-blocking reduction (runtime/stop_watch.py), or None where
+        it has none."""
+        return getattr(self.transport, "agree_max_start", None)
+
     def barrier(self) -> None:
         self.transport.barrier()
 
