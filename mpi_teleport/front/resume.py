@@ -253,7 +253,8 @@ def not_rebuildable(saved: dict) -> str | None:
         return f"its step size is {_short(lr)}"
     if isinstance(topology, str) and topology.startswith("custom:"):
         return f"its topology is a Python function ({topology[7:]})"
-    if saved.get("optimizer") and optimizer_flags(saved["optimizer"]) is None:
+    if saved.get("optimizer") and optimizer_flags(saved["optimizer"],
+                                                  saved.get("optimizer_args")) is None:
         return f"its optimizer is {str(saved['optimizer']).split('(')[0]} (optimizer=)"
     return None
 
@@ -261,16 +262,30 @@ def not_rebuildable(saved: dict) -> str | None:
 _OPTIMIZER_FLAGS = {"SGD": "sgd", "Adam": "adam", "AdamW": "adamw"}
 
 
-def optimizer_flags(text) -> dict | None:
+def _in_torch_optim(name: str) -> bool:
+    """Whether ``torch.optim`` has an optimizer class ``name`` (the command line names
+    it; a third-party class by its class name alone it cannot)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    found = getattr(torch.optim, name, None)
+    return isinstance(found, type) and issubclass(found, torch.optim.Optimizer)
+
+
+def optimizer_flags(text, arguments=None) -> dict | None:
     """The command line's ``--optimizer`` and its options of a manifest's optimizer (its
     step rule's ``describe()``: ``AdamW(betas=(0.9, 0.999), eps=1e-08,
-    weight_decay=0.05)``), or None for one the command line cannot give."""
+    weight_decay=0.05)``), or None for one the command line cannot give. ``arguments``:
+    the manifest's ``optimizer_args`` (the optimizer was named with them: its name alone,
+    the arguments are inherited as their own setting); a torch.optim class other than
+    the three is its name alone likewise."""
     import re
 
     name, _, args = str(text).partition("(")
     flag = _OPTIMIZER_FLAGS.get(name)
-    if flag is None:
-        return None
+    if flag is None or arguments is not None:
+        return {"optimizer": flag or name} if _in_torch_optim(name) else None
     out: dict = {"optimizer": flag}
     for key in ("weight_decay", "eps"):
         found = re.search(rf"{key}=([^,)]+)", args)
@@ -310,9 +325,10 @@ def inherit(raw: dict) -> dict:
     source = f"checkpoint {found[0] / MANIFEST}"
     if saved.get("optimizer"):  # (recorded as the rule it steps with; another optimizer
         # given takes none of its options: the comparison below names the difference)
-        flags = optimizer_flags(saved["optimizer"]) or {}
+        flags = optimizer_flags(saved["optimizer"], saved.get("optimizer_args")) or {}
         saved = {**({"optimizer": flags["optimizer"]} if "optimizer" in raw else flags),
-                 **{k: v for k, v in saved.items() if k != "optimizer"}}
+                 **{k: v for k, v in saved.items() if k != "optimizer"
+                    and not (k == "optimizer_args" and "optimizer" in raw)}}
     merged = {name: None if saved[name] is None else coerce(setting(name), saved[name], source)
               for name in field_names() if name in saved and name not in _NOT_INHERITED
               and name not in raw}
