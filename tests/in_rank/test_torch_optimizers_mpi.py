@@ -2,7 +2,9 @@
 with a StepLR under DSGD, a third-party-style subclass (Lion), an Adadelta run
 interrupted and resumed under MPI, and Adadelta under the latency layer's virtual clock
 (both variants: its two state vectors one message) -- each bit-identical to the
-simulator, computed on every rank. (Run inside the ranks by tests/test_in_rank.py, in the
+simulator, computed on every rank; and named on a script's command line (``--optimizer
+adadelta --lr-scheduler StepLR``, a dotted ``torch_toys.Lion``, with their arguments,
+through ``RunSettings.from_args(comm="auto")``) equal to the keyword API's run. (Run inside the ranks by tests/test_in_rank.py, in the
 job whose ranks have imported torch already.)"""
 import functools
 import tempfile
@@ -66,10 +68,34 @@ def adadelta_latency(variant):  # (two state vectors a token: the clock's state 
                            clock="virtual", compute_time=10)
 
 
+def by_name(flags, **keywords):
+    """The command line's flags through a script (RunSettings.from_args, comm="auto": MPI
+    under mpirun) on the ranks; the keyword API's run on the simulator (issue 57)."""
+    def case(mpi):
+        if not mpi:
+            return run(False, "teleportation", k=2, rounds=8, log_every=4, **keywords)
+        mine = problem([COMM.rank])
+        settings = mt.RunSettings.from_args(
+            ["--k", "2", "--algorithm", "teleportation", "--rounds", "8", "--log-every", "4",
+             "--progress", "off", *flags], problem=mine, comm="auto")
+        return mt.train(mine, settings, "auto")
+    return case
+
+
+STEP_LR = functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.7)
 CASES = {"adadelta-teleportation": adadelta_teleportation, "rmsprop-dsgd": rmsprop_dsgd,
          "lion-teleportation": lion_teleportation, "adadelta-resumed": adadelta_resumed,
          "adadelta-latency-overlap": adadelta_latency("overlap"),
-         "adadelta-latency-simple": adadelta_latency("simple")}
+         "adadelta-latency-simple": adadelta_latency("simple"),
+         "adadelta-steplr-by-name": by_name(
+             ["--lr", "1.0", "--optimizer", "adadelta", "--optimizer-args", "rho=0.95",
+              "--lr-scheduler", "StepLR", "--lr-scheduler-args", "step_size=1,gamma=0.7"],
+             optimizer=functools.partial(torch.optim.Adadelta, lr=1.0, rho=0.95),
+             lr=STEP_LR),
+         "dotted-lion-by-name": by_name(
+             ["--lr", "0.01", "--optimizer", "torch_toys.Lion", "--optimizer-args",
+              "weight_decay=0.1"], optimizer=functools.partial(Lion, weight_decay=0.1),
+             lr=0.01)}
 
 
 @pytest.fixture(autouse=True)
