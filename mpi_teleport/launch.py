@@ -152,6 +152,7 @@ OWN_VALUED = ("-n", "--ranks", "--mpirun", "--hosts", "--rsh")
 
 
 def main(argv=None) -> int:
+    _catch_early()  # (a signal before the job starts: not the default death without a line)
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, program = split_program(argv)
     parser = OneLineParser(
@@ -199,76 +200,192 @@ def main(argv=None) -> int:
         print(f"{parser.prog}: error: --rsh needs --hosts (the hosts it reaches)", file=sys.stderr)
         return 2
     flavor = flavor_of_launcher(launcher)
-    # A user's program runs under mpi4py's runner: an exception it does not catch, on any
-    # rank and at any time (before the first collective too, where the other ranks would
+    # A user's program runs under our runner (mpi4py's, but a stop or a refusal every
+    # rank reached ends without MPI_Abort): an exception it does not catch, on any rank
+    # and at any time (before the first collective too, where the other ranks would
     # wait for it forever), prints its traceback there and ends the whole job (MPI_Abort).
-    target = (["-m", "mpi4py", *program] if program is not None
+    target = (["-m", "mpi_teleport.script_runner", *program] if program is not None
               else ["-m", "mpi_teleport.run", *run_args])
     cmd = mpirun_command(args.ranks, [sys.executable, *target], launcher, flavor, hosts=args.hosts,
                          rsh_agent=args.rsh, elastic=None if program is not None else run_is_elastic(run_args))
     print(f"+ {' '.join(cmd)}    ({flavor.name})", file=sys.stderr, flush=True)
-    return run_filtered(cmd, mpi_env(flavor=flavor), flavor.exit_noise)
+    return run_filtered(cmd, mpi_env(flavor=flavor), flavor.exit_noise,
+                        ranks=None if args.hosts else args.ranks)
 
 
-def run_filtered(cmd: list[str], env: dict, noise: tuple) -> int:
+def run_filtered(cmd: list[str], env: dict, noise: tuple, ranks: int | None = None) -> int:
     """Run the launcher; its stderr (the ranks' too) passes through, less the whole lines
-    matching `noise` (the MPI's own teardown chatter: Flavor.exit_noise). SIGTERM and SIGHUP
-    sent to this process go on to the launcher, which ends the job its way. The job runs in
-    a session of its own, so Ctrl-C reaches this process only: the first is passed on as
-    SIGUSR1, which both MPIs' launchers forward to every rank once (a run, or an API call,
-    then stops at its next logging round after a final checkpoint: status 75), a second
-    ends the job at once (SIGTERM to the launcher); this one waits for its exit status."""
+    matching `noise` (the MPI's own teardown chatter: Flavor.exit_noise) and NUL bytes.
+    The job runs in a session of its own, so a signal reaches this process only; SIGTERM
+    (``timeout``, ``kill``, a container's stop), SIGINT (Ctrl-C) and SIGHUP (a closed
+    terminal) are handled alike (:class:`Stopper`). ``ranks``: how many ranks on this
+    host report their handlers (None: some run on other hosts, whose reports this
+    process cannot see)."""
     import signal
+    import tempfile
 
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE if noise else None,
-                            start_new_session=True)
-    forwarded = {sig: signal.signal(sig, lambda signum, frame: proc.send_signal(signum))
-                 for sig in (signal.SIGTERM, signal.SIGHUP)}
-    forwarded[signal.SIGINT] = signal.signal(signal.SIGINT, _ctrl_c(proc))
+    if _early:  # (signalled while choosing the command: nothing started)
+        name = signal.Signals(_early[0]).name
+        _say(f"{PROG}: stopped by {name} before the job started: nothing ran")
+        return 128 + _early[0]
+    notes = tempfile.mkdtemp(prefix="mpi_teleport-launch-")
+    env = {**env, LAUNCH_DIR: notes}
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, start_new_session=True)
+    stopper = Stopper(proc, Path(notes), ranks)
+    handled = {sig: signal.signal(sig, stopper.handle) for sig in STOP_SIGNALS}
     try:
-        while True:
-            try:
-                if noise:
-                    copy_without(proc.stderr, sys.stderr.buffer, noise)
-                return proc.wait()
-            except KeyboardInterrupt:  # (the launcher got it too, and ends the job)
-                continue
+        copy_without(proc.stderr, sys.stderr.buffer, noise, muted=stopper.muted)
+        status = stopper.wait()
+        return stopper.status if stopper.status is not None else status
     finally:
-        for sig, handler in forwarded.items():
+        for sig, handler in handled.items():
             signal.signal(sig, handler)
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            stopper.kill()
+        shutil.rmtree(notes, ignore_errors=True)
 
 
-def _ctrl_c(proc):
-    """The launcher's SIGINT handler: the first Ctrl-C goes to every rank as SIGUSR1 (one
-    line says so), the next ends the job at once."""
+def _signals():
     import signal
 
-    count = [0]
+    return (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
-    def handle(signum, frame) -> None:
-        count[0] += 1
-        if count[0] == 1:
-            os.write(2, b"python -m mpi_teleport.launch: Ctrl-C: every rank stops at its next "
-                        b"logging round after a checkpoint (Ctrl-C again: stop at once)\n")
-            proc.send_signal(signal.SIGUSR1)
+
+STOP_SIGNALS = _signals()
+LAUNCH_DIR = "MPI_TELEPORT_LAUNCH_DIR"  # (runtime/signals.py: the ranks' side)
+PROG = "python -m mpi_teleport.launch"
+KILL_AFTER_S = 5.0  # a job told to end at once that still runs then is killed
+
+
+class Stopper:
+    """The launcher's signals. The first SIGTERM, SIGINT or SIGHUP, while every rank has
+    its handlers in place (their ``ready-PID`` files in the folder ``notes``), goes to
+    every rank as SIGUSR1 (which both MPIs' launchers pass on to every rank once), the
+    signal's name in the file ``signal`` beside: the ranks agree on a stop round within
+    about a second, write the final checkpoint, rank 0 prints one line naming that
+    signal, and the job ends with 75. Before that (the ranks still start, import, or are
+    outside a run) there is nothing to checkpoint: the job ends at once, in one line,
+    with 128 + the signal, as a second signal does at any time."""
+
+    def __init__(self, proc: subprocess.Popen, notes: Path, ranks: int | None):
+        self.proc, self.notes, self.ranks = proc, notes, ranks
+        self.count = 0
+        self.status: int | None = None  # set when this process ends the job at once
+        self.muted = [False]  # (copy_without drops the job's output once set)
+        self._deadline: float | None = None
+
+    def ready(self) -> bool:
+        """Every rank on this host has its handlers in place (unknown: assumed)."""
+        if self.ranks is None:
+            return True
+        try:
+            return sum(1 for p in self.notes.iterdir() if p.name.startswith("ready-")) >= self.ranks
+        except OSError:
+            return False
+
+    def handle(self, signum, frame) -> None:
+        import signal
+        import time
+
+        self.count += 1
+        name = signal.Signals(signum).name
+        if self.count == 1 and self.ready():
+            (self.notes / "signal.tmp").write_text(name + "\n")
+            os.replace(self.notes / "signal.tmp", self.notes / "signal")
+            if os.isatty(2):  # (at a terminal: why nothing happens yet)
+                _say(f"{PROG}: {name}: every rank stops within about a second, after a final "
+                     f"checkpoint ({name} again: stop at once, without one)")
+            self.proc.send_signal(signal.SIGUSR1)
+            return
+        if self.status is not None:
+            return  # (already ending at once)
+        if self.count > 1:
+            line = f"stopped at once by a second signal ({name}), without a final checkpoint"
         else:
-            proc.send_signal(signal.SIGTERM)
+            line = (f"stopped by {name} before the ranks' first round (they were starting, "
+                    f"or outside a run): nothing to checkpoint")
+        self.status = 128 + signum
+        self.muted[0] = True
+        _say(f"{PROG}: {line}")
+        self._deadline = time.monotonic() + KILL_AFTER_S
+        try:
+            self.proc.send_signal(signal.SIGTERM)  # (the MPI's launcher ends every rank)
+        except ProcessLookupError:
+            pass
 
-    return handle
+    def wait(self) -> int:
+        """The job's status; a job told to end at once is killed if it lingers."""
+        import time
+
+        while True:
+            try:
+                timeout = None
+                if self._deadline is not None:
+                    timeout = max(0.0, self._deadline - time.monotonic())
+                return self.proc.wait(timeout=timeout if timeout is None else min(timeout, 0.5))
+            except subprocess.TimeoutExpired:
+                if self._deadline is not None and time.monotonic() >= self._deadline:
+                    self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL to the job's session and to the ranks of this host."""
+        import signal
+
+        for pid in self._rank_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait()
+
+    def _rank_pids(self) -> list[int]:
+        try:
+            return [int(p.name[6:]) for p in self.notes.iterdir()
+                    if p.name.startswith("ready-") and p.name[6:].isdigit()]
+        except OSError:
+            return []
 
 
-def copy_without(src, dst, noise: tuple) -> None:
+_early: list = []  # the signals caught before the job started
+
+
+def _catch_early() -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, lambda signum, frame: _early.append(signum))
+
+
+def _say(line: str) -> None:
+    try:
+        os.write(2, (line + "\n").encode(errors="replace"))
+    except OSError:
+        pass
+
+
+def copy_without(src, dst, noise: tuple, muted=(False,)) -> None:
     """Copy the byte stream src to dst as it comes, leaving out every whole line (ended by
-    a newline) that one of the `noise` patterns matches. Only a line that has begun like a
-    noise line waits for its end; every other byte (a progress bar's \\r updates too) is
-    written at once."""
+    a newline) that one of the `noise` patterns matches, and NUL bytes. Only a line that
+    has begun like a noise line waits for its end; every other byte (a progress bar's
+    \\r updates too) is written at once. Once ``muted[0]`` is true (the job ends at once,
+    its line said) the rest is read and dropped."""
     held = b""
     while True:
-        chunk = os.read(src.fileno(), 65536)
-        held += chunk
+        try:
+            chunk = os.read(src.fileno(), 65536)
+        except InterruptedError:  # (a signal's handler ran: Python retries; to be sure)
+            continue
+        if muted[0]:
+            if not chunk:
+                return
+            continue
+        held += chunk.replace(b"\0", b"")
         out = []
         while True:
             end = held.find(b"\n")

@@ -99,7 +99,7 @@ def test_ctrl_c_under_launch_reaches_every_rank_once_and_resuming_ends_as_uninte
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 75, stderr[-3000:]
     assert "finally ran" in stdout and "Traceback" not in stderr
-    assert stderr.count("stopped by SIGUSR1 at round") == 1, stderr[-3000:]
+    assert stderr.count("stopped by SIGINT at round") == 1, stderr[-3000:]
     assert len([d for d in os.listdir(out / "checkpoints") if d.startswith("round-")]) >= 1
     resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -19,7 +19,7 @@ import numpy as np
 from ..runtime import collective, engine
 from ..checkpoint import CheckpointPlan
 from ..runtime.elastic import TooFewSurvivors
-from ..errors import UsageError
+from ..errors import Terminated, UsageError
 from ..disk.output import RunFiles
 from ..problem import with_defaults
 from ..runtime.progress import Progress
@@ -148,7 +148,9 @@ def train(problem: Any, settings: RunSettings, comm: Any = None,
                     if meeting is not None:  # (they meet after the root's line)
                         meeting.hold(own_transport)
                     raise collective.agreed(exc)
-                except Exception:  # hot spares: the nodes meet before they leave
+                except Exception as exc:  # hot spares: the nodes meet before they leave
+                    if isinstance(exc, Terminated):  # (every rank, at the agreed round:
+                        backend.close()  # the channels are freed before MPI is finalised)
                     if pool is not None:
                         if meeting is not None:
                             meeting.hold(own_transport)

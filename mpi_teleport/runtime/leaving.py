@@ -15,6 +15,7 @@ which the others cannot learn of.
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -35,11 +36,14 @@ def leave_together(status: int) -> None:
     rank, here = world.Get_rank(), MPI.Get_processor_name()
     peers = world.gather((here, os.getpid()), root=0)
     _flush()
+    gc.collect()  # (requests the run left to the collector are freed before MPI is)
     MPI.Finalize()
     if rank != 0:
         sys.exit(0)
     others = [pid for host, pid in peers[1:] if host == here]
-    _wait_gone(others, LOCAL_WAIT_S)
+    # Open MPI's launcher reaps its processes at once: gone is gone for it. Hydra's
+    # proxies reap them only at the end (no banner to avoid there): exited is enough.
+    _wait_gone(others, LOCAL_WAIT_S, reaped="OMPI_COMM_WORLD_SIZE" in os.environ)
     time.sleep(REMOTE_GRACE_S if len(others) < len(peers) - 1 else 0.05)
     sys.exit(status)
 
@@ -52,25 +56,31 @@ def _world():
     return mpi.COMM_WORLD
 
 
-def _wait_gone(pids: list[int], timeout: float) -> None:
-    """Until every process of ``pids`` is gone (reaped by its parent, the launcher's
-    daemon) or ``timeout`` passed."""
+def _wait_gone(pids: list[int], timeout: float, reaped: bool) -> None:
+    """Until every process of ``pids`` has exited (``reaped``: and its parent, the
+    launcher's daemon, has collected it) or ``timeout`` passed."""
     deadline = time.monotonic() + timeout
     left = list(pids)
     while left and time.monotonic() < deadline:
-        left = [pid for pid in left if _alive(pid)]
+        left = [pid for pid in left if _running(pid, reaped)]
         if left:
             time.sleep(0.01)
 
 
-def _alive(pid: int) -> bool:
+def _running(pid: int, reaped: bool) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    if reaped:
+        return True
+    try:  # (a zombie has exited)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _flush() -> None:

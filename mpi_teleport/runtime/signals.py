@@ -62,6 +62,46 @@ from ..errors import Terminated  # noqa: E402,F401  (raised at the agreed round)
 
 _installed: list = []  # the Terminators whose handlers are in place, innermost last
 
+# Under ``python -m mpi_teleport.launch`` (launch.py): a folder the launcher and the
+# ranks on its host share. A rank's file ``ready-PID`` says its handlers are in place (a
+# signal passed on now stops it at an agreed round; without them SIGUSR1 would kill it);
+# the file ``signal`` names the signal the user sent the launcher, which reaches the ranks
+# as SIGUSR1 (the one signal every MPI's launcher passes on to every rank once).
+LAUNCH_DIR = "MPI_TELEPORT_LAUNCH_DIR"
+
+
+def _launch_note(name: str) -> Path | None:
+    folder = os.environ.get(LAUNCH_DIR)
+    return Path(folder) / name if folder else None
+
+
+def _mark_ready(ready: bool) -> None:
+    """This process's ``ready-PID`` file in the launcher's folder (nothing elsewhere, or
+    on another host, where the folder is absent)."""
+    path = _launch_note(f"ready-{os.getpid()}")
+    if path is None:
+        return
+    try:
+        if ready:
+            path.touch()
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def sent_to_launcher(signum: int) -> int:
+    """The signal the user sent the launcher, where ``signum`` is the SIGUSR1 it passed
+    on (SIGINT, SIGTERM or SIGHUP); else ``signum``."""
+    path = _launch_note("signal")
+    if signum != signal.SIGUSR1 or path is None:
+        return signum
+    try:
+        name = path.read_text().strip()
+    except OSError:
+        return signum
+    return int(signal.Signals[name]) if name in signal.Signals.__members__ else signum
+
 
 def pending() -> int:
     """The signal the installed :class:`Terminator` caught, or 0: set-up work that has
@@ -145,7 +185,7 @@ class Terminator:
                 _say(f"{self.prog}: Ctrl-C: stopping at the next logging or checkpoint round "
                      "(Ctrl-C again: stop at once, without a final checkpoint)")
         if not self.signum:
-            self.signum = signum
+            self.signum = sent_to_launcher(signum)  # (the launcher's SIGUSR1: what the user sent)
         if self._interruptible:  # set-up work with nothing to save: stop it now
             self._interruptible = False
             raise SetupInterrupted(self.signum)
@@ -163,6 +203,8 @@ class Terminator:
             for s in self.signals:
                 self._old[s] = signal.signal(s, self._handle)
             _installed.append(self)
+            if len(_installed) == 1 and signal.SIGUSR1 in self.signals:
+                _mark_ready(True)
         return self
 
     def restore(self) -> None:
@@ -171,8 +213,7 @@ class Terminator:
             # late duplicate signal is absorbed until it exits
             signal.signal(s, signal.SIG_IGN if self.committed else old)
         self._old.clear()
-        if self in _installed:
-            _installed.remove(self)
+        _uninstall(self)
 
     def release(self) -> None:
         """Back to the default handlers, for work that takes no checkpoints (Algorithm 2):
@@ -192,6 +233,13 @@ class Terminator:
 
     def __exit__(self, *exc) -> None:
         self.restore()
+
+
+def _uninstall(term: "Terminator") -> None:
+    if term in _installed:
+        _installed.remove(term)
+        if not _installed:
+            _mark_ready(False)
 
 
 class Stopped(SystemExit):
@@ -229,8 +277,7 @@ class _CallTerminator(Terminator):
             keep_ignoring = self.committed and s != signal.SIGINT
             signal.signal(s, signal.SIG_IGN if keep_ignoring else old)
         self._old.clear()
-        if self in _installed:
-            _installed.remove(self)
+        _uninstall(self)
 
     def commit(self) -> None:
         self.committed = True
@@ -289,9 +336,22 @@ def for_script(exc: Terminated) -> BaseException:
     else:
         message = (f"stopped by {name} at round {exc.round}: no checkpoint written (give out= "
                    "or checkpoint_dir= to have one)")
-    if exc.signum == signal.SIGINT:  # (exactly KeyboardInterrupt: Python exits 130 on it)
-        return KeyboardInterrupt(message)
+    if exc.signum == signal.SIGINT:  # (a KeyboardInterrupt: Python exits 130 on it)
+        return Interrupted(message, exc.round, checkpoint, resume)
     return Stopped(message, exc.signum, exc.round, checkpoint, resume)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped an API call at an agreed round: a ``KeyboardInterrupt``
+    (uncaught, Python ends the script with status 130), whose ``status`` is the one a job
+    that every rank stopped so ends with (75 after a final checkpoint, else 130: the
+    launcher's runner, mpi_teleport/script_runner.py); ``round``, ``checkpoint`` and
+    ``resume`` as :class:`Stopped`'s."""
+
+    def __init__(self, message: str, r: int, checkpoint, resume):
+        super().__init__(message)
+        self.round, self.checkpoint, self.resume = r, checkpoint, resume
+        self.status = EXIT_CHECKPOINTED if checkpoint is not None else 128 + signal.SIGINT
 
 
 def _say(line: str) -> None:
