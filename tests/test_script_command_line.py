@@ -65,7 +65,7 @@ def test_the_packages_flags_join_a_scripts_parser():
     prefixed = script_parser()
     mt.add_arguments(prefixed, prefix="mt")
     args = prefixed.parse_args(["--lr", "0.5", "--mt-lr", "0.25", "--mt-k", "2"])
-    assert (args.lr, args.mt_lr, args.mt_k) == (0.5, "0.25", "2")
+    assert (args.lr, args.mt_lr, args.mt_k) == (0.5, 0.25, "2")
     with pytest.raises(mt.UsageError, match="^RunSettings.from_namespace: the namespace was not"):
         mt.RunSettings.from_namespace(argparse.Namespace(lr=1.0), problem=problem())
 
@@ -234,3 +234,22 @@ def test_the_command_line_resumes_an_optimizer_and_scheduler_by_name(tmp_path, c
         without_time(read_jsonl(whole / "metrics.jsonl"))
     assert sim_main(["--resume", str(part), "--rounds", "6", "--optimizer", "adam"]) == 2
     assert "the checkpoint was written with --optimizer" in capsys.readouterr().err
+
+
+def test_the_mnist_port_names_adadelta_and_steplr_as_its_keywords_build_them(tmp_path,
+                                                                            monkeypatch):
+    """pytorch/examples' mnist/main.py ported with its own argparse: Adadelta and StepLR
+    by name on its command line equal them by keyword (its default), record for record
+    (alone and under launch -n 4: tests/test_ports.py)."""
+    pytest.importorskip("torchvision")
+    from mpi_teleport.examples import mnist_main_port
+
+    monkeypatch.chdir(tmp_path)
+    flags = ["--fake-data", "64", "--epochs", "1", "--batch-size", "16", "--log-interval",
+             "1", "--progress", "off", "--gamma", "0.5"]
+    named = ["--optimizer", "Adadelta", "--lr-scheduler", "steplr", "--lr-scheduler-args",
+             "step_size=1,gamma=0.5"]
+    assert mnist_main_port.main([*flags, "--out", "keywords"]) == 0
+    assert mnist_main_port.main([*flags, *named, "--out", "names"]) == 0
+    assert without_time(read_jsonl(tmp_path / "names" / "metrics.jsonl")) == \
+        without_time(read_jsonl(tmp_path / "keywords" / "metrics.jsonl"))

@@ -3,11 +3,17 @@ max pooling, dropout, two linear layers, log-softmax and the negative log-likeli
 Adadelta with ``StepLR(step_size=1, gamma)`` stepped each epoch, MNIST normalised with
 mean 0.1307 and deviation 0.3081, and the same flags (``--batch-size``,
 ``--test-batch-size``, ``--epochs``, ``--lr``, ``--gamma``, ``--no-accel``, ``--dry-run``,
-``--seed``, ``--log-interval``, ``--save-model``). The loops become one call; Adadelta's
+``--seed``, ``--log-interval``, ``--save-model``) in its own ``argparse`` parser, with the
+package's flags beside them (``mt.add_arguments``: ``--k``, ``--topology``, ``--out``,
+``--checkpoint-every``, ``--resume auto``, ``--optimizer``, ``--lr-scheduler``, ...; its
+``--lr``, ``--epochs``, ``--batch-size`` and ``--seed`` are the run's). Adadelta and
+StepLR are handed by keyword, as the original builds them, unless the command line names
+others (``--optimizer adadelta --optimizer-args rho=0.95 --lr-scheduler StepLR
+--lr-scheduler-args step_size=1,gamma=0.7``). The loops become one call; Adadelta's
 state travels with the tokens. Alone or under a launcher, unchanged::
 
     python mnist_main_port.py --epochs 2
-    python -m mpi_teleport.launch -n 4 mnist_main_port.py --epochs 2
+    python -m mpi_teleport.launch -n 4 mnist_main_port.py --epochs 2 --topology exp
 
 ``--fake-data N``: N generated images instead of downloading MNIST (tests/test_ports.py).
 """
@@ -63,9 +69,9 @@ def main(argv=None):
     parser.add_argument("--log-interval", type=int, default=10, metavar="N",
                         help="rounds between training-loss lines")
     parser.add_argument("--save-model", action="store_true")
-    parser.add_argument("--nodes", type=int, default=4, help="nodes (under a launcher: ranks)")
-    parser.add_argument("--k", type=int, default=2, help="active nodes (tokens)")
     parser.add_argument("--fake-data", type=int, default=0, metavar="N")
+    mt.add_arguments(parser)  # the package's flags beside the script's own
+    parser.set_defaults(nodes=4, k=2, algorithm="teleportation")  # (this script's defaults)
     args = parser.parse_args(argv)
 
     train, test = data(args.fake_data)
@@ -73,20 +79,27 @@ def main(argv=None):
                               loss=F.nll_loss, batch_size=args.batch_size, sampling="epochs",
                               eval_batch_size=args.test_batch_size,
                               device="cpu" if args.no_accel else "auto", local_nodes="auto")
-    span = dict(rounds=1) if args.dry_run else dict(epochs=args.epochs)
-    result = mt.teleportation(
-        problem, nodes=args.nodes, k=args.k, seed=args.seed, **span,
-        optimizer=functools.partial(torch.optim.Adadelta, lr=args.lr),
-        lr=functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=args.gamma),
-        log_every=args.log_interval, eval_every_epochs=1, comm="auto")
+    by_keyword = {}  # Adadelta and StepLR as the original builds them, unless named
+    if not hasattr(args, "optimizer"):
+        by_keyword["optimizer"] = functools.partial(torch.optim.Adadelta, lr=args.lr)
+    if not hasattr(args, "lr_scheduler"):
+        by_keyword["lr"] = functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1,
+                                             gamma=args.gamma)
+    span = dict(rounds=1, epochs=None) if args.dry_run else {}
+    settings = mt.RunSettings.from_namespace(
+        args, problem=problem, comm="auto", log_every=args.log_interval,
+        eval_every_epochs=1, **span, **by_keyword)
+    result = mt.train(problem, settings, "auto")
     if mt.on_root():  # (print and save once)
-        for r in result.records:
-            line = f"round {r['round']}"
+        drawn = args.batch_size * settings.spec.tokens  # samples a round
+        for r in result.records[1:]:
             if "train_loss" in r:
-                line += f"\tLoss: {r['train_loss']:.6f}"
-            if "accuracy" in r:
-                line += f"\tTest set: Average loss: {r['loss']:.4f}, Accuracy: {100 * r['accuracy']:.0f}%"
-            print(line)
+                done = r["epoch_step"] * drawn
+                print(f"Train Epoch: {r['train_epoch']} [{done}/{problem.n_train} "
+                      f"({100 * done / problem.n_train:.0f}%)]\tLoss: {r['train_loss']:.6f}")
+            if r["epoch_end"] and "accuracy" in r:
+                print(f"\nTest set: Average loss: {r['loss']:.4f}, Accuracy: "
+                      f"{100 * r['accuracy']:.0f}%\n")
         if args.save_model:
             torch.save(problem.module(result.x).state_dict(), "mnist_cnn.pt")
     return 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..errors import CLI, UsageError
+from ..errors import CLI, Naming, UsageError
 from .settings import Values, coerce, rows, setting
 
 __all__ = ["add_arguments", "settings_from_args", "settings_from_namespace", "settings_of",
@@ -47,7 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str | None = None,
     ``--epochs``, ``--batch-size``, ``--seed``) is left to the script, and its value
     feeds the setting of that name; ``prefix="mt"`` adds every flag as ``--mt-NAME``
     instead (the script's flags then feed nothing). Flags not given stay out of the
-    namespace, so a TOML file and the defaults apply. Returns the group; the namespace
+    namespace, so a TOML file and the defaults apply (``parser.set_defaults(k=2)`` gives
+    the script's own default); whole numbers and numbers are parsed as such
+    (``args.nodes`` is an int), the others as text the table's rules check. Returns the group; the namespace
     goes to :meth:`mpi_teleport.RunSettings.from_namespace`.
 
     >>> import argparse, mpi_teleport as mt
@@ -86,6 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str | None = None,
                 "{" + ",".join(row.choices) + "}" if row.choices else name.upper()))
             if row.kind == "fails":
                 kwargs["action"] = "append"
+            elif row.kind in ("int", "float"):  # (the script reads them typed: --nodes)
+                kwargs["type"] = int if row.kind == "int" else float
         group.add_argument(flag, **kwargs)
         added[name] = dest
     parser.set_defaults(**{_MARK: {"added": added, "shared": shared}})
@@ -225,7 +229,8 @@ def _settings(raw: dict, problem: Any, comm: Any, overrides: dict):
     identity = resume_rules.describe_problem(problem, spec.seed, touches)
     prepared = check_disk(_legs(values), _places(values), nodes=values.nodes,
                           rounds=spec.rounds, record=record(counted, spec.optimizer, identity),
-                          naming=CLI, latency=values.latency)
+                          naming=Naming(True, frozenset(raw) | frozenset(objects)),
+                          latency=values.latency)
     return prepare(problem, run, comm, prepared=prepared, identity=identity,
                    callback=objects.get("callback"))
 
