@@ -336,22 +336,21 @@ def for_script(exc: Terminated) -> BaseException:
     else:
         message = (f"stopped by {name} at round {exc.round}: no checkpoint written (give out= "
                    "or checkpoint_dir= to have one)")
-    if exc.signum == signal.SIGINT:  # (a KeyboardInterrupt: Python exits 130 on it)
-        return Interrupted(message, exc.round, checkpoint, resume)
+    if exc.signum == signal.SIGINT:  # (exactly KeyboardInterrupt: Python exits 130 on it)
+        return interrupted(message, exc.round, checkpoint, resume)
     return Stopped(message, exc.signum, exc.round, checkpoint, resume)
 
 
-class Interrupted(KeyboardInterrupt):
+def interrupted(message: str, r: int, checkpoint, resume) -> KeyboardInterrupt:
     """Ctrl-C (SIGINT) stopped an API call at an agreed round: a ``KeyboardInterrupt``
-    (uncaught, Python ends the script with status 130), whose ``status`` is the one a job
-    that every rank stopped so ends with (75 after a final checkpoint, else 130: the
-    launcher's runner, mpi_teleport/script_runner.py); ``round``, ``checkpoint`` and
-    ``resume`` as :class:`Stopped`'s."""
-
-    def __init__(self, message: str, r: int, checkpoint, resume):
-        super().__init__(message)
-        self.round, self.checkpoint, self.resume = r, checkpoint, resume
-        self.status = EXIT_CHECKPOINTED if checkpoint is not None else 128 + signal.SIGINT
+    (exactly that class: uncaught, Python ends the script as after any Ctrl-C, status
+    130), carrying ``round``, ``checkpoint`` and ``resume`` as :class:`Stopped` does, and
+    the ``status`` a job that every rank so stopped ends with (75 after a final
+    checkpoint, else 130: the launcher's runner, mpi_teleport/script_runner.py)."""
+    exc = KeyboardInterrupt(message)
+    exc.round, exc.checkpoint, exc.resume = r, checkpoint, resume  # type: ignore[attr-defined]
+    exc.status = EXIT_CHECKPOINTED if checkpoint is not None else 128 + signal.SIGINT  # type: ignore[attr-defined]
+    return exc
 
 
 def _say(line: str) -> None:
