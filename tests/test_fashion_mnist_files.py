@@ -54,6 +54,28 @@ def test_a_flat_folder_is_read_as_it_is_and_never_written(tmp_path, gz):
     assert _snapshot(folder) == before
 
 
+def test_debians_files_reach_torchvisions_fashion_mnist(tmp_path):
+    """fashion_mnist_root: a flat folder of .gz files (Debian's layout) becomes a root
+    torchvision's FashionMNIST reads without downloading; the folder is not written to
+    (issue 57)."""
+    pytest.importorskip("torchvision")
+    from torchvision.datasets import FashionMNIST
+
+    from mpi_teleport.problems.datasets import fashion_mnist_root
+
+    folder = tmp_path / "debian"
+    data = _flat(folder, gz=("train", "t10k"))
+    before = _snapshot(folder)
+    root = fashion_mnist_root(folder)
+    for train, prefix in ((True, "train"), (False, "t10k")):
+        ds = FashionMNIST(root, train=train, download=False)
+        assert np.array_equal(ds.data.numpy(), data[prefix][0])
+        assert np.array_equal(ds.targets.numpy(), data[prefix][1])
+    assert _snapshot(folder) == before and fashion_mnist_root(folder) == root
+    with pytest.raises(DatasetMissingError, match="^Fashion-MNIST not found"):
+        fashion_mnist_root(tmp_path / "empty")
+
+
 def test_a_damaged_official_file_fails_its_md5_in_one_line(tmp_path):
     """A labels file of the official size (60,000 labels) whose bytes are not the official
     ones: refused by its md5; other sizes (the tests' files) are checked by header only."""

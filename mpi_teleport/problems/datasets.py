@@ -53,6 +53,7 @@ __all__ = [
     "NotEnoughSamplesError",
     "check_enough_samples",
     "decompress_fashion_mnist",
+    "fashion_mnist_root",
     "extract_cifar10",
     "FMNIST_MEAN",
     "FMNIST_STD",
@@ -161,6 +162,30 @@ def fashion_mnist_paths(data_dir=None) -> dict:
     folder, _ = _fashion_mnist_files(data_dir, True, False)
     _fashion_mnist_files(data_dir, False, False)  # (the test part's checks too)
     return {f: os.path.join(folder, f) for f in FMNIST_FILES}
+
+
+def fashion_mnist_root(data_dir=None) -> str:
+    """A ``root`` for ``torchvision.datasets.FashionMNIST(root, train=..., download=False)``
+    holding the four Fashion-MNIST files of ``data_dir`` (flat, as Debian's
+    ``dataset-fashion-mnist`` installs them in ``/usr/share/datasets/fashion-mnist``, or
+    torchvision's ``<data_dir>/FashionMNIST/raw/``; each ``.gz`` or decompressed; None: the
+    search order of :func:`load_fashion_mnist`). torchvision reads only the decompressed
+    files in ``<root>/FashionMNIST/raw/`` (a recompressed ``.gz`` fails its md5 and it
+    would try to download): where ``data_dir`` is not that already, they are decompressed
+    once into the cache (``$MPI_TELEPORT_CACHE``, default ``~/.cache/mpi_teleport``) and
+    laid out there; ``data_dir`` is never written to. The files are checked first (IDX
+    headers, the md5 of a file that claims to be the official release):
+    :class:`DatasetMissingError` or :class:`DatasetContentError` in one line.
+
+    >>> from torchvision import datasets, transforms                # doctest: +SKIP
+    >>> from mpi_teleport.problems.datasets import fashion_mnist_root  # doctest: +SKIP
+    >>> root = fashion_mnist_root("/usr/share/datasets/fashion-mnist")  # doctest: +SKIP
+    >>> train = datasets.FashionMNIST(root, train=True, transform=transforms.ToTensor())
+    ... # doctest: +SKIP
+    """
+    raw, _ = _fashion_mnist_files(data_dir, True, False, layout=True)
+    _fashion_mnist_files(data_dir, False, False, layout=True)  # (the test part's checks)
+    return os.path.dirname(os.path.dirname(raw))
 
 
 def load_fashion_mnist(data_dir=None, train: bool = True, download: bool = False):
