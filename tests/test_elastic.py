@@ -183,3 +183,18 @@ def test_every_holder_lost_at_once_is_exit_75_without_a_restore(capsys):
                      "--fail", f"{h[0]}@5", "--fail", f"{h[1]}@5"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 75 and len(err) == 1 and "every token's holder was lost at round 5" in err[0]
+
+
+def test_the_chosen_interval_spreads_an_agreement_over_a_hundred_rounds_within_the_redo_bound():
+    """--agree-every 0 (runtime/backends/elastic.py): the smallest power of two whose
+    rounds take 100 agreements and copies, but no longer than REDO_S; the ranks' largest
+    choice is what the agreement's word carries."""
+    from mpi_teleport.runtime.backends import elastic as backend
+
+    assert backend.interval(3e-3, 2e-5, 7e-4) == 128  # (512 wanted; 0.1 s is 142 rounds)
+    assert backend.interval(3e-3, 2e-4, 5e-3) == 16  # (64 wanted; 0.1 s is 20 rounds)
+    assert backend.interval(1e-4, 0.0, 1e-3) == 16  # (10 wanted)
+    assert backend.interval(1e-6, 0.0, 1e-3) == 1
+    assert backend.interval(1.0, 0.0, 1e-9) == backend.AUTO_MOST
+    words = [backend._exponent_bits(a) for a in (16, 128, 1)]
+    assert backend._largest(words[0] & words[1] & words[2]) == 128

@@ -106,6 +106,23 @@ def test_agreeing_every_few_rounds_rolls_back_to_the_last_agreement(tmp_path, va
     assert [(x["node"], x["round"]) for x in s["lost"]] == [(node, 8)]
 
 
+def test_an_interval_chosen_by_the_run_rolls_back_to_an_agreed_boundary(tmp_path):
+    """--agree-every 0: the run chooses the interval (its first agreements timed, then
+    each completed a boundary later); a holder killed at round 200 is lost at an agreed
+    boundary at or before it, between the record at 150 and the kill, and the run equals
+    the simulator told of the loss there."""
+    node = int(schedule.holders(0, 4, 2, 200)[0])
+    args = ["--algorithm", "teleportation", "--k", "2", "--momentum", "0.5", "--agree-every",
+            "0", "--rounds", "300", "--log-every", "150"]
+    res, mpi = elastic_run(tmp_path, 4, args, f"{node}@200")
+    assert res.returncode == 0, res.stderr[-3000:]
+    lost = json.loads((mpi / "summary.json").read_text())["lost"]
+    assert [x["node"] for x in lost] == [node] and 150 <= lost[0]["round"] <= 200
+    code, sim = simulated(tmp_path, 4, args, [f"{node}@{lost[0]['round']}"])
+    assert code == 0
+    assert records(mpi / "metrics.jsonl") == records(sim / "metrics.jsonl")
+
+
 def test_dsgd_re_forms_over_the_survivors(tmp_path):
     s = assert_equal_runs(tmp_path, 4, ["--algorithm", "dsgd"], "2@9", ["2@9"])
     assert s["lost"][0]["restored"] == "dropped"

@@ -192,10 +192,18 @@ class FaultTolerantTransport(TokenTransport, Protocol):
     spares: int  # the hot spares the job started with (0: none)
     shrunk: bool  # ranks died: the run went on over a smaller communicator
     replaced: dict[int, int]  # the last shrink's {node: spare that took it over}
+    agreed: int  # the last settle's ``value`` bits, ANDed over the survivors
 
-    def settle(self, ok: bool = True) -> bool:
+    def settle(self, ok: bool = True, value: int = 0) -> bool:
         """Collective over the survivors: True when every rank finished the round and none
-        saw a failure (MPI_Comm_agree)."""
+        saw a failure (MPI_Comm_agree); ``value``'s bits are agreed too (``agreed``)."""
+
+    def start_agreement(self, ok: bool = True) -> Any:
+        """:meth:`settle` started without waiting (MPIX_Comm_iagree), for
+        :meth:`finish_agreement`; every survivor starts the same ones in the same order."""
+
+    def finish_agreement(self, pending: Any) -> bool:
+        """The outcome of a :meth:`start_agreement` (waits for it)."""
 
     def shrink(self, r: int = -1) -> list[int]:
         """Acknowledge the failures, go on over the survivors (hot spares take dead nodes
@@ -216,6 +224,7 @@ class Backend(Protocol):
     replacements: Any  # the nodes a spare took over (elastic.replacement_records); empty otherwise
     spares: int  # the spares the run started with (0: none)
     agree_every: int  # elastic: the survivors agree every this many rounds (--agree-every; else 1)
+    rollback_to: int | None  # elastic, after a failed settle: the round to go back to (None: the last kept)
 
     def begin(self, phase: Phase, start: int, x0: np.ndarray,
               restore: tuple[Path, dict[str, Any]] | None = None) -> None:

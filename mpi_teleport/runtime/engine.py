@@ -326,7 +326,7 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
             lost = False
             # (the survivors go back to the last boundary agreed on: the one kept last, or
             # the one before it when that boundary's own agreement was still under way)
-            r = kept if getattr(backend, "rollback_to", None) is None else backend.rollback_to
+            r = kept if backend.rollback_to is None else backend.rollback_to
             again = tracer.boundary(r) if tracer is not None else None
             began = again.begin(sp.RECOVER) if again is not None else 0.0
             try:

@@ -669,16 +669,6 @@ class ElasticTransport(Transport):
             return False
         return bool(word[0] & 1)
 
-    def agreement_done(self, pending) -> bool:
-        """Whether :meth:`finish_agreement` would return at once (a test: it progresses)."""
-        request = pending[0]
-        if request is None:
-            return True
-        try:
-            return bool(request.Test())
-        except self._mpi.Exception:
-            return True
-
     def shrink(self, r: int = -1) -> list[int]:
         """Acknowledge the failures, continue on a communicator of the survivors; returns
         the nodes that died (the same on every survivor: read from the shrunk group). With

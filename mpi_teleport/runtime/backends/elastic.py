@@ -18,11 +18,13 @@ The rounds are the plain mode's compiled rounds (persistent channels,
 :mod:`~mpi_teleport.runtime.backends.compiled`), compiled again over the survivors'
 communicator after a recovery. Between a record, a checkpoint or the run's end the
 agreement does not hold the rounds up: it is started (MPIX_Comm_iagree) at its boundary,
-progresses inside the next rounds' exchanges and is completed at the next agreed boundary,
-so a boundary keeps two copies (the newest one and the last one agreed on) and a loss is
-redone from the last agreed boundary: at most two intervals of rounds. At a boundary with a
-collective (a record, a checkpoint, the run's end) every agreement is completed first, so
-no record or checkpoint ever holds rounds that were not agreed on.
+progresses inside the next rounds' exchanges and is completed at a later agreed boundary
+(the next one; with intervals shorter than AGREE_ROUNDS rounds, the one that gives it
+that many, :func:`under_way`), so the boundaries kept are the newest and those back to
+the last one agreed on, each with its copy, and a loss is redone from that last agreed
+boundary: at most ``under_way + 1`` intervals of rounds. At a boundary with a collective
+(a record, a checkpoint, the run's end) every agreement is completed first, so no record
+or checkpoint ever holds rounds that were not agreed on.
 
 ``--agree-every 0`` chooses the interval A from what this run measures (:func:`interval`):
 the first two agreements are waited for and timed, with the copy and the rounds between
@@ -59,6 +61,7 @@ AUTO_SHARE = 0.01  # an agreement and a copy cost at most this share of an inter
 REDO_S = 0.1  # ... unless an interval would then last longer than this (a loss redoes <= 2)
 AUTO_MOST = 1 << 14  # (the interval's exponent travels in the agreement's 31-bit word)
 _EXPONENTS = AUTO_MOST.bit_length()
+AGREE_ROUNDS = 3  # the rounds an agreement under way gets before it is waited for
 
 
 def interval(agree_s: float, keep_s: float, round_s: float) -> int:
@@ -72,6 +75,13 @@ def interval(agree_s: float, keep_s: float, round_s: float) -> int:
     while a > most:
         a >>= 1
     return a
+
+
+def under_way(every: int) -> int:
+    """How many agreements may be under way at once with an interval of ``every`` rounds:
+    each gets at least AGREE_ROUNDS rounds to complete in (so 1 from AGREE_ROUNDS rounds
+    on). A loss redoes at most this many intervals and one more; each costs a copy."""
+    return max(1, -(-AGREE_ROUNDS // max(1, every)))
 
 
 def _exponent_bits(a: int) -> int:
@@ -138,13 +148,13 @@ class ElasticBackend(MpiBackend):
         self.living = elastic.Living.everyone(spec.nodes)
         self.losses, self.replacements = self.living.losses, self.living.replaced
         self.spares = transport.spares
-        # The boundaries kept (Kept): the newest, and the one a recovery goes back to (the
-        # newest whose earlier rounds every survivor agreed on: the same one unless an
-        # agreement is under way); two copies of the held token, made once, reused
-        self._newest: Kept | None = None
-        self._target: Kept | None = None
-        self._copies: list = []  # [(x, v)] buffers of the two Kept copies
-        self._pending = None  # the agreement under way (transport.start_agreement's)
+        # The boundaries kept (Kept), oldest first: the one a recovery goes back to (the
+        # newest whose earlier rounds every survivor agreed on), then one per agreement
+        # under way (``_pending``, oldest first: each, completed, confirms the next Kept);
+        # the copies of the held token in buffers made once, reused
+        self._chain: list[Kept] = []
+        self._copies: list = []  # [(x, v)] buffers of the Kept copies
+        self._pending: list = []  # the agreements under way (transport.start_agreement's)
         self.rollback_to: int | None = None  # (after a failed settle: the round to go back to)
         self._orphans: dict = {}  # tokens the root writes in a too-few checkpoint
         self._gone: dict = {}  # nodes dead since the target's round -> the spare taking over (or None)
@@ -160,7 +170,9 @@ class ElasticBackend(MpiBackend):
         self.agree_every = AUTO_START if self._auto else max(1, int(agree_every))
         self._timing: dict = {}  # (auto: what the first agreements measured)
         self._next_every: int | None = None  # (auto: the interval from the next boundary on)
+        self._depth = under_way(self.agree_every)
         self._joined_at: int | None = None  # (tests' hooks: a spare is not killed again at its first round)
+        self._test_dies = bool(os.environ.get(TEST_DIE))  # (read once: enter() runs every round)
 
     @property
     def root(self) -> bool:
@@ -183,73 +195,89 @@ class ElasticBackend(MpiBackend):
         """The token this rank holds at round r's start, where every token sits and who
         lives: what a recovery at round r starts from (kept once per round, so a second
         loss at r, even during the first recovery, restores from the same state). The
-        copy goes to the Kept buffer not holding the recovery's target."""
-        if self._target is not None and self._target.round == r:
-            self._newest = self._target
+        copy goes to a buffer that no Kept still needed holds."""
+        if self._chain and self._chain[0].round == r:
+            del self._chain[1:]
             return
         _test_hook(self.rank, r, "start", self._finish_pending)
         if self._next_every is not None:  # (auto: the agreed interval, from this boundary on)
             self.agree_every, self._next_every = self._next_every, None
+            self._depth = under_way(self.agree_every)
         began = time.perf_counter()
         s, (_, m) = self.state, self.held
-        if not self._copies:
-            self._copies = [(np.empty_like(s.x), None if s.v is None else np.empty_like(s.v))
-                            for _ in range(2)]
-        used = self._target if self._pending is not None else None
-        x, v = next(c for c in self._copies if used is None or c[0] is not used.x)
+        if not self._pending:  # (every round before r agreed on: r becomes the target)
+            self._chain, self._gone = [], {}
+        used = {id(k.x) for k in self._chain}
+        x, v = next((c for c in self._copies if id(c[0]) not in used), (None, None))
+        if x is None:
+            x, v = np.empty_like(s.x), None if s.v is None else np.empty_like(s.v)
+            self._copies.append((x, v))
         if m >= 0:
             np.copyto(x, s.x)
             if v is not None:
-                np.copyto(v, s.v)
-        self._newest = Kept(r, m, self.holding[0].copy(), x, v, self.living)
-        if self._pending is None:  # (every round before r agreed on)
-            self._target, self._gone = self._newest, {}
+                np.copyto(v, cast(np.ndarray, s.v))
+        self._chain.append(Kept(r, m, self.holding[0].copy(), x, v, self.living))
         self._timing["keep_s"] = time.perf_counter() - began
         self._timing["kept_at"] = (r, time.perf_counter())
 
     def enter(self, r: int) -> None:
         """Round r's start between agreements: nothing kept (tests' hook only)."""
-        _test_hook(self.rank, r, "start", self._finish_pending)
+        if self._test_dies:
+            _test_hook(self.rank, r, "start", self._finish_pending)
 
     def join(self, r: int) -> None:
         """A spare that took a node over at round r: it holds nothing yet; :meth:`recover`,
         which it enters beside the survivors, hands it round r's start."""
         self._joining, self._joined_at = True, r
-        self._target = self._newest = Kept(r, -1, np.zeros(0, dtype=np.int64), None, None,
-                                           self.living)
+        self._chain = [Kept(r, -1, np.zeros(0, dtype=np.int64), None, None, self.living)]
         self._gone = dict(self.transport.replaced)
 
     def settle(self, r: int, ok: bool = True, later: bool = False) -> bool:
         """Every survivor agrees that nothing failed up to round r's end (MPI_Comm_agree):
-        first the agreement under way, if any (the rounds before the newest kept boundary);
-        then these rounds' own, waited for, or with ``later`` (no collective follows before
-        the next agreed boundary) only started, to be completed at the next one. False: a
-        loss, and :attr:`rollback_to` the round a recovery goes back to."""
+        first the agreements under way beyond the pipeline's depth (all of them without
+        ``later``), oldest first; then these rounds' own, waited for, or with ``later`` (no
+        collective follows before the next agreed boundary) only started, to be completed
+        at a later boundary. Which agreements complete where depends only on the
+        boundaries, so every survivor sees a loss at the same one. False: a loss, and
+        :attr:`rollback_to` the round a recovery goes back to."""
         tr = self.transport
-        if self._pending is not None:
-            if not self._finish_pending():
-                self.rollback_to = cast(Kept, self._target).round
-                return False
-            self._target, self._gone = self._newest, {}
         calibrating = self._auto and "agreed" not in self._timing  # (auto: waited and timed)
-        if later and not calibrating:
-            self._pending = tr.start_agreement(ok)
+        overlap = later and not calibrating
+        while len(self._pending) > (self._depth - 1 if overlap else 0):
+            if not tr.finish_agreement(self._pending.pop(0)):
+                return self._lost()
+            del self._chain[0]  # (the next Kept's earlier rounds are agreed on)
+            self._gone = {}
+        if overlap:
+            self._pending.append(tr.start_agreement(ok))
             return True
         value = _exponent_bits(self._choose()) if calibrating and "agree_s" in self._timing else 0
         began = time.perf_counter()
         if not tr.settle(ok, value):
-            self.rollback_to = cast(Kept, self._target).round
-            return False
+            return self._lost()
         if calibrating:
             self._time_window(r, time.perf_counter() - began)
             if value:  # (every rank's choice in one word: the largest interval)
                 self._next_every = self._timing["agreed"] = _largest(tr.agreed)
         return True
 
-    def _finish_pending(self) -> bool:
-        """Complete the agreement under way (True: none, or nothing failed)."""
-        pending, self._pending = self._pending, None
-        return pending is None or self.transport.finish_agreement(pending)
+    def _lost(self) -> bool:
+        """A failed agreement: back to the target; the agreements still under way (every
+        survivor started the same ones) are completed, their outcome moot."""
+        self.rollback_to = self._target.round
+        self._finish_pending()
+        return False
+
+    def _finish_pending(self) -> None:
+        """Complete every agreement under way."""
+        pending, self._pending = self._pending, []
+        for agreement in pending:
+            self.transport.finish_agreement(agreement)
+
+    @property
+    def _target(self) -> Kept:
+        """The Kept a recovery goes back to."""
+        return self._chain[0]
 
     def _time_window(self, r: int, agree_s: float) -> None:
         """(auto) The rounds since the newest boundary and this agreement, timed."""
@@ -273,7 +301,7 @@ class ElasticBackend(MpiBackend):
     def recover(self, r: int) -> None:
         """The survivors go on from round r's start without the lost nodes."""
         tr, spec = self.transport, self.spec
-        self._pending, self.rollback_to = None, None  # (an agreement under way failed with it)
+        self._pending, self.rollback_to = [], None  # (an agreement under way failed with it)
         if not self._joining:
             for node in tr.shrink(r):  # (with spares: {node: spare} in tr.replaced)
                 self._gone[node] = tr.replaced.get(node)
@@ -281,8 +309,8 @@ class ElasticBackend(MpiBackend):
             self._compiler.forget()
         if any(s is not None for s in self._gone.values()):
             self._hand_over(r)  # (collective: a spare took a node over since r's start)
-        kept = cast(Kept, self._target)  # (kept at round r's start, or handed over)
-        self._newest = kept
+        kept = self._target  # (kept at round r's start, or handed over)
+        del self._chain[1:]
         m, entry, x, v = kept.as_tuple()
         # every node dead since round r's start (all of them restored from that state): the
         # ones a spare took over stay in the run
@@ -331,7 +359,7 @@ class ElasticBackend(MpiBackend):
         part (the records); a spare takes it, the others pass."""
         state = None
         if self.root:
-            kept = cast(Kept, self._target)  # (kept at round r's start)
+            kept = self._target  # (kept at round r's start)
             living = kept.living
             state = {"entry": kept.entry, "nodes": living.nodes, "losses": living.losses,
                      "replaced": living.replaced, "gone": self._gone,
@@ -340,11 +368,11 @@ class ElasticBackend(MpiBackend):
         state = self.transport.bcast(state)
         if not self._joining:
             return
-        self._target = self._newest = Kept(r, -1, np.asarray(state["entry"]), None, None,
-                                           elastic.Living(tuple(state["nodes"]),
-                                                          list(state["losses"]),
-                                                          list(state["replaced"])))
+        self._chain = [Kept(r, -1, np.asarray(state["entry"]), None, None,
+                            elastic.Living(tuple(state["nodes"]), list(state["losses"]),
+                                           list(state["replaced"])))]
         self.agree_every, self._next_every, timing = state["agree_every"]
+        self._depth = under_way(self.agree_every)
         self._timing = dict(timing)
         self._gone = dict(state["gone"])
         self._handover[1](state["engine"])

@@ -27,6 +27,7 @@ class LocalBackend:
     name = "sim"
     layout = LAYOUT_MATRIX
     agree_every = 1  # (the failure plan's losses are seen at the boundary they name)
+    rollback_to: int | None = None  # (and rolled back to it)
 
     def __init__(self, problem, spec, oracle=None, failures=(), elastic=False, spares=0):
         self.problem, self.spec, self.oracle = problem, spec, oracle

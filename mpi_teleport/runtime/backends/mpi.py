@@ -73,6 +73,7 @@ class MpiBackend:
     replacements: Sequence = ()
     spares = 0
     agree_every = 1
+    rollback_to: int | None = None
     # Made with the token buffers by the first begin() (_start_state), before any round
     # runs or anything reads them:
     state: TokenState | DeviceTokenState
