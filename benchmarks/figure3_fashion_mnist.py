@@ -488,11 +488,16 @@ def main(argv=None) -> int:
     if args.runs is None:
         args.runs = str(Path(args.out) / (stem + ("_quick" if args.quick else "") + "_runs"))
 
+    from mpi_teleport.errors import DatasetMissingError
     from mpi_teleport.problems import datasets, fashion_files
 
+    try:  # (before anything runs or is written: the data's one line, status 2)
+        data_md5 = fashion_files.data_md5(datasets.fashion_mnist_paths(args.data_dir))
+    except DatasetMissingError as exc:
+        print(f"{Path(__file__).name}: {exc}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    data_md5 = fashion_files.data_md5(datasets.fashion_mnist_paths(args.data_dir))
     t0 = time.perf_counter()
     chosen, table = choose_lrs(args) if not args.report_only else _chosen_from_disk(args)
     for (alpha, method), lr in sorted(chosen.items()):

@@ -79,9 +79,12 @@ class RankLost(RuntimeError):
 @dataclass(frozen=True)
 class Naming:
     """How a message spells a setting: ``--eval-every`` (command line) or ``eval_every``
-    (Python), and a setting with its value: ``--k 9`` or ``k=9``."""
+    (Python), and a setting with its value: ``--k 9`` or ``k=9``. ``user_gave``: the settings
+    the user gave, where the others are not taken from a checkpoint (a script's flags:
+    a message names only these as flags; None: every setting is the user's to give)."""
 
     cli: bool
+    user_gave: frozenset | None = None
 
     def name(self, field: str) -> str:
         return "--" + field.replace("_", "-") if self.cli else field

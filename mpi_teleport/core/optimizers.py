@@ -169,6 +169,14 @@ def from_torch(optimizer: Any, trainable: int | None = None,
                          "size is set through it")
     lr = float(h["lr"])
     plain = not h.get("maximize") and not h.get("capturable") and not h.get("differentiable")
+    own = ((type(opt) in (torch.optim.Adam, torch.optim.AdamW) and not h.get("amsgrad")
+            and not isinstance(h["lr"], torch.Tensor))
+           or (type(opt) is torch.optim.SGD and not h.get("dampening"))) and plain
+    stepped = [key for g in opt.param_groups for p in g["params"] for key in opt.state.get(p, {})]
+    if own and stepped:  # (Adam and SGD make their state at their first step: a state is one)
+        raise UsageError(f"optimizer={name}: it was stepped already (its state holds "
+                         f"{', '.join(sorted(set(stepped)))}); pass it as built, before any "
+                         f"step(), or as its class or a factory")
     if type(opt) in (torch.optim.Adam, torch.optim.AdamW) and plain and not h.get("amsgrad") \
             and not isinstance(h["lr"], torch.Tensor):
         decoupled = type(opt) is torch.optim.AdamW or bool(h.get("decoupled_weight_decay"))

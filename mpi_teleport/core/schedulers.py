@@ -67,7 +67,8 @@ def is_scheduler(obj: object) -> TypeIs[Scheduler]:
 
 def is_scheduler_factory(obj: object) -> bool:
     """A scheduler not built yet: a torch scheduler class, ``functools.partial`` of one, or
-    a function whose one parameter is named ``optimizer`` or ``opt``."""
+    a function whose one parameter is named ``optimizer`` or ``opt`` (a function of one
+    parameter named otherwise: :func:`builds_scheduler`, given the optimizer)."""
     target = obj.func if isinstance(obj, functools.partial) else obj
     if isinstance(target, type):
         return any(c.__name__ in ("LRScheduler", "_LRScheduler", "ReduceLROnPlateau")
@@ -80,6 +81,29 @@ def is_scheduler_factory(obj: object) -> bool:
     except (TypeError, ValueError):
         return False
     return names in (["optimizer"], ["opt"])
+
+
+def builds_scheduler(obj: Any, optimizer: Any) -> bool:
+    """A function of one parameter, whatever its name (``lambda o: StepLR(o, 1, 0.7)``),
+    that builds a torch scheduler on ``optimizer=`` (tried on a private copy): a scheduler
+    to build. A function of the round (``lambda t: 0.1 * 0.9 ** t``) fails on an
+    optimizer, or returns no scheduler: it stays the step size of round t."""
+    if optimizer is None or isinstance(obj, type) or not callable(obj) or is_scheduler(obj):
+        return False
+    try:
+        required = [q for q in inspect.signature(obj).parameters.values()
+                    if q.default is inspect.Parameter.empty
+                    and q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return False
+    if len(required) != 1:
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return is_scheduler(built_scheduler(obj, optimizer))
+    except Exception:  # noqa: BLE001  (a function of the round, called with an optimizer)
+        return False
 
 
 def built_scheduler(factory: Any, optimizer: Any) -> Any:
@@ -133,7 +157,7 @@ def step_size(lr: float | Callable[[int], float] | Scheduler, lr_step: str, prob
     """The API's ``lr``: a scheduler, built or to build on ``optimizer`` (the API's
     ``optimizer=``), becomes a function of the round (:func:`scheduled_lr`); a number or
     a function is returned as it is."""
-    if is_scheduler_factory(lr):
+    if is_scheduler_factory(lr) or builds_scheduler(lr, optimizer):
         lr = built_scheduler(lr, optimizer)
     if is_scheduler(lr):
         return scheduled_lr(lr, lr_step, problem, active)
@@ -194,9 +218,23 @@ def scheduled_lr(scheduler: Any, lr_step: str, problem: Any = None,
         return lrs[step]
 
     lr.__qualname__ = lr.__name__ = f"{name}_per_{lr_step}"
+    lr.arguments = _arguments(scheduler)  # type: ignore[attr-defined]  # (said in messages)
     # (a function attribute: the type checker does not know it)
     lr.base = lrs[0]  # type: ignore[attr-defined]  # (named in messages)
     return lr
+
+
+def _arguments(scheduler: Any) -> str:
+    """A scheduler's own settings as a message names them (``step_size=1, gamma=0.7``):
+    the plain values of its state, less what stepping changes."""
+    try:
+        state = scheduler.state_dict()
+    except Exception:  # noqa: BLE001  (a scheduler without one: nothing to say)
+        return ""
+    moving = {"last_epoch", "base_lrs", "verbose"}
+    return ", ".join(f"{k}={v!r}" for k, v in state.items()
+                     if not k.startswith("_") and k not in moving
+                     and isinstance(v, (int, float, str, bool)) and len(repr(v)) <= 24)
 
 
 def _replay_step(replay: Any, name: str, t: int | None) -> float:

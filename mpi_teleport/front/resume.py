@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 from ..checkpoint import (LAYOUT_MATRIX, MANIFEST, stored_tokens, any_checkpoint,
@@ -55,7 +56,26 @@ def describe_lr(lr):
         except Exception as exc:  # noqa: BLE001  (defined only over the run's rounds)
             values.append(f"lr({t}) raised {type(exc).__name__}")
     name = getattr(lr, "__qualname__", type(lr).__name__)
-    return f"function {name}: " + ", ".join(values)
+    arguments = getattr(lr, "arguments", None)  # (a torch scheduler's: step_size=1, gamma=0.7)
+    return f"function {name}: " + ", ".join(values) + (f" [{arguments}]" if arguments else "")
+
+
+def _lr_values(text: str) -> tuple[str, dict, str] | None:
+    """(name, {round: value text}, arguments) of a step-size function's description
+    (:func:`describe_lr`), or None for a number."""
+    found = re.fullmatch(r"function (\S+): (.*?)(?: \[(.*)\])?", text) if isinstance(text, str) else None
+    if found is None:
+        return None
+    values = dict(re.findall(r"lr\((\d+)\)(?:=| )([^,]+)", found.group(2)))
+    return found.group(1), values, found.group(3) or ""
+
+
+def _comparable(name: str, value):
+    """A setting as a resume compares it: a step-size function by its name and values
+    (the scheduler's arguments are said, not compared: a checkpoint written without them
+    still matches)."""
+    described = _lr_values(value) if name == "lr" else None
+    return value if described is None else described[:2]
 
 
 def describe_problem(problem, seed: int, fingerprint: bool = True) -> dict:
@@ -125,7 +145,7 @@ def mismatch(saved: dict, current: dict) -> list[str]:
     saved, current = filled(saved, current)
     may_change = resumable_changes()
     return [name for name in current if name in saved and name not in may_change
-            and saved[name] != _as_saved(current[name])]
+            and _comparable(name, saved[name]) != _comparable(name, _as_saved(current[name]))]
 
 
 def _as_saved(value):
@@ -138,13 +158,63 @@ def _short(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def refuse_mismatch(where: str, saved: dict, current: dict, names: list[str], naming) -> UsageError:
-    """One line naming every differing setting, its checkpoint value and this run's."""
-    saved, current = filled(saved, current)
+def _difference(name: str, saved, current, naming) -> str:
+    """How one setting differs, as a message shows it: both values, where they are long
+    the part around their first difference; two step-size functions by the first round
+    where they differ, with both values (and the schedulers' arguments, where known)."""
+    ours, theirs = _lr_values(current), _lr_values(saved)
+    if name == "lr" and ours is not None and theirs is not None:
+        def named(described):
+            return described[0] + (f"({described[2]})" if described[2] else "")
+
+        rounds = sorted(set(ours[1]) | set(theirs[1]), key=int)
+        first = next((t for t in rounds if ours[1].get(t) != theirs[1].get(t)), None)
+        sep = " " if naming.cli else "="
+        at = ("" if first is None else f" (they differ first at round {first}: "
+              f"{theirs[1].get(first, 'none')} then, {ours[1].get(first, 'none')} now)")
+        return f"{naming.name(name)}{sep}{named(theirs)}, not {named(ours)}{at}"
     sep = " " if naming.cli else "="
-    parts = [f"{naming.name(n)}{sep}{_short(saved[n])}, not {_short(current[n])}" for n in names]
-    drop = ", ".join(naming.name(n) for n in names)
-    what = "drop " + drop if naming.cli else "pass the checkpoint's values"
+    a, b = (repr(v) if isinstance(v, str) else str(v) for v in (saved, current))
+    if max(len(a), len(b)) > 80:
+        i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        start = max(0, i - 30)
+
+        def part(text):
+            return ("..." if start else "") + text[start:start + 70] + (
+                "..." if len(text) > start + 70 else "")
+
+        a, b = part(a), part(b)
+    return f"{naming.name(name)}{sep}{a}, not {b}"
+
+
+# what describe_problem records of a problem: the problem object's, never a flag of a script
+_PROBLEM_FACTS = frozenset({"problem", "dim", "sigma2", "zeta2", "problem_seed", "problem_facts"})
+
+
+def refuse_mismatch(where: str, saved: dict, current: dict, names: list[str], naming) -> UsageError:
+    """One line naming every differing setting, its checkpoint value and this run's. A
+    script's flags (``naming.user_gave``: nothing is taken from the checkpoint) name as
+    flags only what the user gave: the problem's own facts are the problem's, another
+    setting is at its default."""
+    saved, current = filled(saved, current)
+    gave = getattr(naming, "user_gave", None)
+    if gave is None:
+        parts = [_difference(n, saved[n], current[n], naming) for n in names]
+        drop = ", ".join(naming.name(n) for n in names)
+        what = "drop " + drop if naming.cli else "pass the checkpoint's values"
+    else:
+        parts, give = [], []
+        for n in names:
+            if n in _PROBLEM_FACTS and n not in gave:
+                parts.append(f"a problem with {n}={_short(saved[n])}, not {_short(current[n])}")
+                continue
+            parts.append(_difference(n, saved[n], current[n], naming)
+                         + ("" if n in gave else " (the default)"))
+            give.append(naming.given(n, saved[n]))
+        what = " and ".join(
+            ([f"give {', '.join(give)}"] if give else [])
+            + (["pass the problem the checkpoint was written with"]
+               if any(n in _PROBLEM_FACTS and n not in gave for n in names) else []))
     return UsageError(f"{where}: the checkpoint was written with {'; '.join(parts)}; a resumed "
                       f"run keeps the settings that determine its numbers ({what} or start a "
                       f"new run)")

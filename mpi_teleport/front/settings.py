@@ -903,13 +903,16 @@ def coerce(opt: Option, value, source: str):
                     f"{where}: unknown value {value!r}; choose one of {', '.join(opt.choices)}"
                 )
             return value
+        if opt.kind == "path" and value is not None and not isinstance(value, str):
+            raise ValueError  # (TOML's trace = 5: a number is no file's name)
         return None if value is None else str(value)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, UsageError):
             raise
         expected = {"int": "an integer", "float": "a number", "bool": "true or false",
                     "k": "an integer or 'auto'", "threads": "an integer or 'auto'",
-                    "betas": "two numbers B1,B2"}.get(opt.kind, "a string")
+                    "betas": "two numbers B1,B2",
+                    "path": "a path (a string)"}.get(opt.kind, "a string")
         raise UsageError(f"{where}: expected {expected}, got {value!r}") from None
 
 
@@ -949,7 +952,7 @@ def from_toml(path: str) -> dict:
     except RecursionError:
         raise UsageError(f"--config {path}: nested too deeply to read (arrays or tables "
                          "within each other); settings are flat keys") from None
-    out = {}
+    out, keys = {}, {}
     for key, value in data.items():
         name = key.replace("-", "_")
         setting = row(name)
@@ -958,6 +961,10 @@ def from_toml(path: str) -> dict:
                 f"--config {path}: unknown key {key!r}; valid keys: "
                 + ", ".join(o.name.replace("_", "-") for o in rows())
             )
+        if name in keys:  # (log-every and log_every: one setting given twice)
+            raise UsageError(f"--config {path}: {keys[name]!r} and {key!r} are one setting "
+                             f"({setting.flag}); keep one of them")
+        keys[name] = key
         out[name] = coerce(setting, value, path)
     return out
 

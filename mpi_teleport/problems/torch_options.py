@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from ..errors import UsageError
 from .torch_metrics import TASKS
 
 __all__ = ["positive_int", "build", "split_nodes", "regularise", "check_local_nodes", "check_part",
@@ -130,7 +131,14 @@ def split_nodes(partition, nodes: int, n_train: int, labels, alpha, seed: int) -
 def check_local_nodes(local_nodes, nodes: int):
     if local_nodes is None:
         return tuple(range(nodes))
-    local = tuple(int(i) for i in np.atleast_1d(np.asarray(local_nodes)))
+    try:
+        given = np.atleast_1d(np.asarray(local_nodes))
+        if isinstance(local_nodes, str) or given.ndim != 1 or given.dtype.kind not in "iu":
+            raise TypeError
+        local = tuple(int(i) for i in given)
+    except (TypeError, ValueError):  # (a word, floats, nested lists: a UsageError, a ValueError)
+        raise UsageError(f"local_nodes must be 'auto', None or a list of node numbers in "
+                         f"0..{nodes - 1}, got {local_nodes!r}") from None
     bad = [i for i in local if not 0 <= i < nodes]
     if bad or not local:
         raise ValueError(f"local_nodes must name nodes in 0..{nodes - 1}, got {list(local_nodes)}")
