@@ -79,8 +79,20 @@ class Prepared:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """Every setting of one run, validated, in one frozen object: what
-    :func:`mpi_teleport.train` takes beside the problem and the communicator. It holds
+    """Every setting of one run, validated, in one frozen object, for :func:`mpi_teleport.train`.
+
+    >>> import mpi_teleport as mt
+    >>> from mpi_teleport.problems.quadratic import Quadratic
+    >>> settings = mt.RunSettings.from_args(["--nodes", "8", "--k", "2", "--rounds", "20",
+    ...     "--algorithm", "teleportation"], problem=Quadratic(n=8, d=3))
+    >>> settings.spec.k, settings.spec.rounds
+    (2, 20)
+
+    Build one with :meth:`from_args` (a script's command line) or :meth:`from_namespace`
+    (its own ``argparse`` namespace), or let :func:`mpi_teleport.teleportation` and the
+    other training functions build it from their keywords; read its fields, do not
+    construct them: their types (``RunSpec``, ``Logging``, ``LatencySettings``,
+    ``CheckpointPlan``) are internal and may change. It holds
     values only; what a run holds while it runs (a signal handler, hot spares, a progress
     bar, the survivors' meeting) is the caller's
     :class:`~mpi_teleport.front.runner.RunContext`.

@@ -57,8 +57,17 @@ class RunContext:
 
 def train(problem: Any, settings: RunSettings, comm: Any = None,
           context: RunContext | None = None) -> engine.Result:
-    """The one run function: ``problem`` trained as ``settings`` say, on the back end
-    ``comm`` asks for. ``comm`` None: the simulator, every node in this process; an mpi4py
+    """The one run function: ``problem`` trained as a :class:`RunSettings` says.
+
+    >>> import mpi_teleport as mt
+    >>> from mpi_teleport.problems.quadratic import Quadratic
+    >>> problem = Quadratic(n=8, d=3)
+    >>> settings = mt.RunSettings.from_args(["--nodes", "8", "--k", "2", "--rounds", "20",
+    ...     "--algorithm", "teleportation", "--progress", "off"], problem=problem)
+    >>> mt.train(problem, settings).summary["rounds_run"]
+    20
+
+    It runs on the back end ``comm`` asks for. ``comm`` None: the simulator, every node in this process; an mpi4py
     communicator: one node per rank, on a duplicate the run frees (an exception on one
     rank during the rounds ends the job); the command line's own
     :class:`~mpi_teleport.runtime.transport.Transport`: used as it is (the command line

@@ -1135,12 +1135,23 @@ _STARTS = {s.name: keyword_default(s.name) for s in rows()}  # (the option group
 
 @dataclass(frozen=True)
 class Checkpoints:
-    """Periodic checkpoints and resuming (flat keywords: ``checkpoint_every``,
-    ``checkpoint_dir``, ``keep_checkpoints``, ``resume``).
+    """Periodic checkpoints and resuming, grouped (``checkpoints=`` of the training functions).
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import mpi_teleport as mt
+    >>> from mpi_teleport.problems.quadratic import Quadratic
+    >>> out = tempfile.mkdtemp()
+    >>> _ = mt.teleportation(Quadratic(n=8, d=3), nodes=8, k=2, rounds=40, lr=0.1, out=out,
+    ...                      checkpoints=mt.Checkpoints(every=20))
+    >>> sorted(p.name for p in (Path(out) / "checkpoints").iterdir())
+    ['round-00000020', 'round-00000040']
 
     ``every``: write one every this many rounds (0: none; a signal still writes one);
     ``dir``: where (default ``out/checkpoints``); ``keep``: how many to keep;
-    ``resume``: a run, checkpoint or round-* directory to continue from."""
+    ``resume``: a run, checkpoint or round-* directory to continue from. The same as the
+    flat keywords ``checkpoint_every``, ``checkpoint_dir``, ``keep_checkpoints``,
+    ``resume`` (the manual's "The training functions' keywords")."""
 
     every: int = _STARTS["checkpoint_every"]
     dir: str | Path | None = _STARTS["checkpoint_dir"]
@@ -1150,11 +1161,19 @@ class Checkpoints:
 
 @dataclass(frozen=True)
 class Latency:
-    """The latency layer (flat keywords: ``latency``, ``clock``, ``compute_time``).
+    """Simulated message delays and the clock they act on, grouped (``latency=``).
+
+    >>> import mpi_teleport as mt
+    >>> from mpi_teleport.problems.quadratic import Quadratic
+    >>> result = mt.teleportation(Quadratic(n=8, d=3), nodes=8, k=2, rounds=20, lr=0.1,
+    ...     latency=mt.Latency(model="const:100", clock="virtual", compute_time=50))
+    >>> result.records[-1]["virtual_time_s"]  # 20 rounds of 50 + 100 us
+    0.003
 
     ``model``: ``none``, ``const:US``, ``mod:TAU``, ``matrix:FILE.csv``, optionally
     ``,bw:GBPS``; ``clock``: ``real`` or ``virtual``; ``compute_time``: the modelled
-    compute time per step in microseconds."""
+    compute time per step in microseconds. The same as the flat keywords ``latency``,
+    ``clock``, ``compute_time``. Latency changes time, never the numbers."""
 
     model: str = _STARTS["latency"]
     clock: str = _STARTS["clock"]
@@ -1163,9 +1182,18 @@ class Latency:
 
 @dataclass(frozen=True)
 class Records:
-    """What is recorded and when (flat keywords: ``log_every``, ``target``,
-    ``stop_at_target``, ``progress``, ``callback``).
+    """What is recorded and when, grouped (``records=`` of the training functions).
 
+    >>> import mpi_teleport as mt
+    >>> from mpi_teleport.problems.quadratic import Quadratic
+    >>> seen = []
+    >>> result = mt.teleportation(Quadratic(n=8, d=3), nodes=8, k=2, rounds=100, lr=0.1,
+    ...     records=mt.Records(every=10, target=0.5, callback=lambda r: seen.append(r["round"])))
+    >>> result.summary["rounds_to_target"], seen[:3]
+    (10, [0, 10, 20])
+
+    The same as the flat keywords ``log_every``, ``target``, ``stop_at_target``,
+    ``progress``, ``callback``, ... (the manual's "The training functions' keywords").
     ``every``: evaluate every this many rounds (and the first and last); ``target`` and
     ``stop_at_target``: the metric value that counts as reached and whether to stop
     there; ``progress``: a progress bar on stderr; ``callback(record)``: called with each

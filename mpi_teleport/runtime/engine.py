@@ -47,7 +47,15 @@ from .elastic import TooFewSurvivors
 
 @dataclass
 class Result:
-    """What a run returns.
+    """What a run returns: its summary, its records and the averaged final model.
+
+    >>> import mpi_teleport as mt
+    >>> from mpi_teleport.problems.quadratic import Quadratic
+    >>> result = mt.teleportation(Quadratic(n=8, d=3), nodes=8, k=2, rounds=100, lr=0.1)
+    >>> result.k, result.x.shape, [r["round"] for r in result.records][:3]
+    (2, (3,), [0, 10, 20])
+    >>> result.summary["rounds_run"]
+    100
 
     Attributes
     ----------
