@@ -265,7 +265,8 @@ class Stopper:
     about a second, write the final checkpoint, rank 0 prints one line naming that
     signal, and the job ends with 75. Before that (the ranks still start, import, or are
     outside a run) there is nothing to checkpoint: the job ends at once, in one line,
-    with 128 + the signal, as a second signal does at any time."""
+    with 128 + the signal, as a second signal does until the ranks have agreed on their
+    stop round (their ``committed-PID`` files); after that the stop finishes."""
 
     def __init__(self, proc: subprocess.Popen, notes: Path, ranks: int | None):
         self.proc, self.notes, self.ranks = proc, notes, ranks
@@ -297,8 +298,9 @@ class Stopper:
                      f"checkpoint ({name} again: stop at once, without one)")
             self.proc.send_signal(signal.SIGUSR1)
             return
-        if self.status is not None:
-            return  # (already ending at once)
+        if self.status is not None or self._committed():
+            return  # (already ending at once; or the ranks agreed to stop: the final
+            # checkpoint is being written, and they absorb further signals too)
         if self.count > 1:
             line = f"stopped at once by a second signal ({name}), without a final checkpoint"
         else:
@@ -308,8 +310,9 @@ class Stopper:
         self.muted[0] = True
         _say(f"{PROG}: {line}")
         self._deadline = time.monotonic() + KILL_AFTER_S
+        self._kill_ranks()  # (those with handlers would wait for their stop round)
         try:
-            self.proc.send_signal(signal.SIGTERM)  # (the MPI's launcher ends every rank)
+            self.proc.send_signal(signal.SIGTERM)  # (the MPI's launcher ends the others)
         except ProcessLookupError:
             pass
 
@@ -331,16 +334,28 @@ class Stopper:
         """SIGKILL to the job's session and to the ranks of this host."""
         import signal
 
-        for pid in self._rank_pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        self._kill_ranks()
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
             pass
         self.proc.wait()
+
+    def _committed(self) -> bool:
+        try:
+            return any(p.name.startswith("committed-") for p in self.notes.iterdir())
+        except OSError:
+            return False
+
+    def _kill_ranks(self) -> None:
+        """SIGKILL to the ranks of this host that reported their handlers."""
+        import signal
+
+        for pid in self._rank_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def _rank_pids(self) -> list[int]:
         try:

@@ -312,3 +312,157 @@ def test_intel_mpis_mpirun_script_gives_way_to_its_hydra_mpiexec(tmp_path):
     for name in ("python", "mpirun", "mpiexec"):
         (other / name).write_bytes((tmp_path / name).read_bytes())
     assert find_mpirun(str(other / "python")) == str(other / "mpirun")
+
+
+# ------------------------------------------------------------------ signals to the launcher
+# What `timeout`, `kill`, a closed terminal and Ctrl-C send the launcher (SIGTERM, SIGHUP,
+# SIGINT), mid-run, before round 0 and twice, under both MPIs: the status, one line, the
+# final checkpoint, and the resumed run equal to the simulator's uninterrupted one. The
+# logging rounds are far apart (never, here): the stop comes from the ranks' watch.
+WATCHED = ["--problem", "factories:announcing", "--algorithm", "teleportation", "--k", "2",
+           "--momentum", "0.5", "--seed", "5", "--log-every", "100000000", "--progress", "off"]
+
+
+def _impl(name: str):
+    from launch_helpers import implementation
+
+    impl = implementation(name)
+    if isinstance(impl, str):
+        pytest.skip(impl)
+    return impl
+
+
+def _launch(impl, argv: list[str], tmp_path, **env):
+    """`launch -n 4 ARGV` in the background (its own session), stderr to a file; the tests'
+    scripts on the path. Its processes carry a tag (``proc.tag``) to kill them by."""
+    import os
+
+    from helpers import ROOT
+    from launch_helpers import new_tag
+
+    tag = new_tag()
+    full = impl.env(dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "scripts"), **env), tag)
+    with open(tmp_path / "launch.err", "wb") as err:
+        proc = subprocess.Popen([impl.python, "-m", "mpi_teleport.launch", "-n", "4", *argv],
+                                cwd=ROOT, env=full, stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True)
+    proc.tag = tag
+    return proc
+
+
+def _ended(proc, tmp_path, timeout: float = 120) -> tuple[int, list[str], bytes]:
+    """(status, the lines of stderr but the launcher's `+ command`, the raw bytes)."""
+    from launch_helpers import kill_tagged
+
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running {timeout}s after the signal")
+    finally:
+        kill_tagged(proc.tag)
+    raw = (tmp_path / "launch.err").read_bytes()
+    return proc.returncode, [line for line in raw.decode(errors="replace").splitlines()
+                             if not line.startswith("+ ")], raw
+
+
+def _wait_for(path, proc, timeout: float = 120) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"{path} did not appear (status {proc.poll()})")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("name, mpi", [("SIGTERM", "openmpi"), ("SIGHUP", "mpich")])
+def test_a_signal_to_launch_stops_every_rank_at_one_round_and_resuming_ends_as_uninterrupted(
+        tmp_path, monkeypatch, name, mpi):
+    import signal
+
+    from helpers import ROOT
+    from mpi_teleport import checkpoint
+    from mpi_teleport.disk.output import read_jsonl
+    from mpi_teleport.sim import main as sim_main
+
+    impl, out = _impl(mpi), tmp_path / "run"
+    proc = _launch(impl, ["--", *WATCHED, "--rounds", "100000000", "--checkpoint-every",
+                          "100000000", "--out", str(out)], tmp_path,
+                   ROUNDS_STARTED=str(tmp_path / "started"))
+    try:
+        _wait_for(tmp_path / "started", proc)
+        proc.send_signal(getattr(signal, name))
+    finally:
+        status, lines, raw = _ended(proc, tmp_path)
+    assert status == 75 and b"\0" not in raw, raw[-3000:]
+    assert len(lines) == 1 and f"mpi_teleport.run: stopped by {name} at round" in lines[0], lines
+    path, manifest = checkpoint.locate(out)
+    assert manifest["reason"] == "signal" and len(list(path.glob("token-*.npz"))) == 2
+    r = manifest["round"]
+    resumed = subprocess.run([impl.python, "-m", "mpi_teleport.launch", "-n", "4", "--",
+                              "--resume", str(out), "--rounds", str(r + 20)], cwd=ROOT,
+                             env=impl.env(dict(__import__("os").environ,
+                                               PYTHONPATH=str(ROOT / "tests" / "scripts"))),
+                             capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "scripts"))
+    assert sim_main(["--nodes", "4", *WATCHED, "--rounds", str(r + 20), "--out",
+                     str(tmp_path / "sim")]) == 0
+    got, want = (read_jsonl(d / "metrics.jsonl") for d in (out, tmp_path / "sim"))
+    assert [(x["round"], x["error"], x["consensus"]) for x in got] == \
+        [(x["round"], x["error"], x["consensus"]) for x in want]
+
+
+@pytest.mark.parametrize("name, what, mpi", [
+    ("SIGHUP", "command line, ranks starting", "openmpi"),
+    ("SIGTERM", "command line, ranks building the problem", "openmpi"),
+    ("SIGINT", "script, ranks importing", "mpich"),
+])
+def test_a_signal_to_launch_before_round_0_ends_at_once_in_one_line(tmp_path, name, what, mpi):
+    """Nothing ran, nothing to save: status 128 + the signal and one line, whether the
+    ranks had their handlers in place (the run stops its set-up and says so) or not yet
+    (the launcher ends the job and says so)."""
+    import signal
+
+    from helpers import ROOT
+
+    impl, out = _impl(mpi), tmp_path / "run"
+    if "script" in what:  # (it waits before its call, as one importing torch)
+        argv, ready = [str(ROOT / "tests/scripts/api_signal_script.py"), str(out), "outside",
+                       "mpi", "late"], tmp_path / "run.waiting"
+    elif "problem" in what:
+        argv, ready = ["--", "--problem", "factories:very_slow", "--rounds", "100", "--out",
+                       str(out)], tmp_path / "started"
+    else:
+        argv, ready = ["--", *WATCHED, "--rounds", "100", "--out", str(out)], None
+    proc = _launch(impl, argv, tmp_path, FACTORY_STARTED=str(tmp_path / "started"))
+    try:
+        _wait_for(ready or tmp_path / "launch.err", proc)
+        if ready is None:  # (the launcher's command line is out: the ranks are starting)
+            while not (tmp_path / "launch.err").read_bytes().startswith(b"+ "):
+                pass
+        proc.send_signal(getattr(signal, name))
+    finally:
+        status, lines, raw = _ended(proc, tmp_path, timeout=60)
+    assert status == 128 + getattr(signal, name) and b"\0" not in raw, raw[-3000:]
+    assert len(lines) == 1 and f"stopped by {name} before" in lines[0], lines
+    assert not list(out.glob("checkpoints/round-*"))
+
+
+def test_a_second_signal_to_launch_ends_the_job_at_once_in_one_line(tmp_path):
+    """(Once the ranks have agreed on their stop round, a second signal lets the final
+    checkpoint finish, as it does sent to the ranks themselves.)"""
+    import signal
+
+    impl = _impl("openmpi")
+    proc = _launch(impl, ["--", *WATCHED, "--rounds", "100000000", "--out", str(tmp_path / "run")],
+                   tmp_path, ROUNDS_STARTED=str(tmp_path / "started"))
+    try:
+        _wait_for(tmp_path / "started", proc)
+        proc.send_signal(signal.SIGINT)  # (two different signals: two handlers, in the
+        proc.send_signal(signal.SIGTERM)  # signals' order, before the ranks could agree)
+    finally:
+        status, lines, raw = _ended(proc, tmp_path, timeout=60)
+    assert status == 128 + signal.SIGTERM and b"\0" not in raw, raw[-3000:]
+    assert lines == ["python -m mpi_teleport.launch: stopped at once by a second signal "
+                     "(SIGTERM), without a final checkpoint"], lines

@@ -78,11 +78,18 @@ def _launch_note(name: str) -> Path | None:
 def _mark_ready(ready: bool) -> None:
     """This process's ``ready-PID`` file in the launcher's folder (nothing elsewhere, or
     on another host, where the folder is absent)."""
-    path = _launch_note(f"ready-{os.getpid()}")
+    _mark("ready", ready)
+
+
+def _mark(what: str, present: bool = True) -> None:
+    """This process's file ``WHAT-PID`` in the launcher's folder: ``ready`` (its handlers
+    are in place), ``committed`` (the processes agreed to stop: the final checkpoint and
+    the exit follow, which a second signal does not cut short)."""
+    path = _launch_note(f"{what}-{os.getpid()}")
     if path is None:
         return
     try:
-        if ready:
+        if present:
             path.touch()
         else:
             path.unlink(missing_ok=True)
@@ -170,6 +177,7 @@ class Terminator:
         signal landing there killed the process (143; under mpirun the launcher then
         reported it for the whole job). ``SIG_IGN`` survives the finalisation."""
         self.committed = True
+        _mark("committed")  # (the launcher lets a committed stop finish)
         if threading.current_thread() is threading.main_thread():
             for s in self.signals:
                 signal.signal(s, signal.SIG_IGN)
@@ -281,6 +289,7 @@ class _CallTerminator(Terminator):
 
     def commit(self) -> None:
         self.committed = True
+        _mark("committed")
         if threading.current_thread() is threading.main_thread():
             for s in self.signals:
                 if s != signal.SIGINT:

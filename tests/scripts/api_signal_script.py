@@ -2,7 +2,8 @@
 [own]`` trains with ``resume="auto"`` in OUT and sends itself SIGNAL (SIGINT, SIGTERM or
 none; outside: sent by the test) when the record of round 20 is written (``slow``: half a
 second per record); ``own``: the script installs its own
-SIGTERM handler first (the call then leaves SIGTERM to it). Prints ``finally ran`` from
+SIGTERM handler first (the call then leaves SIGTERM to it); ``late``: it waits 60 s
+before the call (touching OUT.waiting), as a script importing a large library. Prints ``finally ran`` from
 its ``finally`` block and ``x <values>`` when the call returns. Under MPI (``mpi`` in
 argv) one node per rank."""
 import os
@@ -25,6 +26,11 @@ caught = []
 if "own" in sys.argv:
     signal.signal(signal.SIGTERM, lambda s, f: caught.append(s))
 mark = out + ".sent"
+if "late" in sys.argv:  # (no handler of ours yet: a signal now finds nothing to stop)
+    import time
+
+    open(out + ".waiting", "w").close()
+    time.sleep(60)
 
 
 def callback(record):  # (on the root) the signal, once, at round 20

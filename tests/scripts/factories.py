@@ -1,6 +1,7 @@
 """``--problem factories:NAME`` problem factories for tests (tests/scripts on PYTHONPATH):
 ``slow`` takes 4 s to build the quadratic problem, ``very_slow`` 60 s, ``exits`` calls
 sys.exit(0),
+``announcing`` is the quadratic problem touching $ROUNDS_STARTED once its rounds run,
 ``torch_without_validation`` is a TorchProblem without a validation set,
 ``torch_per_sample_loss`` one whose loss returns a value per sample."""
 import os
@@ -22,6 +23,31 @@ def very_slow(nodes, seed):
         open(os.environ["FACTORY_STARTED"], "a").close()
     time.sleep(float(os.environ.get("FACTORY_SLEEP", "60")))
     return quadratic(nodes, seed=seed)
+
+
+def announcing(nodes, seed):
+    """The quadratic problem (dim 50), whose gradient touches $ROUNDS_STARTED, when set,
+    from round 2 on: a test signals the run mid-way without waiting for a record."""
+    from mpi_teleport.problems.quadratic import Quadratic
+
+    class Announcing(Quadratic):
+        def gradient(self, nodes, x, t, out=None):
+            self.announce(t)
+            return super().gradient(nodes, x, t, out)
+
+        def gradient_columns(self, nodes, x, t, columns, *args, **kwargs):
+            self.announce(t)
+            return super().gradient_columns(nodes, x, t, columns, *args, **kwargs)
+
+        def announce(self, t):
+            path = os.environ.get("ROUNDS_STARTED")
+            if t >= 2 and path and not getattr(self, "_announced", False):
+                self._announced = True
+                open(path, "a").close()
+
+    problem = quadratic(nodes, seed=seed)
+    problem.__class__ = Announcing
+    return problem
 
 
 def exits(nodes, seed):
