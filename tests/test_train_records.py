@@ -118,6 +118,7 @@ def test_a_fixed_test_subsample_is_evaluated():
 def test_the_progress_bar_moves_every_round_with_the_training_loss(monkeypatch, capsys):
     clock = iter(range(10_000))  # a second passes between updates: none is held back
     monkeypatch.setattr(progress_mod.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(progress_mod, "is_terminal", lambda stream: True)  # (drawn in place)
     mt.teleportation(problem(), nodes=6, k=3, rounds=8, lr=0.1, log_every=4, progress=True)
     lines = capsys.readouterr().err.split("\r")
     for r in range(1, 9):

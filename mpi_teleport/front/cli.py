@@ -198,8 +198,9 @@ def progress_for(cfg, label: str, rank0: bool = True):
     """The bar of one run: shown on rank 0 with ``--progress on``, or ``auto`` when stderr
     is a terminal (its length is set when the run starts)."""
     from ..runtime.progress import Progress
+    from .prepare import shows_progress
 
-    show = rank0 and (cfg.progress == "on" or (cfg.progress == "auto" and sys.stderr.isatty()))
+    show = rank0 and shows_progress(cfg.progress)
     return Progress(label, show)
 
 

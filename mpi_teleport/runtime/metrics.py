@@ -144,8 +144,8 @@ class Recorder(Stopwatch):
             self.rounds_to_target = r
         if self.progress is not None:
             # (marked with its round: the bar shows it until the next evaluation)
-            self.progress.headline = (f"{self.problem.metric} "
-                                      f"{metrics[self.problem.metric]:.4g} @{r}")
+            self.progress.headline = f"{self.problem.metric} {metrics[self.problem.metric]:.4g}"
+            self.progress.headline_round = r
             loss = record.get("train_loss")
             self.progress.update(r, "" if loss is None else f"train loss {loss:.3g}",
                                  force=r == self.spec.rounds)

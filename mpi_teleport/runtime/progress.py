@@ -3,8 +3,10 @@
 While the bar is shown, what the script prints (``print``, ``sys.stderr.write``, and
 ``logging`` handlers writing to either stream) goes above it: the bar's line is cleared,
 the text written, and the bar drawn again below it, as tqdm's ``write`` does. The metric
-shown is marked with the round it was measured at (an evaluation may be many rounds old),
-and the ETA appears only once enough rounds have run for it to mean something."""
+shown is marked with the round it was measured at, and as stale once rounds have run since
+(an evaluation may be an epoch old), and the ETA appears only once enough rounds have run
+for it to mean something. Where the stream is not a terminal (a log file, a pipe) the bar
+is a plain line at most every :data:`NOT_A_TERMINAL_S` seconds, never a carriage return."""
 from __future__ import annotations
 
 import logging
@@ -14,6 +16,15 @@ from typing import Any
 
 # The ETA is shown once this share of the rounds has run and this many seconds passed.
 ETA_AFTER_SHARE, ETA_AFTER_S = 0.02, 2.0
+NOT_A_TERMINAL_S = 10.0  # a line at most this often where the stream is not a terminal
+
+
+def is_terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal (where a bar redrawn in place belongs)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # (no isatty; a closed stream)
+        return False
 
 
 class _AboveBar:
@@ -44,14 +55,18 @@ class _AboveBar:
 class Progress:
     _attached: list = []  # bars whose stream wrappers are in place
 
-    def __init__(self, label: str, enabled: bool, total: int = 1, stream=None):
+    def __init__(self, label: str, enabled: bool, total: int = 1, stream=None,
+                 terminal: bool | None = None):
         self.total = max(1, total)
         self.label = label
         self.enabled = enabled
         self.stream = stream or sys.stderr
+        # (not a terminal: a plain line now and then, nothing drawn in place)
+        self.terminal = is_terminal(self.stream) if terminal is None else terminal
         self.start = time.monotonic()
         self._last = 0.0
         self.headline = ""  # the latest evaluation's metric, shown beside the training loss
+        self.headline_round: int | None = None  # the round it was measured at
         self.drawn = ""  # the bar's text as last written ("" when not on screen)
         self.hidden = False  # cleared for a line the script is writing above it
         self._saved: dict | None = None  # the streams replaced while the bar is shown
@@ -60,7 +75,7 @@ class Progress:
         if not self.enabled:
             return
         now = time.monotonic()
-        if not force and now - self._last < 0.2:
+        if not force and now - self._last < (0.2 if self.terminal else NOT_A_TERMINAL_S):
             return
         self._last = now
         frac = min(1.0, done / self.total)
@@ -70,9 +85,17 @@ class Progress:
             eta = f"eta {elapsed / frac - elapsed:5.1f}s"
         else:
             eta = "eta   --  "  # (too early to mean anything)
-        self.drawn = (f"{self.label:<22} [{bar:<24}] {100 * frac:5.1f}% round {done}/{self.total}"
-                      f" {info}{' | ' if info and self.headline else ''}{self.headline}"
-                      f" {elapsed:6.1f}s {eta} ")
+        headline = self.headline
+        r = self.headline_round
+        if headline and r is not None:  # (its round; stale once the run has moved on)
+            headline += f" @{r}" + (f" (stale: {done - r} rounds old)" if done > r else "")
+        line = (f"{self.label:<22} [{bar:<24}] {100 * frac:5.1f}% round {done}/{self.total}"
+                f" {info}{' | ' if info and headline else ''}{headline}"
+                f" {elapsed:6.1f}s {eta} ")
+        if not self.terminal:
+            self._raw(line.rstrip() + "\n")
+            return
+        self.drawn = line
         self._attach()
         self._raw(f"\r{self.drawn}")
 
@@ -126,7 +149,7 @@ class Progress:
             bar._detach()
 
     def close(self) -> None:
-        if self.enabled:
+        if self.enabled and self.terminal:
             out = self._saved["stream"] if self._saved else self.stream
             self._detach()
             self.drawn = ""
