@@ -98,46 +98,61 @@ def test_sigkill_of_one_rank_ends_the_job_within_30_s(tmp_path, mpi_impl):
     assert not job_pythons(proc), "ranks left behind"
 
 
-@pytest.mark.parametrize("how", ["SIGTERM to every rank", "SIGUSR1 to mpirun"])
+# The logging rounds far apart (none in this run): the ranks' watch finds the signal
+# between them (runtime/stop_watch.py); factories:announcing says when the rounds run.
+WATCHED = ["-m", "mpi_teleport.run", "--problem", "factories:announcing", "--algorithm",
+           "teleportation", "--k", "2", "--rounds", "100000000", "--log-every", "100000000",
+           "--momentum", "0.5", "--seed", "5", "--progress", "off"]
+SCRIPTS = ROOT / "tests" / "scripts"
+
+
+@pytest.mark.parametrize("to", ["every rank", "one rank"])
 def test_signal_writes_a_complete_checkpoint_and_resume_equals_uninterrupted(tmp_path, mpi_impl, mpirun,
-                                                                            how):
-    """SIGTERM (what the scheduler sends) on the ranks, or SIGUSR1 on mpirun (what the job
-    scripts forward ahead of the time limit; mpirun passes it on): the ranks agree on a
-    round, write a final checkpoint, and all exit with status 75."""
+                                                                            monkeypatch, to):
+    """SIGTERM (what the scheduler sends) to every rank, or to one: however far the next
+    logging round, the ranks agree on one round within about a second, write a final
+    checkpoint, and the job ends with status 75 and rank 0's line alone (no banner of
+    the MPI's); resumed, it ends as the simulator's uninterrupted run."""
+    monkeypatch.setenv("PYTHONPATH", str(SCRIPTS))
+    monkeypatch.setenv("ROUNDS_STARTED", str(tmp_path / "started"))
     out = tmp_path / "run"
-    proc = start_mpi(4, [*LONG, "--out", str(out), "--checkpoint-every", "1000"], tmp_path, mpi_impl)
+    proc = start_mpi(4, [*WATCHED, "--out", str(out), "--checkpoint-every", "100000000"], tmp_path,
+                     mpi_impl)
     try:
-        wait_for(out / "metrics.jsonl")
-        if how.endswith("every rank"):
-            for pid in rank_pids(proc, 4):
-                os.kill(pid, signal.SIGTERM)
-        else:
-            rank_pids(proc, 4)  # (the ranks exist, so their handlers are about to be there)
-            time.sleep(1)
-            os.kill(proc.pid, signal.SIGUSR1)
+        wait_for(tmp_path / "started", timeout=120)
+        pids = rank_pids(proc, 4)
+        for pid in pids if to == "every rank" else pids[2:3]:
+            os.kill(pid, signal.SIGTERM)
         status, err = finish(proc, tmp_path, timeout=60)
     finally:
         kill_job(proc)
     assert status == 75, err[-3000:]
-    name = "SIGTERM" if "SIGTERM" in how else "SIGUSR1"
-    ours = [line for line in err.splitlines() if "mpi_teleport.run: stopped by" in line]
-    assert len(ours) == 1 and f"stopped by {name} at round" in ours[0], err[-3000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "mpi_teleport.run: stopped by SIGTERM at round" in lines[0], err[-3000:]
     path, manifest = checkpoint.locate(out)
     assert manifest["reason"] == "signal" and sorted(p.name for p in path.iterdir()) == [
         ".run_id", "MANIFEST.json", "token-000000.npz", "token-000001.npz"]
     r = manifest["round"]
-    assert r % 20 == 0  # the agreement happens at logging (and checkpoint) rounds
-    assert read_jsonl(out / "metrics.jsonl")[-1]["round"] == r
     # resume for 100 more rounds: equal to an uninterrupted run (the simulator's)
     rest = mpirun(4, ["-m", "mpi_teleport.run", "--resume", str(out), "--rounds", str(r + 100)], timeout=180)
     assert rest.returncode == 0, rest.stderr
-    common = [a for a in LONG[1:] if a != "mpi_teleport.run"]
-    i = common.index("--rounds")
-    common[i + 1] = str(r + 100)
+    common = [a for a in WATCHED[1:] if a != "mpi_teleport.run"]
+    common[common.index("--rounds") + 1] = str(r + 100)
+    monkeypatch.syspath_prepend(str(SCRIPTS))
     assert sim_main(["--nodes", "4", *common, "--out", str(tmp_path / "sim")]) == 0
     got = [(x["round"], x["error"], x["consensus"]) for x in read_jsonl(out / "metrics.jsonl")]
     ref = [(x["round"], x["error"], x["consensus"]) for x in read_jsonl(tmp_path / "sim" / "metrics.jsonl")]
-    assert got == ref
+    assert got == ref and got[-1][0] == r + 100
+
+
+def test_a_refusal_every_rank_makes_is_one_line_under_plain_mpirun(mpirun):
+    """No MPI_Abort and no banner of the MPI's after a refusal every rank knows: the ranks
+    finalise and leave in order (runtime/leaving.py), so plain mpirun prints the line alone."""
+    proc = mpirun(4, ["-m", "mpi_teleport.run", "--k", "0"], timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        "mpirun -n N python -m mpi_teleport.run: error: --k must be at least 1 (one active "
+        "node), got 0"], proc.stderr[-3000:]
 
 
 def test_one_rank_is_refused(mpirun, tmp_path):
