@@ -35,8 +35,18 @@ def flatten(record: dict) -> dict:
 
 
 class CsvWriter:
-    """``callback`` writing each record as a CSV row to ``path``. The columns are every
-    key seen so far: a record with a new one (round 1 brings ``train_loss``; with
+    """A ``callback`` writing each record as a CSV row to ``path``.
+
+    >>> import csv, tempfile
+    >>> import mpi_teleport as mt
+    >>> from mpi_teleport.problems.quadratic import Quadratic
+    >>> path = tempfile.mkdtemp() + "/records.csv"
+    >>> _ = mt.teleportation(Quadratic(n=8, d=3), nodes=8, k=2, rounds=20, lr=0.1,
+    ...                      callback=mt.CsvWriter(path))
+    >>> [row["round"] for row in csv.DictReader(open(path))]
+    ['0', '10', '20']
+
+    The columns are every key seen so far: a record with a new one (round 1 brings ``train_loss``; with
     ``eval_every`` the first evaluated record may come later) rewrites the file with the
     wider header, missing values left empty. The file is flushed after every row, so it
     can be followed while the run goes on."""

@@ -54,8 +54,14 @@ def rank() -> int:
 
 
 def on_root() -> bool:
-    """True in the one process that should print and save: rank 0 of the job a launcher
-    started, or the only process. ``if mt.on_root(): torch.save(...)``."""
+    """True in the one process that should print and save: rank 0 of a launched job.
+
+    >>> import mpi_teleport as mt
+    >>> mt.on_root()  # (one process, not under a launcher: it is the root)
+    True
+
+    Rank 0 of the job a launcher started, or the only process: ``if mt.on_root():
+    torch.save(...)``."""
     return rank() == 0
 
 
