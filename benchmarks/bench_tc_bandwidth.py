@@ -132,6 +132,8 @@ def connect(port):
                 s = socket.create_connection((addr, port)); break
             except OSError:
                 time.sleep(0.05)
+        else:
+            raise SystemExit(f"client: cannot connect to {addr}:{port}")
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
 """
@@ -200,21 +202,35 @@ def _tcp_pair(script: str, nbytes: int, count: int, *extra: str, timeout: float 
 # without MPI). Every message is stamped on the monotonic clock, which the bed's hosts
 # share (one kernel): ("send", round, src, dst, called, returned) and ("recv", round, src,
 # dst, first byte, last byte). Rank 0 prints the seconds per round of rounds WARM..; every
-# rank prints "EV" and its stamps as JSON.
+# rank prints "EV" and its stamps as JSON. Each listens on a port the system gives it and
+# says which in PORTS/port-RANK (a folder every process sees: the bed's hosts share the
+# file system), so no fixed port can be taken by another job.
 TCP_ROUNDS = r"""
-import json, socket, struct, sys, threading, time
+import json, os, socket, struct, sys, threading, time
 rank, n, per_host, nbytes, warm = (int(a) for a in sys.argv[1:6])
-plan, hosts = json.loads(sys.argv[6]), sys.argv[7].split(",")
+plan, hosts, ports = json.loads(sys.argv[6]), sys.argv[7].split(","), sys.argv[8]
 addr = lambda r: hosts[r // per_host]
 conns, stamps = {}, []
-ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind((addr(rank), 48100 + rank)); ls.listen(n)
+ls = socket.socket(); ls.bind((addr(rank), 0)); ls.listen(n)
+with open(os.path.join(ports, f".port-{rank}"), "w") as f:
+    f.write(str(ls.getsockname()[1]))
+os.replace(os.path.join(ports, f".port-{rank}"), os.path.join(ports, f"port-{rank}"))
+def port(p):
+    for _ in range(1200):
+        try:
+            with open(os.path.join(ports, f"port-{p}")) as f:
+                return int(f.read())
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"rank {rank}: rank {p} never said which port it listens on")
 for p in range(rank):  # connect to the lower ranks, accept the higher
     for _ in range(400):
         try:
-            s = socket.create_connection((addr(p), 48100 + p)); break
+            s = socket.create_connection((addr(p), port(p))); break
         except OSError:
             time.sleep(0.05)
+    else:
+        raise SystemExit(f"rank {rank}: cannot connect to rank {p} at {addr(p)}:{port(p)}")
     s.sendall(struct.pack("i", rank)); conns[p] = s
 for _ in range(n - 1 - rank):
     s = ls.accept()[0]; conns[struct.unpack("i", s.recv(4, socket.MSG_WAITALL))[0]] = s
@@ -257,11 +273,13 @@ def tcp_rounds(plan: list, nbytes: int, warm: int, ranks: int = 4) -> tuple[floa
     """:data:`TCP_ROUNDS` of ``plan`` on the bed (``ranks`` processes spread evenly over its
     hosts): seconds per round of rounds warm.., and every process's stamps."""
     per_host = ranks // len(HOSTS)
-    procs = [subprocess.Popen([*BED, "exec", HOSTS[r // per_host], sys.executable, "-c", TCP_ROUNDS,
-                               str(r), str(ranks), str(per_host), str(nbytes), str(warm),
-                               json.dumps(plan), ",".join(HOSTS)], stdout=subprocess.PIPE, text=True)
-             for r in range(ranks)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
+    with tempfile.TemporaryDirectory(prefix="tcp-rounds-ports-") as ports:
+        procs = [subprocess.Popen([*BED, "exec", HOSTS[r // per_host], sys.executable, "-c",
+                                   TCP_ROUNDS, str(r), str(ranks), str(per_host), str(nbytes),
+                                   str(warm), json.dumps(plan), ",".join(HOSTS), ports],
+                                  stdout=subprocess.PIPE, text=True)
+                 for r in range(ranks)]
+        outs = [p.communicate(timeout=600)[0] for p in procs]
     if any(p.returncode for p in procs):
         raise RuntimeError(f"plain-TCP rounds failed: statuses {[p.returncode for p in procs]}")
     stamps = [s for o in outs for line in o.splitlines() if line.startswith("EV ") for s in json.loads(line[3:])]

@@ -151,12 +151,14 @@ def test_plain_tcp_rounds_move_every_message_of_the_plan_in_its_round(tmp_path):
     # TCP_ROUNDS without the bed: 4 processes on this machine's loopback ("hosts" 0 and 1
     # both 127.0.0.1), the plan's first 8 rounds; every message is stamped once, in its
     # round, the receive ends after the send was called, and a round's senders start only
-    # after their previous round (the chain)
+    # after their previous round (the chain). Each process listens on a port the system
+    # gives it (no fixed port another job may hold) and says which in tmp_path.
     import subprocess
 
     plan = bench.round_pairs("teleportation-4-k2", 4, DIM, 0, 8)
     procs = [subprocess.Popen([sys.executable, "-c", bench.TCP_ROUNDS, str(r), "4", "2", "4096", "2",
-                               json.dumps(plan), "127.0.0.1,127.0.0.1"], stdout=subprocess.PIPE, text=True)
+                               json.dumps(plan), "127.0.0.1,127.0.0.1", str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
              for r in range(4)]
     outs = [p.communicate(timeout=60)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0]
@@ -172,6 +174,25 @@ def test_plain_tcp_rounds_move_every_message_of_the_plan_in_its_round(tmp_path):
         for s, d in plan[t]:  # s received in round t - 1 (it held then) before it sends now
             before = [done[m] for m in done if m[0] == t - 1 and m[2] == s]
             assert all(sent[t, s, d] >= b for b in before)
+
+
+def test_plain_tcp_rounds_say_in_one_line_when_a_peer_cannot_be_reached(tmp_path):
+    """A rank whose peer said a port nobody listens on ends with one line naming it (not a
+    NameError); the port is one the system just gave out and took back."""
+    import socket
+    import subprocess
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    closed = probe.getsockname()[1]
+    probe.close()
+    (tmp_path / "port-0").write_text(str(closed))
+    script = bench.TCP_ROUNDS.replace("range(400)", "range(3)")  # (give up at once)
+    proc = subprocess.run([sys.executable, "-c", script, "1", "2", "1", "64", "0", "[[]]",
+                           "127.0.0.1,127.0.0.1", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1 and "NameError" not in proc.stderr
+    assert proc.stderr.strip() == f"rank 1: cannot connect to rank 0 at 127.0.0.1:{closed}"
 
 
 def test_the_trace_reads_rounds_in_message_times():
