@@ -60,6 +60,27 @@ def device_generators(torch, device) -> list:
 class TorchProblem:
     """A torch model trained over ``nodes`` nodes, each holding its share of the data.
 
+    >>> import numpy as np, torch
+    >>> from mpi_teleport.problems.torch_problem import TorchProblem
+    >>> gen = np.random.default_rng(0)
+    >>> X = gen.standard_normal((200, 4)).astype(np.float32)
+    >>> y = (X[:, 0] > 0).astype(np.int64)
+    >>> def mlp():
+    ...     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
+    ...                                torch.nn.Linear(8, 2))
+    >>> p = TorchProblem(mlp, (X, y), nodes=4, seed=1, test=(X[:50], y[:50]),
+    ...                  validation_fraction=0.1, batch_size=16)
+    >>> p.dim, p.n_train
+    (58, 180)
+    >>> x = np.stack([p.initial()] * 2)
+    >>> g = p.gradient([0, 3], x, t=0)
+    >>> np.array_equal(g[1:], p.gradient([3], x[1:], t=0))
+    True
+    >>> sorted(p.evaluate(x))
+    ['accuracy', 'consensus', 'loss']
+    >>> type(p.module(x[0])).__name__
+    'Sequential'
+
     Implements :class:`mpi_teleport.problem.Problem` (with ``validate``, ``after_step``,
     ``training_metrics``, ``n_train``, ``reached``, ``finite`` and ``describe``); see the
     module docstring.
@@ -164,29 +185,6 @@ class TorchProblem:
         depend on the threads each process gets (a LeNet gradient differs in the last
         bits between 1 and 2 threads) and the simulator no longer equals MPI bit for
         bit. An integer fixes the count; None leaves torch's settings alone.
-
-    Examples
-    --------
-    >>> import numpy as np, torch
-    >>> from mpi_teleport.problems.torch_problem import TorchProblem
-    >>> gen = np.random.default_rng(0)
-    >>> X = gen.standard_normal((200, 4)).astype(np.float32)
-    >>> y = (X[:, 0] > 0).astype(np.int64)
-    >>> def mlp():
-    ...     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
-    ...                                torch.nn.Linear(8, 2))
-    >>> p = TorchProblem(mlp, (X, y), nodes=4, seed=1, test=(X[:50], y[:50]),
-    ...                  validation_fraction=0.1, batch_size=16)
-    >>> p.dim, p.n_train
-    (58, 180)
-    >>> x = np.stack([p.initial()] * 2)
-    >>> g = p.gradient([0, 3], x, t=0)
-    >>> np.array_equal(g[1:], p.gradient([3], x[1:], t=0))
-    True
-    >>> sorted(p.evaluate(x))
-    ['accuracy', 'consensus', 'loss']
-    >>> type(p.module(x[0])).__name__
-    'Sequential'
     """
 
     dtype = np.float32
