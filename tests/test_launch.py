@@ -276,7 +276,8 @@ def test_a_missing_module_is_one_line_exit_2_as_a_missing_script_is(tmp_path):
     assert [launch.module_exists(m) for m in ("mine", "mine.train", "mine.nope", "json.decoder", "a-b")] == \
         [False, False, False, True, False]  # (tmp_path is not this process's folder)
     status, shown, err = shown_command(tmp_path, "-m", "mine.train", "--lr", "1")
-    assert status == 0 and shown.endswith("-m mpi4py -m mine.train --lr 1    (openmpi)"), err
+    assert status == 0 and shown.endswith("-m mpi_teleport.script_runner -m mine.train --lr 1    "
+                                          "(openmpi)"), err
     status, shown, err = shown_command(tmp_path, "-m", "mine.nope")
     assert status == 2 and "-m mine.nope: no such module" in err
 
@@ -414,8 +415,8 @@ def test_a_signal_to_launch_stops_every_rank_at_one_round_and_resuming_ends_as_u
 
 
 @pytest.mark.parametrize("name, what, mpi", [
-    ("SIGHUP", "command line, ranks starting", "openmpi"),
     ("SIGTERM", "command line, ranks building the problem", "openmpi"),
+    ("SIGHUP", "script, ranks importing", "openmpi"),
     ("SIGINT", "script, ranks importing", "mpich"),
 ])
 def test_a_signal_to_launch_before_round_0_ends_at_once_in_one_line(tmp_path, name, what, mpi):
@@ -430,17 +431,12 @@ def test_a_signal_to_launch_before_round_0_ends_at_once_in_one_line(tmp_path, na
     if "script" in what:  # (it waits before its call, as one importing torch)
         argv, ready = [str(ROOT / "tests/scripts/api_signal_script.py"), str(out), "outside",
                        "mpi", "late"], tmp_path / "run.waiting"
-    elif "problem" in what:
+    else:
         argv, ready = ["--", "--problem", "factories:very_slow", "--rounds", "100", "--out",
                        str(out)], tmp_path / "started"
-    else:
-        argv, ready = ["--", *WATCHED, "--rounds", "100", "--out", str(out)], None
     proc = _launch(impl, argv, tmp_path, FACTORY_STARTED=str(tmp_path / "started"))
     try:
-        _wait_for(ready or tmp_path / "launch.err", proc)
-        if ready is None:  # (the launcher's command line is out: the ranks are starting)
-            while not (tmp_path / "launch.err").read_bytes().startswith(b"+ "):
-                pass
+        _wait_for(ready, proc)
         proc.send_signal(getattr(signal, name))
     finally:
         status, lines, raw = _ended(proc, tmp_path, timeout=60)
