@@ -22,7 +22,7 @@ def test_public_surface_is_short_and_documented():
                                "EvalMetric", "Result", "UsageError", "NonFiniteError",
                                "OutputError", "CsvWriter", "TensorBoardWriter",
                                "Records", "Checkpoints", "Latency", "rounds_per_epoch",
-                               "on_root", "Stopped"}
+                               "on_root", "Stopped", "add_arguments"}
     for name in ("teleportation", "dsgd", "search_k"):
         doc = getattr(mt, name).__doc__
         assert "Parameters" in doc or "Parameters are" in doc

@@ -150,7 +150,7 @@ class Logging:
                 or self.ends_epochs(rel, self.eval_every_epochs))
 
 
-def epoch_position(r: int, n_train: int, samples: int) -> dict:
+def epoch_position(r: int, n_train: int, samples: int) -> dict[str, int | bool]:
     """Where round r (r >= 1: its batches drawn) stands in the epochs as a plain loop
     counts them: ``train_epoch``, the epoch (from 1) its batches belong to;
     ``epoch_step``, the step (from 1) within it; ``epoch_end``, whether it completes that

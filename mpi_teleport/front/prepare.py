@@ -40,7 +40,7 @@ from . import resume as resume_rules
 from .build import _value, active_nodes, group, record, spec_of
 from .loop_options import step_rule
 from .report import leg_dir, out_dir, runs_requested
-from .settings import Values, checkpoint_policy, default_logging, defaults, setting
+from .settings import Values, checkpoint_policy, default_logging, defaults, rows, setting
 
 
 @dataclass(frozen=True)
@@ -416,23 +416,26 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
                  resume_from=job.out if named else None)
 
 
+_AT_EPOCH_ENDS = ("logging.every_epochs", "logging.eval_every_epochs")  # (the rows counting
+# epochs; each named as its rounds' row with _epochs)
+
+
 def epoch_span(values: Values, problem) -> tuple[int, int] | None:
     """(n_train, samples the active nodes draw a round) of a problem that knows its
     epochs (a TorchProblem), which says where its epochs end; None for another problem,
-    where ``log_every_epochs`` is refused in one line."""
+    where a record counted in epochs is refused in one line."""
     n_train, batch = getattr(problem, "n_train", None), getattr(problem, "batch_size", None)
     if n_train and batch and values.get("k") != "auto" and values.algorithm != "search":
         return int(n_train), int(batch) * active_nodes(values)
-    given = [row for row in ("log_every_epochs", "eval_every_epochs")
-             if values.get(row) is not None]
+    given = [row.name for row in rows() if row.where in _AT_EPOCH_ENDS
+             and values.get(row.name) is not None]
     if given:
         name = values.naming.name
         why = ("Algorithm 2's phases count their own rounds"
                if values.get("k") == "auto" or values.algorithm == "search" else
                f"{type(getattr(problem, 'problem', problem)).__name__} does not know its "
                f"epochs (n_train, batch_size)")
-        instead = "log_every" if given[0] == "log_every_epochs" else "eval_every"
-        raise UsageError(f"{name(given[0])}: {why}; use {name(instead)}")
+        raise UsageError(f"{name(given[0])}: {why}; use {name(given[0][:-len('_epochs')])}")
     return None
 
 

@@ -127,12 +127,11 @@ def settings_from_args(argv, toml=None, *, problem: Any, comm: Any = None,
     from . import cli
 
     parser = cli.build_parser("mpi_teleport", "")
+    refused: str | None = None
     try:
         raw, rest = cli.raw_of(parser, cli.with_config(argv, toml), known_only)
     except UsageError as exc:  # (every process refuses alike: the same flags)
         raw, rest, refused = {}, [], str(exc)
-    else:
-        refused = None
     settings = settings_of(raw, problem=problem, comm=comm, refused=refused, **overrides)
     return (settings, rest) if known_only else settings
 
@@ -141,8 +140,9 @@ def settings_from_namespace(args: argparse.Namespace, *, problem: Any, comm: Any
                             **overrides: Any):
     """``RunSettings.from_namespace``: the namespace of a parser given
     :func:`add_arguments`, through :func:`settings_of`."""
+    refused: str | None = None
     try:
-        raw, refused = raw_of_namespace(args), None
+        raw = raw_of_namespace(args)
     except UsageError as exc:
         raw, refused = {}, str(exc)
     return settings_of(raw, problem=problem, comm=comm, refused=refused, **overrides)
