@@ -103,6 +103,14 @@ ROWS = [
      "eval_every_epochs= needs a problem that knows n_train and batch_size"),
     ("eval-every-epochs-and-rounds", "teleportation", dict(eval_every_epochs=1.0, eval_every=2),
      "give eval_every= (rounds) or eval_every_epochs= (epochs), not both"),
+    # records at epoch ends (issue 57)
+    ("log-every-epochs-zero", "teleportation", dict(log_every_epochs=0),
+     "log_every_epochs must be at least 1, got 0"),
+    ("log-every-epochs-numpy", "dsgd", dict(log_every_epochs=1),
+     "log_every_epochs: Quadratic does not know its epochs (n_train, batch_size); use "
+     "log_every"),
+    ("log-every-epochs-in-records", "teleportation", dict(records=mt.Records(every_epochs=0)),
+     "log_every_epochs must be at least 1, got 0"),
 ]
 
 
