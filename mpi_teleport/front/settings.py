@@ -447,7 +447,7 @@ SETTINGS: tuple[Setting, ...] = (
             where="plan.start", built=True),  # (the round it resumes: every rank's same)
     Setting("elastic", False, "bool", "MPI: go on with the surviving nodes when ranks die "
             "(needs ULFM: Open MPI under mpirun --with-ft ulfm, which python -m "
-            "mpi_teleport.launch adds); Teleportation or DSGD, per-round executor "
+            "mpi_teleport.launch adds); Teleportation or DSGD, the compiled rounds "
             "(mpi_teleport/DESIGN.md §11)",
             resume=False, where="elastic"),  # (the manifest's losses, not the flag, decide who is left out)
     Setting("fail", None, "fails", "simulator: node NODE is lost at the start of round ROUND "
