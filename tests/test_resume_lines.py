@@ -75,3 +75,16 @@ def test_resume_auto_continues_only_a_run_of_the_same_length(tmp_path, capsys):
     # asked: it continues the trial to the new length
     assert sim_main([*CLI, "--rounds", "6", "--out", run, "--resume", run]) == 0
     assert lines(capsys) == [f"extending {run}: it ended at round 1; running it on to round 6"]
+
+
+def test_a_run_stopped_at_its_target_is_returned_and_one_that_missed_it_extended(tmp_path,
+                                                                                  capsys):
+    flags = [*CLI, "--stop-at-target", "--lr", "0.05", "--log-every", "1", "--rounds", "40"]
+    hit, missed = str(tmp_path / "hit"), str(tmp_path / "missed")
+    assert sim_main([*flags, "--target", "0.5", "--out", hit]) == 0
+    assert sim_main([*flags, "--target", "0.5", "--out", hit, "--resume", hit]) == 0
+    assert sim_main([*flags[:-1], "6", "--target", "1e-30", "--out", missed]) == 0
+    assert sim_main([*flags[:-1], "9", "--target", "1e-30", "--out", missed,
+                     "--resume", missed]) == 0
+    assert lines(capsys) == [f"{hit} stopped at its target at round 6: returning it",
+                             f"extending {missed}: it ended at round 6; running it on to round 9"]

@@ -86,8 +86,7 @@ class Keeper:
         """The rounds left of [start, stop): none after the final checkpoint of a run that
         stopped at its target (--stop-at-target)."""
         m = self.plan.manifest
-        stopped = bool(m and m.get("final") and self.logging.stop_at_target
-                       and (m.get("recorder") or {}).get("rounds_to_target") is not None)
+        stopped = bool(m and self._stopped_at_target(m))
         return range(stop, stop) if stopped else range(min(max(start, self.start), stop), stop)
 
     def restore(self):
@@ -132,8 +131,13 @@ class Keeper:
     def _finished(self, m: dict) -> bool:
         """Whether the checkpoint ends this run: its last round, or a stop at the target
         that this run keeps."""
-        return int(m["round"]) >= self.spec.total_rounds or bool(
-            m.get("final") and self.logging.stop_at_target)
+        return int(m["round"]) >= self.spec.total_rounds or self._stopped_at_target(m)
+
+    def _stopped_at_target(self, m: dict) -> bool:
+        """The checkpoint is the final one of a run that stopped at its target, and this run
+        keeps that stop (a run that ended without reaching it runs on when given more)."""
+        return bool(m.get("final") and self.logging.stop_at_target
+                    and (m.get("recorder") or {}).get("rounds_to_target") is not None)
 
     def gate(self) -> None:
         """Before the first round (a collective, in place of a barrier): a signal caught
