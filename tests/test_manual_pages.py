@@ -95,3 +95,15 @@ def test_no_user_page_holds_issue_numbers_hashes_or_lab_notes():
     found = [f for page in user_pages() for path in with_includes(page) for f in findings(path)]
     assert not found, ("pages of the manual are for readers (history goes in CHANGELOG.md, "
                        "dated reports in benchmarks/results/):\n" + "\n".join(found))
+
+
+def test_the_concepts_figures_are_the_ones_the_build_draws():
+    """Every figure a Concepts page shows is one docs/concepts/figures.py draws (the build
+    runs it: docs/_ext/commands.py), from the package's schedule and topologies."""
+    script = (MANUAL / "concepts" / "figures.py").read_text(encoding="utf-8")
+    drawn = set(re.findall(r'out / "([\w.-]+\.png)"', script))
+    shown = {m for page in (MANUAL / "concepts").glob("*.md")
+             for m in re.findall(r"\]\(_figures/([\w.-]+\.png)\)", page.read_text(encoding="utf-8"))}
+    assert shown and shown <= drawn, f"shown but not drawn: {sorted(shown - drawn)}"
+    assert "schedule.holders" in script and "topology.mixing" in script
+    assert "_draw_figures" in (MANUAL / "_ext" / "commands.py").read_text(encoding="utf-8")
