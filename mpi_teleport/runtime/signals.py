@@ -15,13 +15,19 @@ and SIGUSR1 (``#SBATCH --signal=B:USR1@60`` forwarded by the job scripts, or ``k
 ``srun`` is harmless; once the ranks have agreed to stop, further signals are absorbed
 until the process exits, see :meth:`Terminator.commit`; during the set-up, building the
 problem is cut short at once, see :func:`interruptible`). The ranks agree on the flag by an Allreduce(MAX) of one integer at
-each logging round and each checkpoint round, where a collective happens anyway; then
-every rank stops at the same round, the run writes a final checkpoint (if it has a
-checkpoint directory), rank 0 prints one line, and every rank exits with status 75
-(:data:`EXIT_CHECKPOINTED`, EX_TEMPFAIL: "stopped early, resume me"). The reaction time
-is at most min(--log-every, --checkpoint-every) rounds plus one checkpoint write; the
-cost is one 8-byte Allreduce per logging round, next to the Gatherv of the token rows
-that logging already does.
+each logging round and each checkpoint round, where a collective happens anyway, and in
+between through the non-blocking reduction of :mod:`~mpi_teleport.runtime.stop_watch`;
+then every rank stops at the same round, within about a second of the signal whatever
+``--log-every`` is, the run writes a final checkpoint (if it has a checkpoint
+directory), rank 0 prints one line, and the job exits with status 75
+(:data:`EXIT_CHECKPOINTED`, EX_TEMPFAIL: "stopped early, resume me"; the ranks leave in
+order, :mod:`~mpi_teleport.runtime.leaving`).
+
+**Under the launcher** (``python -m mpi_teleport.launch``) the user's SIGTERM, SIGINT or
+SIGHUP reaches the ranks as SIGUSR1, the one signal every MPI's launcher passes on; the
+handler reads the signal's name the launcher left (:func:`sent_to_launcher`), so the stop
+is the one the user asked for (a SIGINT is a Ctrl-C) and its line names it. Each process
+tells the launcher when its handlers are in place, and when it has agreed to stop.
 
 **Ctrl-C** (SIGINT) is caught the same way: the run stops at the agreed round, writes its
 final checkpoint, prints one line, exit status 75 (130 with nowhere to write). A *second*
