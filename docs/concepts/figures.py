@@ -63,10 +63,12 @@ def _nodes(ax, pos, fill: dict[int, str], labels: dict[int, str], names: bool = 
         if i in labels:
             ax.text(x, y, labels[i], ha="center", va="center", color="white", fontsize=10,
                     fontweight="bold", zorder=4)
-        if names:
-            r = math.hypot(x, y) or 1.0
-            ax.text(x * (1 + 0.3 / r), y * (1 + 0.3 / r), f"node {i}", ha="center",
-                    va="center", fontsize=7, color="#4a5568")
+        if names:  # beside the node, away from the centre
+            side = "left" if x > 0.3 else "right" if x < -0.3 else "center"
+            dx = 0.17 if x > 0.3 else -0.17 if x < -0.3 else 0.0
+            dy = 0.0 if side != "center" else (0.22 if y > 0 else -0.22)
+            ax.text(x + dx, y + dy, f"node {i}", ha=side, va="center", fontsize=7,
+                    color="#4a5568")
 
 
 def _patch(x, y, colour):
@@ -83,8 +85,8 @@ def _arrow(ax, a, b, colour, both=False, rad=0.0, lw=1.4, style="-|>") -> None:
                                  connectionstyle=f"arc3,rad={rad}", zorder=2))
 
 
-def _frame(ax, title: str) -> None:
-    ax.set_xlim(-1.45, 1.45)
+def _frame(ax, title: str, width: float = 1.45) -> None:
+    ax.set_xlim(-width, width)
     ax.set_ylim(-1.45, 1.45)
     ax.set_aspect("equal")
     ax.axis("off")
@@ -97,7 +99,7 @@ def rounds(out: Path, n: int = 8, k: int = 3, count: int = 3, name: str = "ring"
     plt = _plt()
     pos = _circle(n)
     held = [schedule.holders(SEED, n, k, t) for t in range(count)]
-    fig, axes = plt.subplots(1, 2 * count - 1, figsize=(2.6 * (2 * count - 1), 3.2))
+    fig, axes = plt.subplots(1, 2 * count - 1, figsize=(3.0 * (2 * count - 1), 3.3))
     for t in range(count):
         ax = axes[2 * t]
         holder = held[t]
@@ -106,7 +108,7 @@ def rounds(out: Path, n: int = 8, k: int = 3, count: int = 3, name: str = "ring"
             if m < j or (j, m) not in _edges(name, k, t):
                 _arrow(ax, pos[holder[m]], pos[holder[j]], "#718096",
                        both=(j, m) in _edges(name, k, t), rad=0.15)
-        _frame(ax, f"round {t}: SGD step, then gossip\n({name} over the {k} tokens)")
+        _frame(ax, f"round {t}: SGD step, then gossip\n({name} over the {k} tokens)", 1.8)
         if t + 1 < count:
             ax = axes[2 * t + 1]
             nxt = held[t + 1]
@@ -116,7 +118,7 @@ def rounds(out: Path, n: int = 8, k: int = 3, count: int = 3, name: str = "ring"
             for m in range(k):
                 if holder[m] != nxt[m]:
                     _arrow(ax, pos[holder[m]], pos[nxt[m]], NEXT, rad=0.2)
-            _frame(ax, f"hand-over, round {t} -> {t + 1}:\neach token to its next holder")
+            _frame(ax, f"hand-over, round {t} -> {t + 1}:\neach token to its next holder", 1.8)
     fig.text(0.5, 0.02, f"n = {n} nodes, k = {k} active; a number is the token a node holds "
                         f"(black: active this round, blue: the next round's holders; seed {SEED})",
              ha="center", fontsize=8)
