@@ -323,13 +323,16 @@ def not_rebuildable(saved: dict) -> str | None:
         return f"its step size is {_short(lr)}"
     if isinstance(topology, str) and topology.startswith("custom:"):
         return f"its topology is a Python function ({topology[7:]})"
-    if saved.get("optimizer") and optimizer_flags(saved["optimizer"],
-                                                  saved.get("optimizer_args")) is None:
+    flags = saved.get("optimizer") and optimizer_flags(saved["optimizer"],
+                                                       saved.get("optimizer_args"))
+    if saved.get("optimizer") and (flags is None or (  # (numpy's: the three by name)
+            saved.get("problem") == "quadratic" and flags["optimizer"] not in _BY_NAME)):
         return f"its optimizer is {str(saved['optimizer']).split('(')[0]} (optimizer=)"
     return None
 
 
 _OPTIMIZER_FLAGS = {"SGD": "sgd", "Adam": "adam", "AdamW": "adamw"}
+_BY_NAME = frozenset(_OPTIMIZER_FLAGS.values())  # (the three the package steps itself)
 
 
 def _in_torch_optim(name: str) -> bool:
