@@ -11,7 +11,8 @@ MPI_ALLOWED = {"mpi_teleport.runtime.transport", "mpi_teleport.run", "mpi_telepo
                "mpi_teleport.examples.logistic", "mpi_teleport.examples.custom_model",
                "mpi_teleport.examples.ported_script",
                "mpi_teleport.examples.mnist_port",  # (entry points: --mpi)
-               "mpi_teleport.runtime.launched"}  # (comm="auto": the script's COMM_WORLD, for it)
+               "mpi_teleport.runtime.launched",  # (comm="auto": the script's COMM_WORLD, for it)
+               "mpi_teleport.script_runner"}  # (the launcher's entry point for scripts)
 # Leaf modules: they import nothing of the package.
 LEAVES = {"mpi_teleport.errors"}
 

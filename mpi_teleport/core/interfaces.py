@@ -107,6 +107,10 @@ class TokenTransport(Protocol):
     def agree_max(self, value: int) -> int:
         """The largest ``value`` over the ranks, on every rank."""
 
+    def agree_max_start(self, values: list[int]) -> Any:
+        """The elementwise largest of ``values`` over the ranks, begun without waiting: a
+        handle whose ``wait()`` gives the list (the stop watch, runtime/stop_watch.py)."""
+
     def reduce_max(self, value: float) -> float | None:
         """The largest ``value`` over the ranks on rank 0 (None elsewhere)."""
 

@@ -31,7 +31,7 @@ def leave_together(status: int) -> None:
     world = _world()
     if world is None or world.Get_size() == 1 or status == 0:
         sys.exit(status)
-    from mpi4py import MPI
+    MPI = sys.modules["mpi4py.MPI"]  # (imported: _world found it initialised)
 
     rank, here = world.Get_rank(), MPI.Get_processor_name()
     peers = world.gather((here, os.getpid()), root=0)
