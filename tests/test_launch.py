@@ -376,7 +376,8 @@ def _wait_for(path, proc, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("name, mpi", [("SIGTERM", "openmpi"), ("SIGHUP", "mpich")])
+@pytest.mark.parametrize("name, mpi", [("SIGTERM", "openmpi"), ("SIGHUP", "mpich"),
+                                       ("SIGINT", "intelmpi")])
 def test_a_signal_to_launch_stops_every_rank_at_one_round_and_resuming_ends_as_uninterrupted(
         tmp_path, monkeypatch, name, mpi):
     import signal
