@@ -66,6 +66,13 @@ def test_the_packages_flags_join_a_scripts_parser():
     mt.add_arguments(prefixed, prefix="mt")
     args = prefixed.parse_args(["--lr", "0.5", "--mt-lr", "0.25", "--mt-k", "2"])
     assert (args.lr, args.mt_lr, args.mt_k) == (0.5, 0.25, "2")
+    # --rounds given beats the script's --epochs left at its default; given, --epochs wins
+    for argv, rounds in ((["--rounds", "3"], 3), (["--rounds", "3", "--epochs", "1"], 6)):
+        parser = script_parser()
+        mt.add_arguments(parser)
+        settings = mt.RunSettings.from_namespace(parser.parse_args([*RUN, *argv]),
+                                                 problem=problem())
+        assert settings.spec.rounds == rounds
     with pytest.raises(mt.UsageError, match="^RunSettings.from_namespace: the namespace was not"):
         mt.RunSettings.from_namespace(argparse.Namespace(lr=1.0), problem=problem())
 

@@ -68,13 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str | None = None,
                                       "(python -m mpi_teleport.sim --help)")
     known = parser._option_string_actions  # (argparse's own map of the flags it has)
     added: dict[str, str] = {}
-    shared: dict[str, str] = {}
+    shared: dict[str, tuple[str, Any]] = {}  # name: (the script's dest, its default)
     for row in [*script_rows(), None]:
         name = "config" if row is None else row.name
         flag = "--" + stem + name.replace("_", "-")
         if flag in known:
             if prefix is None:
-                shared[name] = known[flag].dest
+                shared[name] = (known[flag].dest, known[flag].default)
             continue
         dest = (stem + name).replace("-", "_")
         kwargs: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS}
@@ -109,13 +109,18 @@ def raw_of_namespace(args: argparse.Namespace) -> dict:
         from .settings import from_toml
 
         raw.update(from_toml(getattr(args, config)))
-    for name, dest in mark["shared"].items():
+    defaulted = set()  # (the script's flags left at the script's default)
+    for name, (dest, default) in mark["shared"].items():
         value = getattr(args, dest, None)
         if name != "config" and value is not None:
             raw[name] = coerce(setting(name), value, "command line")
+            if value == default:
+                defaulted.add(name)
     for name, dest in mark["added"].items():
         if name != "config" and hasattr(args, dest):
             raw[name] = coerce(setting(name), getattr(args, dest), "command line")
+    if "epochs" in defaulted and "rounds" in raw and "rounds" not in defaulted:
+        del raw["epochs"]  # (--rounds given beats the script's default --epochs)
     return raw
 
 
