@@ -84,7 +84,7 @@ class Naming:
     a message names only these as flags; None: every setting is the user's to give)."""
 
     cli: bool
-    user_gave: frozenset | None = None
+    user_gave: frozenset[str] | None = None
 
     def name(self, field: str) -> str:
         return "--" + field.replace("_", "-") if self.cli else field

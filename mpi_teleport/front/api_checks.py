@@ -119,7 +119,8 @@ def _checked(run: dict, rule, comm, out, records: Records, checkpoints: Checkpoi
     if values["resume"] == "auto":  # (continue, return a finished run, or start: find.auto_resume)
         resume = auto_resume(out, ck_dir or (out and out / "checkpoints"), algorithm)
         found = None if resume is None else locate(resume, algorithm)
-        if found is not None:  # (the same run only: another length continues when asked)
+        if found is not None and resume is not None:  # (the same run only: another length
+            # continues when asked)
             resume_rules.check_auto_length(out or resume, found[1], API, rounds=values["rounds"])
     else:
         resume = where("resume")

@@ -197,10 +197,9 @@ def agree_on_config(transport, cfg, error: str | None) -> str | None:
 def progress_for(cfg, label: str, rank0: bool = True):
     """The bar of one run: shown on rank 0 with ``--progress on``, or ``auto`` when stderr
     is a terminal (its length is set when the run starts)."""
-    from ..runtime.progress import Progress
-    from .prepare import shows_progress
+    from ..runtime.progress import Progress, shows
 
-    show = rank0 and shows_progress(cfg.progress)
+    show = rank0 and shows(cfg.progress)
     return Progress(label, show)
 
 

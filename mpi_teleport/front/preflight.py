@@ -54,13 +54,15 @@ def auto_resume(raw: dict) -> dict:
                          "continue a run from, or to start one in")
     found = next((p for p in places if Path(p).is_dir() and any_checkpoint(Path(p))), None)
     if found is not None:  # (the same run only: another length continues when asked)
+        where = Path(found)
+        hit = any_checkpoint(where)
         try:
             rounds = None if raw.get("rounds") is None else int(raw["rounds"])
             epochs = None if raw.get("epochs") is None else float(raw["epochs"])
         except (TypeError, ValueError):
             rounds = epochs = None  # (refused in one line by the settings' own check)
-        check_auto_length(Path(found), any_checkpoint(Path(found))[1], CLI, rounds=rounds,
-                          epochs=epochs)
+        if hit is not None:
+            check_auto_length(where, hit[1], CLI, rounds=rounds, epochs=epochs)
     return {**raw, "resume": found}
 
 

@@ -35,6 +35,7 @@ from ..disk.paths import check_writable, distinct_dirs
 from ..errors import CLI, Naming, UsageError
 from ..latency.model import LatencySettings, parse_spec
 from ..problem import with_defaults
+from ..runtime.progress import shows
 from ..problems import describe, factory, is_factory, problem_settings
 from . import resume as resume_rules
 from .build import _value, active_nodes, group, record, spec_of
@@ -439,16 +440,6 @@ def epoch_span(values: Values, problem) -> tuple[int, int] | None:
     return None
 
 
-def shows_progress(value) -> bool:
-    """Whether a run's ``progress`` setting shows the bar: the API's True, the command
-    lines' ``on``, or ``auto`` where stderr is a terminal (a log file gets none)."""
-    import sys
-
-    from ..runtime.progress import is_terminal
-
-    return value is True or value == "on" or (value == "auto" and is_terminal(sys.stderr))
-
-
 def _config_facts(problem) -> dict:
     """config.json's facts of the model a problem has to tell (a TorchProblem's class
     name and batch size: ``config_facts()``); not compared by a resume."""
@@ -537,7 +528,7 @@ def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out
                        out=out, manifest=manifest, record={**recorded, **(facts or {})},
                        summary_extra=summary_extra, problem_name=problem_name,
                        resume_from=resume_from, hold=tuple(hold), callback=callback,
-                       progress=shows_progress(_value(values, "progress")),
+                       progress=shows(_value(values, "progress")),
                        elastic=bool(_value(values, "elastic")) or bool(failures),
                        failures=failures, spares=spares,
                        agree_every=_value(values, "agree_every"))

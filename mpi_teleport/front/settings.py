@@ -952,7 +952,8 @@ def from_toml(path: str) -> dict:
     except RecursionError:
         raise UsageError(f"--config {path}: nested too deeply to read (arrays or tables "
                          "within each other); settings are flat keys") from None
-    out, keys = {}, {}
+    out: dict = {}
+    keys: dict[str, str] = {}  # setting -> the key that gave it
     for key, value in data.items():
         name = key.replace("-", "_")
         setting = row(name)

@@ -19,6 +19,12 @@ ETA_AFTER_SHARE, ETA_AFTER_S = 0.02, 2.0
 NOT_A_TERMINAL_S = 10.0  # a line at most this often where the stream is not a terminal
 
 
+def shows(value) -> bool:
+    """Whether a run's ``progress`` setting shows the bar: the API's True, the command
+    lines' ``on``, or ``auto`` where stderr is a terminal (a log file gets none)."""
+    return value is True or value == "on" or (value == "auto" and is_terminal(sys.stderr))
+
+
 def is_terminal(stream) -> bool:
     """Whether ``stream`` is a terminal (where a bar redrawn in place belongs)."""
     try:

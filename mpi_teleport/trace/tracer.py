@@ -203,8 +203,12 @@ def start(path, backend, total_rounds: int, first: int = 0, joining: bool = Fals
     if not joining:
         # (collective: a buffer beyond the memory, one of the run's own files, a place the
         # trace cannot go: every rank's one-line refusal now, not an error after the run)
-        backend.share(lambda: (check_buffer(rounds, every, total_rounds - first),
-                               check_not_an_output(path, *outputs), prepare_dir(path)))
+        def ready() -> None:
+            check_buffer(rounds, every, total_rounds - first)
+            check_not_an_output(path, *outputs)
+            prepare_dir(path)
+
+        backend.share(ready)
     spans = sp.make_spans(rounds, every, total_rounds - first, first=first, cpu=cpu)
     tracer = Tracer(path, spans, backend_name=backend.name, total_rounds=total_rounds)
     backend.trace(tracer)
@@ -222,9 +226,7 @@ def check_buffer(rounds: int, every: int, total_rounds: int, available=None) -> 
     """UsageError when the span buffer for ``rounds`` recorded rounds (no more than the
     run samples) cannot fit in this machine's memory, as every other setting is checked
     (:func:`mpi_teleport.front.preflight.check_fits`)."""
-    from ..front.preflight import memory_bytes
-
-    available = memory_bytes() if available is None else available
+    available = _memory_bytes() if available is None else available
     need = sp.capacity_for(rounds, every, total_rounds) * ROW_BYTES
     if available is not None and need > available:
         recorded = sp.sampled_rounds(rounds, every, total_rounds)
@@ -232,6 +234,24 @@ def check_buffer(rounds: int, every: int, total_rounds: int, available=None) -> 
                          f"about {need / 2**30:.3g} GiB, more than the {available / 2**30:.3g} "
                          f"GiB of memory here; give fewer rounds ({ROUNDS_ENV}) or record one "
                          f"in several ({EVERY_ENV})")
+
+
+def _memory_bytes() -> int | None:
+    """Physical memory, or a lower address-space limit (as the run's own estimate reads it;
+    here, below the front end)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY and soft > 0:
+            total = min(total, soft)
+    except (ImportError, ValueError, OSError):
+        pass
+    return total
 
 
 def check_not_an_output(path: Path, files=(), directories=()) -> None:
