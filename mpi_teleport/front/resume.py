@@ -28,7 +28,7 @@ from pathlib import Path
 from ..checkpoint import (LAYOUT_MATRIX, MANIFEST, stored_tokens, any_checkpoint,
                           check_arrays, newest, token_file)
 from ..checkpoint.find import round_entries
-from ..errors import UsageError
+from ..errors import API, UsageError
 from ..disk.output import dumps
 from ..disk.paths import show
 from .settings import recorded_when_set, resumable_changes
@@ -206,7 +206,7 @@ def refuse_mismatch(where: str, saved: dict, current: dict, names: list[str], na
         parts, give = [], []
         for n in names:
             if n in _PROBLEM_FACTS and n not in gave:
-                parts.append(f"a problem with {n}={_short(saved[n])}, not {_short(current[n])}")
+                parts.append("a problem with " + _difference(n, saved[n], current[n], API))
                 continue
             parts.append(_difference(n, saved[n], current[n], naming)
                          + ("" if n in gave else " (the default)"))
