@@ -33,7 +33,7 @@ tells the launcher when its handlers are in place, and when it has agreed to sto
 final checkpoint, prints one line, exit status 75 (130 with nowhere to write). A *second*
 Ctrl-C before that agreed round stops the process at once: one line, then it dies of SIGINT (status 130 in the
 shell), without a final checkpoint and without a traceback. On a terminal the first one
-also says so, since the stop may take up to a logging round.
+also says so, since the final checkpoint may take a while to write.
 
 **The Python API** (:func:`during_call`): ``mt.teleportation``, ``mt.dsgd``,
 ``mt.search_k`` and ``mt.train`` install the same handlers for the call's duration only,
@@ -196,8 +196,8 @@ class Terminator:
             if self._interrupts > 1:
                 self._stop_now()
             if os.isatty(2) and not self._interruptible:  # at a terminal: why nothing happens yet
-                _say(f"{self.prog}: Ctrl-C: stopping at the next logging or checkpoint round "
-                     "(Ctrl-C again: stop at once, without a final checkpoint)")
+                _say(f"{self.prog}: Ctrl-C: stopping within about a second, after a final "
+                     "checkpoint (Ctrl-C again: stop at once, without one)")
         if not self.signum:
             self.signum = sent_to_launcher(signum)  # (the launcher's SIGUSR1: what the user sent)
         if self._interruptible:  # set-up work with nothing to save: stop it now
