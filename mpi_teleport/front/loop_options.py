@@ -95,7 +95,7 @@ def optimizer_factory(values, plain_sgd: bool = False):
 
     name, lr, decay = values["optimizer"], values["lr"], values["weight_decay"]
     if not _builtin(values):
-        from .by_name import factory
+        from ..problems.torch_names import factory
 
         return factory(name, values.get("optimizer_args"), "optimizer", lr=lr)
     if name == "sgd" and not decay and not plain_sgd:
@@ -120,7 +120,7 @@ def scheduled(values, problem, active: int):
     if name is None:
         return values["lr"]
     from ..core.schedulers import step_size
-    from .by_name import factory
+    from ..problems.torch_names import factory
 
     scheduler = factory(name, values.get("lr_scheduler_args"), "lr_scheduler")
     interval = values.get("lr_scheduler_interval") or "epoch"

@@ -41,7 +41,8 @@ from . import resume as resume_rules
 from .build import _value, active_nodes, group, record, spec_of
 from .loop_options import step_rule
 from .report import leg_dir, out_dir, runs_requested
-from .settings import Values, checkpoint_policy, default_logging, defaults, rows, setting
+from .script import OBJECTS, PROBLEM_ROWS, raw_of_namespace, script_rows
+from .settings import Values, checkpoint_policy, coerce, default_logging, defaults, rows, setting
 
 
 @dataclass(frozen=True)
@@ -169,8 +170,6 @@ class RunSettings:
         >>> mt.train(Quadratic(n=8, d=3), settings).summary["k"]
         2
         """
-        from .script import settings_from_args
-
         return settings_from_args(argv, toml, problem=problem, comm=comm,
                                   known_only=known_only, **overrides)
 
@@ -199,8 +198,6 @@ class RunSettings:
         >>> settings.spec.lr, settings.spec.tokens
         (0.05, 2)
         """
-        from .script import settings_from_namespace
-
         return settings_from_namespace(args, problem=problem, comm=comm, **overrides)
 
 
@@ -532,3 +529,180 @@ def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out
                        elastic=bool(_value(values, "elastic")) or bool(failures),
                        failures=failures, spares=spares,
                        agree_every=_value(values, "agree_every"))
+
+
+# A script's own command line (RunSettings.from_args / from_namespace): its flags, read
+# by front/script.py's parser side, checked as the command lines check them, for the
+# script's own problem, then the one preparation above.
+
+def settings_from_args(argv, toml=None, *, problem: Any, comm: Any = None,
+                       known_only: bool = False, **overrides: Any):
+    """``RunSettings.from_args``: the flags ``argv`` (default ``sys.argv[1:]``; with
+    ``known_only`` the others are returned beside the settings) through
+    :func:`script_settings`."""
+    from . import cli
+
+    parser = cli.build_parser("mpi_teleport", "")
+    refused: str | None = None
+    try:
+        raw, rest = cli.raw_of(parser, cli.with_config(argv, toml), known_only)
+    except UsageError as exc:  # (every process refuses alike: the same flags)
+        raw, rest, refused = {}, [], str(exc)
+    settings = script_settings(raw, problem=problem, comm=comm, refused=refused, **overrides)
+    return (settings, rest) if known_only else settings
+
+
+def settings_from_namespace(args: Any, *, problem: Any, comm: Any = None,
+                            **overrides: Any):
+    """``RunSettings.from_namespace``: the namespace of a parser given
+    :func:`~mpi_teleport.front.script.add_arguments`, through :func:`script_settings`."""
+    refused: str | None = None
+    try:
+        raw = raw_of_namespace(args)
+    except UsageError as exc:
+        raw, refused = {}, str(exc)
+    return script_settings(raw, problem=problem, comm=comm, refused=refused, **overrides)
+
+
+def script_settings(raw: dict, *, problem: Any, comm: Any = None, refused: str | None = None,
+                **overrides: Any):
+    """The :class:`RunSettings` of one run of ``problem`` (the
+    script's own object) from the raw settings of its command line (given flags,
+    coerced) and ``overrides`` by keyword: a setting's value (``rounds=1``; None drops
+    what the flags gave) or a Python object (``optimizer=`` a torch optimizer class,
+    factory or instance; ``lr=`` a number, a function of the round or a torch scheduler,
+    built or to build on the optimizer; ``callback=``; ``topology=`` a function).
+    ``comm``: None (the simulator), a communicator, or ``"auto"``; under MPI every
+    process learns the first refusal (one collective on a duplicate of ``comm``).
+    UsageError (one line, spelt as flags) for bad input."""
+    from ..runtime.launched import resolve_comm
+
+    comm = resolve_comm(comm)
+    error, settings = refused, None
+    if error is None:
+        try:
+            settings = _settings(dict(raw), problem, comm, overrides)
+        except UsageError as exc:
+            error = str(exc)
+    if comm is not None:  # (every process stops together, or none does)
+        from ..runtime.collective import check_communicator, first_error
+        from ..runtime.transport import Transport
+
+        check_communicator(comm)
+        transport = Transport.duplicate(comm)
+        try:
+            error = first_error(transport.allgather(error))
+        finally:
+            transport.free()
+    if error:
+        raise UsageError(error)
+    return settings
+
+
+def _settings(raw: dict, problem: Any, comm: Any, overrides: dict):
+    from ..core.schedulers import is_scheduler, is_scheduler_factory
+    from ..problem import with_defaults
+    from . import preflight
+    from . import resume as resume_rules
+    from .build import active_nodes, record, spec_of
+    from .report import runs_requested
+
+    objects = {name: overrides.pop(name) for name in OBJECTS if name in overrides
+               and not _is_setting(name, overrides[name])}
+    for name, value in overrides.items():
+        found = setting(name) if name in {row.name for row in script_rows()} else None
+        if found is None:
+            raise UsageError(f"{name}=: not a setting a script's run takes (the flags that "
+                             f"build a problem are the command lines')")
+        if value is None:
+            raw.pop(name, None)
+        else:
+            raw[name] = coerce(found, value, "command line") if isinstance(value, str) else value
+    building = [name for name in PROBLEM_ROWS if name in raw]
+    if building:
+        flags = ", ".join(setting(name).flag for name in building)
+        raise UsageError(f"{flags}: RunSettings.from_args runs the problem you pass "
+                         f"(problem=); the flags that build one are the command lines': "
+                         f"drop them")
+    world = None if comm is None else comm.Get_size()
+    values = preflight.load(raw, world, script=True)
+    if values.algorithm == "compare":
+        raise UsageError("--algorithm compare runs two methods; RunSettings.from_args "
+                         "makes one run: give --algorithm teleportation or dsgd")
+    problem = with_defaults(problem)
+    _check_batch_size(raw, values, problem)
+    (algorithm, k), = runs_requested(values)
+    run = Values({name: value for name, value in values.replace(
+        algorithm=algorithm, k=values.nodes if algorithm == "dsgd" else k).items()
+        if name not in PROBLEM_ROWS}, CLI)
+    run = _with_objects(run, objects, problem, raw, is_scheduler, is_scheduler_factory,
+                        active_nodes)
+    counted = with_epochs(run, problem)  # (the rounds and batch size the run records)
+    spec = spec_of(counted, problem)
+    touches = values.checkpoint_dir is not None or values.out is not None \
+        or values.resume is not None
+    identity = resume_rules.describe_problem(problem, spec.seed, touches)
+    prepared = check_disk(_legs(values), _places(values), nodes=values.nodes,
+                          rounds=spec.rounds, record=record(counted, spec.optimizer, identity),
+                          naming=Naming(True, frozenset(raw) | frozenset(objects)),
+                          latency=values.latency)
+    return prepare(problem, run, comm, prepared=prepared, identity=identity,
+                   callback=objects.get("callback"))
+
+
+def _is_setting(name: str, value: Any) -> bool:
+    """Whether a keyword among the objects' names is a setting's plain value instead
+    (``optimizer="adam"``, ``lr=0.1``, ``topology="ring"``)."""
+    if name == "callback" or value is None:
+        return False
+    if name == "lr":
+        return not callable(value) and not hasattr(value, "step")
+    return isinstance(value, str)
+
+
+def _with_objects(run: Values, objects: dict, problem, raw: dict, is_scheduler,
+                  is_scheduler_factory, active_nodes) -> Values:
+    """The run's values with the script's Python objects in them: ``optimizer=`` read as
+    the API reads it (its rule held as the optimizer row), ``lr=`` a scheduler replayed
+    as the step size, ``topology=`` a function."""
+    from ..core.schedulers import step_size
+    from .loop_options import optimizer_factory, optimizer_settings
+
+    changes: dict[str, Any] = {}
+    optimizer = objects.get("optimizer")
+    if optimizer is not None:
+        if run.optimizer != "sgd" or run.optimizer_args is not None:
+            raise UsageError(f"--optimizer {run.optimizer} and optimizer= both name the "
+                             f"optimizer: give one")
+        lr, momentum, nesterov, rule = optimizer_settings(
+            optimizer, problem, run.lr if "lr" in raw else None, run.momentum, run.nesterov)
+        changes.update(optimizer=rule, momentum=momentum, nesterov=nesterov, lr=lr)
+    lr = objects.get("lr")
+    if lr is not None:
+        if run.lr_scheduler is not None:
+            raise UsageError(f"--lr-scheduler {run.lr_scheduler} and lr= both set the step "
+                             f"size: give one")
+        if is_scheduler_factory(lr) and optimizer is None:
+            optimizer = optimizer_factory({**run, **changes}, plain_sgd=True)
+        lr = step_size(lr, run.lr_scheduler_interval, problem, active_nodes(run), optimizer)
+        changes["lr"] = lr
+    if "topology" in objects:
+        changes["topology"] = objects["topology"]
+    return run.replace(**changes)
+
+
+def _check_batch_size(raw: dict, values: Values, problem) -> None:
+    """``--batch-size`` given: the problem's own batch size, or refused in one line (a
+    problem draws its batches as it was built)."""
+    if "batch_size" not in raw:
+        return
+    inner = getattr(problem, "problem", problem)
+    own = getattr(problem, "batch_size", None)
+    given = values.batch_size
+    if own is None:
+        raise UsageError(f"--batch-size {given}: {type(inner).__name__} draws no batches of "
+                         f"a set size; drop --batch-size")
+    if int(own) != int(given):
+        raise UsageError(f"--batch-size {given}: the problem draws batches of {own} (it was "
+                         f"built with batch_size={own}); build it with batch_size={given} or "
+                         f"drop --batch-size")

@@ -338,12 +338,9 @@ _BY_NAME = frozenset(_OPTIMIZER_FLAGS.values())  # (the three the package steps 
 def _in_torch_optim(name: str) -> bool:
     """Whether ``torch.optim`` has an optimizer class ``name`` (the command line names
     it; a third-party class by its class name alone it cannot)."""
-    try:
-        import torch
-    except ImportError:
-        return False
-    found = getattr(torch.optim, name, None)
-    return isinstance(found, type) and issubclass(found, torch.optim.Optimizer)
+    from ..problems.torch_names import is_torch_optimizer
+
+    return is_torch_optimizer(name)
 
 
 def optimizer_flags(text, arguments=None) -> dict | None:

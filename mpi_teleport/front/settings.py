@@ -251,7 +251,7 @@ def text(value, field, naming):
 def optimizer_name(value, field, naming):
     """The command line's optimizer: one of the three built-in names (in any case), or
     any other name (a torch.optim class or a dotted path: checked when the run is
-    resolved, :func:`mpi_teleport.front.by_name.resolve_class`). The API's holds the step
+    resolved, :func:`mpi_teleport.problems.torch_names.resolve_class`). The API's holds the step
     rule ``optimizer=`` built (not a string)."""
     if not naming.cli and not isinstance(value, str):
         return value
@@ -1053,7 +1053,7 @@ def _check_optimizer(cfg: Values, script: bool = False) -> None:
 def _check_named_optimizer(cfg: Values, start: dict, script: bool) -> None:
     """An optimizer by name with --optimizer-args: its options are its arguments; the
     class is found (torch imported) and the arguments bind to its signature."""
-    from .by_name import factory
+    from ..problems.torch_names import factory
 
     for name in ("weight_decay", "betas", "eps", "momentum", "nesterov"):
         if getattr(cfg, name) != start[name]:
@@ -1078,7 +1078,7 @@ def _check_scheduler(cfg: Values) -> None:
     if cfg.lr_schedule != "constant":
         raise UsageError(f"--lr-scheduler {cfg.lr_scheduler} and --lr-schedule "
                          f"{cfg.lr_schedule} both set the step size: give one")
-    from .by_name import factory
+    from ..problems.torch_names import factory
 
     factory(cfg.lr_scheduler, cfg.lr_scheduler_args, "lr_scheduler")
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["resolve_class", "parse_arguments", "factory"]
+__all__ = ["resolve_class", "parse_arguments", "factory", "is_torch_optimizer"]
 
 # (what each flag names: the torch module holding its classes, and their base class)
 _KINDS = {"optimizer": ("torch.optim", "Optimizer", "--optimizer"),
@@ -37,6 +37,17 @@ def _torch_classes(kind: str) -> dict[str, type]:
     return {name: cls for name, cls in vars(module).items()
             if isinstance(cls, type) and issubclass(cls, base) and name not in _NOT_CLASSES
             and not name.startswith("_")}
+
+
+def is_torch_optimizer(name: str) -> bool:
+    """Whether ``torch.optim`` has an optimizer class of exactly ``name`` (False without
+    torch)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    found = getattr(torch.optim, name, None)
+    return isinstance(found, type) and issubclass(found, torch.optim.Optimizer)
 
 
 def resolve_class(name: str, kind: str) -> type:
