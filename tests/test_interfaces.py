@@ -46,7 +46,7 @@ def attributes(protocol) -> set[str]:
 
 
 COLLECTIVES = {"gather_rows", "bcast_array", "gather_rows_in_order", "bcast", "gather",
-               "allgather", "agree_max", "reduce_max", "barrier", "abort"}
+               "allgather", "agree_max", "agree_max_start", "reduce_max", "barrier", "abort"}
 
 
 @pytest.mark.parametrize("cls,protocol,exempt", [

@@ -14,7 +14,6 @@ from ..core.interfaces import Backend
 from .find import prune
 from ..disk.output import write_atomic
 from .store import RUN_MARKER, round_dir, write_manifest
-from ..runtime.stop_watch import watch_for
 
 @dataclass(frozen=True)
 class CheckpointPlan:
@@ -56,7 +55,7 @@ class Keeper:
     """
 
     def __init__(self, plan: CheckpointPlan, backend: Backend, recorder, terminator=None, *, settings: dict,
-                 spec, logging, resume_from=None):
+                 spec, logging, resume_from=None, watch=None):
         self.plan, self.backend, self.rec, self.terminator = plan, backend, recorder, terminator
         self.settings, self.spec = settings, spec
         self.logging = logging  # (when records are taken; stop at the target or not)
@@ -70,8 +69,9 @@ class Keeper:
         self.run_id = source_id if isinstance(source_id, str) else uuid.uuid4().hex
         if terminator is not None:  # (the latency layer cuts a real-clock delay short)
             backend.interrupt_on(lambda: bool(terminator.signum))
-        # between logging rounds: a signal stops the run within about a second
-        self.watch = watch_for(backend, terminator)
+        # between logging rounds (a StopWatch, or None): a signal stops the run within
+        # about a second
+        self.watch = watch
 
     @property
     def start(self) -> int:

@@ -43,6 +43,7 @@ from ..errors import RankLost, Terminated
 from ..trace import spans as sp
 from .collective import is_agreed
 from .elastic import TooFewSurvivors
+from .stop_watch import watch_for
 
 
 @dataclass
@@ -123,7 +124,8 @@ def execute(problem, run: RunPlan, backend: Backend, recorder: RunRecorder, *,
     spec, logging, callback = run.spec, run.logging, run.callback
     plan = run.plan or CheckpointPlan(None, 0, 2)
     keeper = Keeper(plan, backend, recorder, terminator, settings=run.manifest or {},
-                    spec=spec, logging=logging, resume_from=run.resume_from)
+                    spec=spec, logging=logging, resume_from=run.resume_from,
+                    watch=watch_for(backend, terminator))
     x0 = problem.initial()
     restore = None
     if joining is None:
