@@ -26,7 +26,7 @@ def agreed_end(exc: BaseException) -> tuple[int, str | None] | None:
     from .errors import UsageError
 
     if isinstance(exc, Stopped):  # (the API call printed its line)
-        return int(exc.code), None
+        return int(exc.code or 0), None
     if isinstance(exc, KeyboardInterrupt) and hasattr(exc, "status"):  # (signals.interrupted)
         return int(exc.status), f"{_prog()}: {exc}"
     if isinstance(exc, UsageError) and exc.agreed:

@@ -173,7 +173,7 @@ def _say_resumed(keeper, recorder) -> None:
     run: none)."""
     from ..disk.paths import show
 
-    out = getattr(getattr(recorder, "files", None), "out", None)
+    out = recorder.files.out
     line = keeper.resume_line(show(out if out is not None else keeper.plan.source))
     if line is not None:
         print(line, file=sys.stderr, flush=True)
@@ -181,7 +181,7 @@ def _say_resumed(keeper, recorder) -> None:
 
 def _last_record_to(callback, recorder) -> None:
     """A finished run returned runs no round: ``callback`` still sees its last record."""
-    records = getattr(getattr(recorder, "files", None), "records", None)
+    records = recorder.files.records
     if records:
         callback(dict(records[-1]))
 
@@ -200,7 +200,7 @@ def _tracer(path, backend, spec, first: int, joining: bool, outputs=((), ())):
 def _outputs(recorder, keeper) -> tuple[list, list]:
     """(the run's own files, its checkpoint directories) as the root knows them: what a
     trace may not overwrite."""
-    out = getattr(getattr(recorder, "files", None), "out", None)
+    out = recorder.files.out
     files = [] if out is None else [out / name for name in (*RUN_FILES, RUN_LOCK)]
     if out is not None and out.name == keeper.spec.algorithm:  # (a leg of compare)
         files.append(out.parent / "comparison.json")
