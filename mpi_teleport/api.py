@@ -32,73 +32,30 @@ the manual's page ``docs/howto/failures.md``):
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from .runtime import engine
-from .front.api_checks import checked
-from .front.prepare import RunSettings, prepare
+from .front.keywords import signature
+from .front.prepare import RunSettings, settings_from_keywords
 from .front.runner import RunContext, train
-from .runtime.launched import resolve_comm
-from .front.loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
-from .front.settings import (Checkpoints, Latency, Records, keyword_default, merge,
-                             merge_latency)
-from .core.schedulers import Scheduler, step_size
-from .core.topology import Topology
 
-if TYPE_CHECKING:
-    _T = TypeVar("_T")
+if TYPE_CHECKING:  # (typing.Unpack for **keywords is Python 3.12's; type checkers know both)
+    from collections.abc import Callable
 
-    def Default(value: _T) -> _T:
-        """For the type checker, a keyword's Default(...) reads as its value (at run time
-        it is settings.Default, the sentinel: see mpi_teleport/front/settings.py)."""
+    from typing_extensions import Unpack
 
-    def unset(name: str) -> Any:
-        """For the type checker, a keyword's default from the table reads as any value (at
-        run time settings.unset: the row's default as a Default)."""
-else:
-    from .front.settings import Default, unset
-# The keywords' defaults are the settings table's (front/settings.py: keyword_default, the
-# row's one default, or the Python keyword's where it differs); unset(name): the same, told
-# apart from that value given (the keywords an option object can also set: merge).
+    from .core.schedulers import Scheduler
+    from .front.keywords import SearchKeywords, TeleportationKeywords, TrainingKeywords
+# The keywords are written once, in front/keywords.py: their types (the bundles an IDE reads
+# through Unpack), their defaults (most of them the settings table's) and the signature
+# help() shows (front.keywords.signature).
 
 __all__ = ["teleportation", "dsgd", "search_k", "train", "RunSettings"]
 
 
-def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None,
-                  lr: float | Callable[[int], float] | Scheduler | None = None,
-                  epochs: float | None = keyword_default("epochs"), lr_step: str = "epoch",
-                  optimizer: Any = None,
-                  topology: Topology = keyword_default("topology"),
-                  momentum: float = keyword_default("momentum"),
-                  nesterov: bool = keyword_default("nesterov"),
-                  variant: str = keyword_default("variant"),
-                  seed: int = keyword_default("seed"), comm: Any = None,
-                  out: str | Path | None = keyword_default("out"),
-                  records: Records | None = None,
-                  log_every: int = unset("log_every"),
-                  target: float | None = unset("target"),
-                  stop_at_target: bool = unset("stop_at_target"),
-                  progress: bool = unset("progress"),
-                  callback: Callable[[dict[str, Any]], object] | None = Default(None),
-                  eval_every: int | None = unset("eval_every"),
-                  eval_every_epochs: float | None = None,
-                  log_every_epochs: int | None = unset("log_every_epochs"),
-                  eval_at_start: bool = unset("eval_at_start"),
-                  trace: str | Path | None = unset("trace"),
-                  checkpoints: Checkpoints | None = None,
-                  checkpoint_every: int = unset("checkpoint_every"),
-                  checkpoint_dir: str | Path | None = unset("checkpoint_dir"),
-                  keep_checkpoints: int = unset("keep_checkpoints"),
-                  resume: str | Path | None = unset("resume"),
-                  latency: str | Latency = unset("latency"),
-                  clock: str = unset("clock"),
-                  compute_time: float | None = unset("compute_time"),
-                  elastic: bool = keyword_default("elastic"),
-                  fail: str | Sequence[str | tuple[int, int]] | None = keyword_default(
-                      "fail"),
-                  spares: int = keyword_default("spares")) -> engine.Result:
+@signature
+def teleportation(problem: Any, *, nodes: int, k: int,
+                  **keywords: Unpack[TeleportationKeywords]) -> engine.Result:
     """Train with Teleportation (Takezawa & Stich, ICLR 2025): k of n nodes active a round.
 
     >>> import mpi_teleport as mt
@@ -180,60 +137,12 @@ def teleportation(problem: Any, *, nodes: int, k: int, rounds: int | None = None
     >>> [r["round"] for r in result.records]
     [0, 50, 100]
     """
-    comm = resolve_comm(comm)  # ("auto": MPI under a launcher, else the simulator)
-    rounds = rounds_for(problem, rounds, epochs, k)
-    lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
-    lr = step_size(lr, lr_step, problem, k, optimizer)
-    run = {"algorithm": "teleportation", "nodes": nodes, "k": k, "rounds": rounds, "lr": lr,
-           "momentum": momentum, "nesterov": nesterov, "topology": topology,
-           "variant": variant, "seed": seed}
-    eval_every, in_epochs = eval_rounds(problem, eval_every, eval_every_epochs, k)
-    return _run(
-        problem, run, rule=rule, comm=comm, out=out,
-        records=merge(Records, records, log_every=log_every, target=target,
-                      stop_at_target=stop_at_target, progress=progress,
-                      callback=callback, eval_every=eval_every,
-                      eval_at_start=eval_at_start, trace=trace,
-                      log_every_epochs=log_every_epochs, eval_every_epochs=in_epochs),
-        checkpoints=merge(Checkpoints, checkpoints,
-                          checkpoint_every=checkpoint_every,
-                          checkpoint_dir=checkpoint_dir,
-                          keep_checkpoints=keep_checkpoints, resume=resume),
-        latency=merge_latency(latency, clock, compute_time),
-        elastic=elastic, fail=fail, spares=spares)
+    return _run("teleportation", problem, {**keywords, "nodes": nodes, "k": k})
 
 
-def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
-         lr: float | Callable[[int], float] | Scheduler | None = None,
-         epochs: float | None = keyword_default("epochs"), lr_step: str = "epoch",
-         optimizer: Any = None,
-         topology: Topology = keyword_default("topology"),
-         momentum: float = keyword_default("momentum"),
-         nesterov: bool = keyword_default("nesterov"),
-         seed: int = keyword_default("seed"), comm: Any = None,
-         out: str | Path | None = keyword_default("out"),
-         records: Records | None = None,
-         log_every: int = unset("log_every"),
-         target: float | None = unset("target"),
-         stop_at_target: bool = unset("stop_at_target"),
-         progress: bool = unset("progress"),
-         callback: Callable[[dict[str, Any]], object] | None = Default(None),
-         eval_every: int | None = unset("eval_every"),
-         eval_every_epochs: float | None = None,
-         log_every_epochs: int | None = unset("log_every_epochs"),
-         eval_at_start: bool = unset("eval_at_start"),
-         trace: str | Path | None = unset("trace"),
-         checkpoints: Checkpoints | None = None,
-         checkpoint_every: int = unset("checkpoint_every"),
-         checkpoint_dir: str | Path | None = unset("checkpoint_dir"),
-         keep_checkpoints: int = unset("keep_checkpoints"),
-         resume: str | Path | None = unset("resume"),
-         latency: str | Latency = unset("latency"),
-         clock: str = unset("clock"),
-         compute_time: float | None = unset("compute_time"),
-         elastic: bool = keyword_default("elastic"),
-         fail: str | Sequence[str | tuple[int, int]] | None = keyword_default("fail"),
-         spares: int = keyword_default("spares")) -> engine.Result:
+@signature
+def dsgd(problem: Any, *, nodes: int,
+         **keywords: Unpack[TrainingKeywords]) -> engine.Result:
     """Train with Decentralized SGD: every node active every round, gossip among all n.
 
     >>> import mpi_teleport as mt
@@ -253,49 +162,12 @@ def dsgd(problem: Any, *, nodes: int, rounds: int | None = None,
     >>> mt.dsgd(Quadratic(n=8, d=3), nodes=8, rounds=50, lr=0.05, topology="base2").summary["topology"]
     'base2'
     """
-    comm = resolve_comm(comm)  # ("auto": MPI under a launcher, else the simulator)
-    rounds = rounds_for(problem, rounds, epochs, nodes)
-    lr, momentum, nesterov, rule = optimizer_settings(optimizer, problem, lr, momentum, nesterov)
-    lr = step_size(lr, lr_step, problem, nodes, optimizer)
-    run = {"algorithm": "dsgd", "nodes": nodes, "k": nodes, "rounds": rounds, "lr": lr,
-           "momentum": momentum, "nesterov": nesterov, "topology": topology,
-           "variant": "overlap", "seed": seed}
-    eval_every, in_epochs = eval_rounds(problem, eval_every, eval_every_epochs, nodes)
-    return _run(
-        problem, run, rule=rule, comm=comm, out=out,
-        records=merge(Records, records, log_every=log_every, target=target,
-                      stop_at_target=stop_at_target, progress=progress,
-                      callback=callback, eval_every=eval_every,
-                      eval_at_start=eval_at_start, trace=trace,
-                      log_every_epochs=log_every_epochs, eval_every_epochs=in_epochs),
-        checkpoints=merge(Checkpoints, checkpoints,
-                          checkpoint_every=checkpoint_every,
-                          checkpoint_dir=checkpoint_dir,
-                          keep_checkpoints=keep_checkpoints, resume=resume),
-        latency=merge_latency(latency, clock, compute_time),
-        elastic=elastic, fail=fail, spares=spares)
+    return _run("dsgd", problem, {**keywords, "nodes": nodes})
 
 
-def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
-             lr: float | Callable[[int], float] | Scheduler,
-             epochs: float | None = keyword_default("epochs"),
-             lr_step: str = "epoch",
-             topology: Topology = keyword_default("topology"),
-             momentum: float = keyword_default("momentum"),
-             nesterov: bool = keyword_default("nesterov"),
-             variant: str = keyword_default("variant"),
-             seed: int = keyword_default("seed"), comm: Any = None,
-             out: str | Path | None = keyword_default("out"),
-             select: str = keyword_default("k_select"),
-             records: Records | None = None,
-             log_every: int = unset("log_every"),
-             target: float | None = unset("target"),
-             progress: bool = unset("progress"),
-             callback: Callable[[dict[str, Any]], object] | None = Default(None),
-             latency: str | Latency = unset("latency"),
-             clock: str = unset("clock"),
-             compute_time: float | None = unset("compute_time"),
-             trace: str | Path | None = unset("trace")) -> engine.Result:
+@signature
+def search_k(problem: Any, *, nodes: int, lr: float | Callable[[int], float] | Scheduler,
+             **keywords: Unpack[SearchKeywords]) -> engine.Result:
     """Algorithm 2: choose k with 2T rounds instead of n T.
 
     >>> import mpi_teleport as mt
@@ -348,33 +220,15 @@ def search_k(problem: Any, *, nodes: int, rounds: int | None = None,
     >>> final.k == result.k
     True
     """
-    from .runtime.search import check_select
-
-    comm = resolve_comm(comm)  # ("auto": MPI under a launcher, else the simulator)
-    rounds = rounds_for(problem, rounds, epochs, nodes)
-    lr = step_size(lr, lr_step, problem, nodes)
-    run = {"algorithm": "search", "nodes": nodes, "k": None, "rounds": rounds,
-           "lr": within_phase(lr, rounds), "momentum": momentum, "nesterov": nesterov,
-           "topology": topology, "variant": variant, "seed": seed,
-           "k_select": check_select(select)}
-    return _run(
-        problem, run, comm=comm, out=out,
-        records=merge(Records, records, log_every=log_every, target=target,
-                      progress=progress, callback=callback, trace=trace),
-        checkpoints=Checkpoints(),
-        latency=merge_latency(latency, clock, compute_time))
+    return _run("search_k", problem, {**keywords, "nodes": nodes, "lr": lr})
 
 
-def _run(problem: Any, run: dict[str, Any], *, rule: Any = None, comm: Any, out: Any,
-         records: Records, checkpoints: Checkpoints, latency: Latency,
-         elastic: bool = False, fail: Any = None, spares: int = 0) -> engine.Result:
-    """The keywords' one path, the command lines' too: their checked values and disk
-    (:func:`mpi_teleport.front.api_checks.checked`), the run's RunSettings
-    (:func:`mpi_teleport.front.prepare.prepare`), then :func:`train`, which refuses on
-    every process what the disk check refused on one."""
-    values, prepared, refused, identity = checked(
-        problem, run, rule=rule, comm=comm, out=out, records=records,
-        checkpoints=checkpoints, latency=latency, elastic=elastic, fail=fail, spares=spares)
-    settings = prepare(problem, values, comm, prepared=prepared, callback=records.callback,
-                       identity=identity)
+def _run(function: str, problem: Any, keywords: dict[str, Any]) -> engine.Result:
+    """The keywords' one path: the run's RunSettings as
+    :meth:`RunSettings.from_keywords` makes them
+    (:func:`mpi_teleport.front.prepare.settings_from_keywords`: every value checked by
+    the command line's rules, the inputs on disk checked on this process), then
+    :func:`train`, which refuses on every process what the disk check refused on one
+    (in the collective of the locks)."""
+    settings, comm, refused = settings_from_keywords(function, problem, keywords)
     return train(problem, settings, comm, RunContext(refused=refused))

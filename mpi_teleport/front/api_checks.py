@@ -24,7 +24,7 @@ from ..checkpoint import CheckpointPlan, locate
 from ..errors import UsageError
 from .settings import Checkpoints, Latency, Records
 from ..disk.paths import absolute
-from .prepare import Leg, Places, Prepared, check_disk
+from .disk_check import Leg, Places, Prepared, check_disk
 from ..problem import with_defaults
 from .settings import (API, Values, check_checkpoints, check_k, check_spares, check_values,
                        checkpoint_policy, flag, flat_settings)

@@ -7,7 +7,8 @@ Both front ends first make :class:`~mpi_teleport.front.settings.Values` of their
 :func:`mpi_teleport.front.api_checks.checked`). Then the disk: the command line once for
 the whole job (:func:`check_job`: both runs of ``compare``),
 the API once per call; both describe the runs they will start as :class:`Leg` rows and
-where they write as :class:`Places`, and call :func:`check_disk`: a latency matrix file readable,
+where they write as :class:`Places`, and call :func:`check_disk` (all three in
+:mod:`mpi_teleport.front.disk_check`): a latency matrix file readable,
 the outputs writable, the checkpoint resumed found, matching this run's settings
 (``record``, what a checkpoint's manifest keeps) and intact, every checkpoint directory
 free of another run's checkpoints. It returns the :class:`Prepared` result: each run's
@@ -29,54 +30,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, cast
 
-from ..checkpoint import CheckpointPlan, any_checkpoint, locate
+from ..checkpoint import CheckpointPlan
 from ..core.spec import Logging, RunSpec
-from ..disk.paths import check_writable, distinct_dirs
 from ..errors import CLI, Naming, UsageError
-from ..latency.model import LatencySettings, parse_spec
+from ..latency.model import LatencySettings
 from ..problem import with_defaults
 from ..runtime.progress import shows
 from ..problems import describe, factory, is_factory, problem_settings
 from . import resume as resume_rules
 from .build import _value, active_nodes, group, record, spec_of
+from .disk_check import Leg, Places, Prepared, check_disk
 from .loop_options import step_rule
 from .report import leg_dir, out_dir, runs_requested
 from .script import OBJECTS, PROBLEM_ROWS, raw_of_namespace, script_rows
 from .settings import Values, checkpoint_policy, coerce, default_logging, defaults, rows, setting
-
-
-@dataclass(frozen=True)
-class Leg:
-    """One run of a job (the command line's ``compare`` has two)."""
-
-    algorithm: str  # teleportation, dsgd or search
-    tokens: int | None  # the k a resumed checkpoint must have (None: Algorithm 2, which
-    # takes no checkpoints)
-    checkpoints: Path | None  # where its checkpoints go (None: nowhere)
-
-
-@dataclass(frozen=True)
-class Places:
-    """Where a job writes and what it resumes (absolute paths)."""
-
-    out: Path | None = None
-    checkpoint_dir: Path | None = None  # as given (a run's own directory: Leg.checkpoints)
-    resume: Path | None = None
-    every: int = setting("checkpoint_every").default  # periodic checkpoints (the table's
-    keep: int = setting("keep_checkpoints").default  # defaults, written once there)
-    compare: bool = False  # two runs, each resuming its own checkpoint where there is one
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """What :func:`prepare` found: each run's checkpoint plan (by algorithm; None: no
-    checkpoints at all) and the (directory, name) pairs the job locks while it runs."""
-
-    plans: tuple[tuple[str, CheckpointPlan | None], ...] = ()
-    hold: tuple[tuple[Path, str], ...] = ()
-
-    def plan(self, algorithm: str) -> CheckpointPlan | None:
-        return dict(self.plans).get(algorithm)
 
 
 @dataclass(frozen=True)
@@ -200,6 +167,41 @@ class RunSettings:
         """
         return settings_from_namespace(args, problem=problem, comm=comm, **overrides)
 
+    @classmethod
+    def from_keywords(cls, problem: Any, *, algorithm: str = "teleportation",
+                      **keywords: Any) -> "RunSettings":
+        """The RunSettings a training function makes of its keywords, without running:
+        ``mt.train(problem, RunSettings.from_keywords(problem, algorithm="dsgd", **kw),
+        comm)`` runs as ``mt.dsgd(problem, **kw)`` does, record for record.
+        ``algorithm``: the function whose keywords these are, ``"teleportation"``
+        (default), ``"dsgd"`` or ``"search_k"``; ``keywords``: that function's, checked
+        as it checks them (``comm`` among them: pass the same to :func:`mpi_teleport.train`).
+        The inputs on disk are checked as the call checks them (a checkpoint to resume,
+        the output directory); under MPI every process learns the first refusal, in one
+        collective on a duplicate of ``comm``. UsageError (one line, spelt as keywords)
+        for bad input, TypeError for a keyword the function does not take.
+
+        >>> import mpi_teleport as mt
+        >>> from mpi_teleport.problems.quadratic import Quadratic
+        >>> settings = mt.RunSettings.from_keywords(Quadratic(n=8, d=3), nodes=8, k=2,
+        ...                                         rounds=20, lr=0.05)
+        >>> settings.spec.tokens, settings.spec.rounds
+        (2, 20)
+        >>> mt.train(Quadratic(n=8, d=3), settings).summary["k"]
+        2
+        """
+        from .keywords import FUNCTIONS
+
+        if algorithm not in FUNCTIONS:
+            raise UsageError(f"algorithm={algorithm!r}: expected 'teleportation', 'dsgd' or "
+                             f"'search_k' (the training function whose keywords these are)")
+        settings, comm, refused = settings_from_keywords(algorithm, problem, keywords)
+        if comm is not None:  # (every process stops together, or none does)
+            refused = _agreed_refusal(comm, refused)
+        if refused:
+            raise UsageError(refused)
+        return settings
+
 
 class FrozenDict(dict):
     """A dict that cannot change (a RunSettings' records): still a dict to json, to
@@ -236,84 +238,6 @@ def frozen(value: Any) -> Any:
     if isinstance(value, tuple) and type(value) is tuple:
         return tuple(frozen(item) for item in value)
     return value
-
-
-def check_disk(legs, places: Places, *, nodes: int, rounds: int | None, record: dict,
-               naming: Naming, latency: str | None = None) -> Prepared:
-    """Check ``legs`` (the job's runs) against the disk, on this process, before any
-    communication, and return their plans and the directories to lock; UsageError (one
-    line) otherwise. ``record``: the settings a checkpoint keeps, compared with the
-    resumed one's; ``latency``: the latency spec (a matrix file is read here); ``rounds``
-    None: not known yet (the front end checks a resumed round against them later)."""
-    try:
-        return _check_disk(tuple(legs), places, nodes, rounds, record, naming, latency)
-    except OSError as exc:  # an unreadable directory or file
-        raise UsageError(f"cannot read the checkpoint or output directory: "
-                         f"{exc.strerror or exc}") from None
-
-
-def _check_disk(legs, places: Places, nodes, rounds, record, naming, latency) -> Prepared:
-    if latency is not None:
-        try:
-            parse_spec(latency, nodes)  # reads and checks a matrix file
-        except UsageError as exc:
-            raise naming.retell(exc) from None
-    if places.checkpoint_dir is not None:
-        check_writable(naming.name("checkpoint_dir"), places.checkpoint_dir)
-    if places.out is not None:
-        check_writable(naming.name("out"), places.out)
-    found = {leg.algorithm: (None, None) for leg in legs}
-    if all(leg.tokens is not None for leg in legs):  # (Algorithm 2: no checkpoints)
-        found = _resumed(legs, places, nodes, rounds, record, naming)
-    plans = tuple((leg.algorithm,
-                   None if leg.tokens is None and leg.checkpoints is None else
-                   CheckpointPlan(leg.checkpoints, places.every, places.keep,
-                                  *found[leg.algorithm]))
-                  for leg in legs)
-    return Prepared(plans, tuple(held(legs, places, naming)))
-
-
-def _resumed(legs, places: Places, nodes, rounds, record, naming) -> dict:
-    """Each run's resumed checkpoint and its manifest ((None, None): it starts afresh),
-    checked; every checkpoint directory checked free of another run's."""
-    found = {}
-    resume = places.resume
-    for leg in legs:
-        source, manifest = None, None
-        if resume is not None:
-            given = naming.given("resume", str(resume))
-            hit = locate(resume, leg.algorithm, places.compare)
-            if hit is None and not places.compare:
-                other = any_checkpoint(resume)
-                what = f" (it holds a {other[1].get('algorithm')} run)" if other else ""
-                raise UsageError(f"{given}: no complete checkpoint of a {leg.algorithm} "
-                                 f"run there{what}")
-            if hit is not None:  # (compare: a run without one yet starts afresh)
-                source = resume_rules.check_source(given, hit[0], hit[1], nodes=nodes,
-                                                   k=leg.tokens, rounds=rounds,
-                                                   current=record, naming=naming)
-                manifest = hit[1]
-        if leg.checkpoints is not None:
-            hint = naming.given("resume", str(places.out or leg.checkpoints))
-            resume_rules.check_target(leg.checkpoints, source, hint, naming)
-        found[leg.algorithm] = (source, manifest)
-    if resume is not None and all(source is None for source, _ in found.values()):
-        raise UsageError(f"{naming.given('resume', str(resume))}: no complete checkpoint "
-                         f"of this run there")
-    return found
-
-
-def held(legs, places: Places, naming: Naming) -> list[tuple[Path, str]]:
-    """The directories a job writes into and holds alone while it runs: its output
-    directory, a checkpoint directory given, and each run's checkpoint directory when
-    it takes periodic checkpoints; each once."""
-    found = [(path, naming.name(name)) for path, name in
-             ((places.out, "out"), (places.checkpoint_dir, "checkpoint_dir"))
-             if path is not None]
-    if places.every:
-        found += [(leg.checkpoints, "checkpoint directory") for leg in legs
-                  if leg.checkpoints is not None and leg.tokens is not None]
-    return distinct_dirs(found)
 
 
 def _legs(cfg) -> list[Leg]:
@@ -531,6 +455,87 @@ def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out
                        agree_every=_value(values, "agree_every"))
 
 
+# The Python API's keywords (mt.teleportation, mt.dsgd, mt.search_k and
+# RunSettings.from_keywords): front/keywords.py's table, checked by front/api_checks.py,
+# then the one preparation above.
+
+def settings_from_keywords(function: str, problem: Any, keywords: dict[str, Any]):
+    """The RunSettings of one call of the training function ``function`` (teleportation,
+    dsgd or search_k) with ``keywords``, the communicator it runs on (``comm``, "auto"
+    resolved) and this process's refusal to run (its one-line reason: the inputs on disk
+    refused; :func:`mpi_teleport.train` agrees it on every process in the collective of
+    the locks). The order of the steps is the order of the messages for bad input."""
+    from ..core.schedulers import step_size
+    from ..runtime.launched import resolve_comm
+    from .api_checks import checked
+    from .keywords import filled
+    from .loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
+    from .settings import Checkpoints, Records, merge, merge_latency
+
+    kw = filled(function, keywords)
+    comm = resolve_comm(kw["comm"])  # ("auto": MPI under a launcher, else the simulator)
+    nodes = kw["nodes"]
+    active = kw["k"] if function == "teleportation" else nodes
+    rounds = rounds_for(problem, kw["rounds"], kw["epochs"], active)
+    options: dict[str, Any] = {}
+    if function == "search_k":
+        from ..runtime.search import check_select
+
+        lr = step_size(kw["lr"], kw["lr_step"], problem, nodes)
+        run = {"algorithm": "search", "nodes": nodes, "k": None, "rounds": rounds,
+               "lr": within_phase(lr, rounds), "momentum": kw["momentum"],
+               "nesterov": kw["nesterov"], "topology": kw["topology"],
+               "variant": kw["variant"], "seed": kw["seed"],
+               "k_select": check_select(kw["select"])}
+        records = merge(Records, kw["records"], log_every=kw["log_every"],
+                        target=kw["target"], progress=kw["progress"],
+                        callback=kw["callback"], trace=kw["trace"])
+        checkpoints = Checkpoints()
+    else:
+        lr, momentum, nesterov, rule = optimizer_settings(
+            kw["optimizer"], problem, kw["lr"], kw["momentum"], kw["nesterov"])
+        lr = step_size(lr, kw["lr_step"], problem, active, kw["optimizer"])
+        run = {"algorithm": function, "nodes": nodes, "k": active, "rounds": rounds,
+               "lr": lr, "momentum": momentum, "nesterov": nesterov,
+               "topology": kw["topology"], "variant": kw.get("variant", "overlap"),
+               "seed": kw["seed"]}
+        eval_every, in_epochs = eval_rounds(problem, kw["eval_every"],
+                                            kw["eval_every_epochs"], active)
+        records = merge(Records, kw["records"], log_every=kw["log_every"],
+                        target=kw["target"], stop_at_target=kw["stop_at_target"],
+                        progress=kw["progress"], callback=kw["callback"],
+                        eval_every=eval_every, eval_at_start=kw["eval_at_start"],
+                        trace=kw["trace"], log_every_epochs=kw["log_every_epochs"],
+                        eval_every_epochs=in_epochs)
+        checkpoints = merge(Checkpoints, kw["checkpoints"],
+                            checkpoint_every=kw["checkpoint_every"],
+                            checkpoint_dir=kw["checkpoint_dir"],
+                            keep_checkpoints=kw["keep_checkpoints"], resume=kw["resume"])
+        options = {"rule": rule, "elastic": kw["elastic"], "fail": kw["fail"],
+                   "spares": kw["spares"]}
+    latency = merge_latency(kw["latency"], kw["clock"], kw["compute_time"])
+    values, prepared, refused, identity = checked(
+        problem, run, comm=comm, out=kw["out"], records=records, checkpoints=checkpoints,
+        latency=latency, **options)
+    settings = prepare(problem, values, comm, prepared=prepared, callback=records.callback,
+                       identity=identity)
+    return settings, comm, refused
+
+
+def _agreed_refusal(comm: Any, refused: str | None) -> str | None:
+    """The first process's refusal, learnt by every process of ``comm`` (one collective
+    on a duplicate of it)."""
+    from ..runtime.collective import check_communicator, first_error
+    from ..runtime.transport import Transport
+
+    check_communicator(comm)
+    transport = Transport.duplicate(comm)
+    try:
+        return first_error(transport.allgather(refused))
+    finally:
+        transport.free()
+
+
 # A script's own command line (RunSettings.from_args / from_namespace): its flags, read
 # by front/script.py's parser side, checked as the command lines check them, for the
 # script's own problem, then the one preparation above.
@@ -585,15 +590,7 @@ def script_settings(raw: dict, *, problem: Any, comm: Any = None, refused: str |
         except UsageError as exc:
             error = str(exc)
     if comm is not None:  # (every process stops together, or none does)
-        from ..runtime.collective import check_communicator, first_error
-        from ..runtime.transport import Transport
-
-        check_communicator(comm)
-        transport = Transport.duplicate(comm)
-        try:
-            error = first_error(transport.allgather(error))
-        finally:
-            transport.free()
+        error = _agreed_refusal(comm, error)
     if error:
         raise UsageError(error)
     return settings
