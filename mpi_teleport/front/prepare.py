@@ -470,9 +470,13 @@ def settings_from_keywords(function: str, problem: Any, keywords: dict[str, Any]
     from .api_checks import checked
     from .keywords import filled
     from .loop_options import eval_rounds, optimizer_settings, rounds_for, within_phase
-    from .settings import Checkpoints, Records, merge, merge_latency
+    from .settings import FLAT, Checkpoints, Latency, Records, merge, merge_latency
 
     kw = filled(function, keywords)
+
+    def flat(group: type) -> dict[str, Any]:  # (the flat keywords of an option object)
+        return {name: kw[name] for name in FLAT[group].values() if name in kw}
+
     comm = resolve_comm(kw["comm"])  # ("auto": MPI under a launcher, else the simulator)
     nodes = kw["nodes"]
     active = kw["k"] if function == "teleportation" else nodes
@@ -487,9 +491,7 @@ def settings_from_keywords(function: str, problem: Any, keywords: dict[str, Any]
                "nesterov": kw["nesterov"], "topology": kw["topology"],
                "variant": kw["variant"], "seed": kw["seed"],
                "k_select": check_select(kw["select"])}
-        records = merge(Records, kw["records"], log_every=kw["log_every"],
-                        target=kw["target"], progress=kw["progress"],
-                        callback=kw["callback"], trace=kw["trace"])
+        records = merge(Records, kw["records"], **flat(Records))
         checkpoints = Checkpoints()
     else:
         lr, momentum, nesterov, rule = optimizer_settings(
@@ -501,19 +503,12 @@ def settings_from_keywords(function: str, problem: Any, keywords: dict[str, Any]
                "seed": kw["seed"]}
         eval_every, in_epochs = eval_rounds(problem, kw["eval_every"],
                                             kw["eval_every_epochs"], active)
-        records = merge(Records, kw["records"], log_every=kw["log_every"],
-                        target=kw["target"], stop_at_target=kw["stop_at_target"],
-                        progress=kw["progress"], callback=kw["callback"],
-                        eval_every=eval_every, eval_at_start=kw["eval_at_start"],
-                        trace=kw["trace"], log_every_epochs=kw["log_every_epochs"],
-                        eval_every_epochs=in_epochs)
-        checkpoints = merge(Checkpoints, kw["checkpoints"],
-                            checkpoint_every=kw["checkpoint_every"],
-                            checkpoint_dir=kw["checkpoint_dir"],
-                            keep_checkpoints=kw["keep_checkpoints"], resume=kw["resume"])
+        records = merge(Records, kw["records"], **{**flat(Records), "eval_every": eval_every,
+                                                   "eval_every_epochs": in_epochs})
+        checkpoints = merge(Checkpoints, kw["checkpoints"], **flat(Checkpoints))
         options = {"rule": rule, "elastic": kw["elastic"], "fail": kw["fail"],
                    "spares": kw["spares"]}
-    latency = merge_latency(kw["latency"], kw["clock"], kw["compute_time"])
+    latency = merge_latency(**flat(Latency))
     values, prepared, refused, identity = checked(
         problem, run, comm=comm, out=kw["out"], records=records, checkpoints=checkpoints,
         latency=latency, **options)
