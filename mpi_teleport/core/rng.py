@@ -110,7 +110,7 @@ def uniforms(k: int, nodes: npt.ArrayLike, count: int) -> npt.NDArray[np.float64
 
 # Normals are made in blocks of at most this many pairs (rows times columns), so that a
 # block's temporaries stay in the cache: at d = 5 million (a 40 MB token) one row takes a
-# third of the time it took whole (issue 33: the quadratic's noise was the local step).
+# third of the time it took whole (the quadratic's noise was most of the local step).
 # Every operation is element-wise on contiguous arrays, so the numbers do not depend on it.
 NORMAL_BLOCK = 1 << 14
 

@@ -109,8 +109,8 @@ class Logging:
     stop_at_target: bool = False
     naming: Naming = CLI  # how messages spell settings: --lr (command line) or lr (API)
     eval_every: int | None = None  # None: every record evaluates
-    eval_at_start: bool = True  # False: round 0's record is not evaluated (issue 47)
-    trace: str | PathLike[str] | None = None  # the run's timeline goes there (issue 48)
+    eval_at_start: bool = True  # False: round 0's record is not evaluated
+    trace: str | PathLike[str] | None = None  # the run's timeline goes there
     every_epochs: int | None = None  # also record at the end of every this many epochs
     eval_every_epochs: int | None = None  # evaluate at the end of every this many epochs
     epoch_span: tuple[int, int] | None = None  # (n_train, samples a round): where epochs end

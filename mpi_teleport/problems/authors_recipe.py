@@ -1,4 +1,4 @@
-"""The authors' Fashion-MNIST recipe, choice by choice (issue #46).
+"""The authors' Fashion-MNIST recipe, choice by choice.
 
 The paper's Figure 3 was made with the authors' own harness (github.com/yukiTakezawa/BaseGraph,
 read at commit c89b116903dc3b3fc0670582e6e5fd27ef15e6cb). Its arithmetic of Decentralized

@@ -250,7 +250,7 @@ class StateLayout:
     def __init__(self, model: nn.Module):
         params = list(model.parameters())
         # Frozen parameters (requires_grad=False) are not trained: they stay as built,
-        # identical in every process, and never travel (issue 22, fine-tuning).
+        # identical in every process, and never travel (fine-tuning).
         self.params = [p for p in params if p.requires_grad]
         self.frozen = [p for p in params if not p.requires_grad]
         seen: set[int] = set()

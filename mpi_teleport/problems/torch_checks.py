@@ -1,6 +1,6 @@
 """Inputs torch would only reject deep inside a round, with a traceback, refused at
 :class:`~mpi_teleport.problems.torch_problem.TorchProblem` construction in one line
-(:class:`~mpi_teleport.errors.UsageError`; issue 21): a device that is not a torch device
+(:class:`~mpi_teleport.errors.UsageError`): a device that is not a torch device
 or CUDA without a GPU, class labels below 0 or beyond the model's outputs, inputs the
 model cannot take. The Problem side (shapes and values of ``initial``/``gradient``/
 ``evaluate``) is :mod:`mpi_teleport.core.contract`'s.

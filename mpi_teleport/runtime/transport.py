@@ -17,7 +17,7 @@ no pickling). Two ways to move a round's vectors (:class:`Transport` implements
   consumed in another round; MPI's non-overtaking rule covers the (astronomically
   distant) wrap-around of the tag. A message to oneself is a local copy.
 
-**Large messages to other hosts travel in pieces** (issue 33): a numpy buffer over
+**Large messages to other hosts travel in pieces**: a numpy buffer over
 ``piece_bytes`` (default :data:`PIECE_BYTES`, 60 KiB; ``MPI_TELEPORT_PIECE_BYTES`` sets
 it, 0 sends whole messages) for a peer on another host (by processor name, learnt with one
 allgather when the transport is made) is posted as consecutive slices, each its own
@@ -625,7 +625,7 @@ class ElasticTransport(Transport):
 
     def wait(self, pending: Pending) -> None:
         # One Wait per request, not Waitall: every request completes or fails, so every
-        # survivor reaches the round's agreement (issue 23's measured pattern).
+        # survivor reaches the round's agreement (as measured with lost ranks).
         for request in pending.requests:
             try:
                 request.Wait()

@@ -116,7 +116,7 @@ def local_step_columns(problem: Any, nodes: npt.ArrayLike, x: np.ndarray, v: np.
     problem and rule where :func:`steps_by_columns` holds: called for consecutive blocks
     of columns from 0 to d, it gives local_step's numbers element by element (every
     operation is element-wise), so a rank can send a block of y while it computes the
-    next (issue 33: the step off the round's path)."""
+    next (the step off the round's path)."""
     problem.gradient_columns(nodes, x, t, columns, out)
     g, xb = out[..., columns], x[..., columns]
     if momentum > 0:
