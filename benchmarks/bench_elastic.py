@@ -55,7 +55,7 @@ AGREE = {"elastic": 0, "every": 1}  # the elastic modes' --agree-every
 
 
 def _spec(n: int, rounds: int):
-    from mpi_teleport.core.spec import RunSpec
+    from mpi_teleport.measure import RunSpec
 
     return RunSpec("teleportation", n, max(1, n // 2), rounds, 0.01, 0.5, "ring", "overlap", 0)
 
@@ -63,16 +63,16 @@ def _spec(n: int, rounds: int):
 def _run(mode: str, comm, d: int, rounds: int, probe=None) -> tuple[float, int]:
     """One run on this rank: its seconds per round (rank 0's record, shared) and the
     interval between agreements it ran with (1: plain)."""
-    from mpi_teleport.runtime import engine
-    from mpi_teleport.runtime.backends.elastic import ElasticBackend
-    from mpi_teleport.runtime.backends.mpi import MpiBackend
-    from mpi_teleport.runtime.metrics import Recorder
-    from mpi_teleport.disk.output import RunFiles
-    from mpi_teleport.problem import with_defaults
-    from mpi_teleport.problems.quadratic import Quadratic
-    from mpi_teleport.core.spec import Logging
-    from mpi_teleport.front.runner import RunSettings
-    from mpi_teleport.runtime.transport import ElasticTransport, Transport
+    from mpi_teleport.measure import engine
+    from mpi_teleport.measure import ElasticBackend
+    from mpi_teleport.measure import MpiBackend
+    from mpi_teleport.measure import Recorder
+    from mpi_teleport.measure import RunFiles
+    from mpi_teleport.measure import with_defaults
+    from mpi_teleport.measure import Quadratic
+    from mpi_teleport.measure import Logging
+    from mpi_teleport import RunSettings
+    from mpi_teleport.measure import ElasticTransport, Transport
 
     n = comm.Get_size()
     spec, logging = _spec(n, rounds), Logging(every=rounds)
@@ -168,7 +168,7 @@ def _kill_worker(args, comm, rank) -> int:
 
 
 def _launch(args, extra: list[str], env: dict | None = None):
-    from mpi_teleport.launch import mpi_env, mpirun_command
+    from mpi_teleport.measure import mpi_env, mpirun_command
 
     out = Path(args.out) / f".bench_elastic_worker_{os.getpid()}.json"
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--worker-out", str(out),

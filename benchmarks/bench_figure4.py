@@ -96,7 +96,7 @@ def run_flags(args, method: str, alpha: float, lr: float, seed: int) -> list[str
 
 
 def simulate(flags: list[str]) -> None:
-    from mpi_teleport import sim
+    from mpi_teleport.measure import sim
 
     with contextlib.redirect_stdout(io.StringIO()):
         rc = sim.main(flags)
@@ -113,10 +113,10 @@ def virtual_times(run_cfg: dict, rounds: list[int], tau_us: float, compute_us: f
     variant): so one training run is replayed here for every (tau, compute time). This is
     the one place that knows how the simulator computes the clock
     (``mpi_teleport.latency.virtual_clock.for_run`` on the run's RunSpec)."""
-    from mpi_teleport.front.cli import run_spec
-    from mpi_teleport.front.settings import resolve
-    from mpi_teleport.latency.model import LatencySettings
-    from mpi_teleport.latency.virtual_clock import for_run
+    from mpi_teleport.measure import run_spec
+    from mpi_teleport.measure import resolve
+    from mpi_teleport.measure import LatencySettings
+    from mpi_teleport.measure import for_run
 
     keys = ("nodes", "algorithm", "variant", "k", "topology", "momentum", "seed")
     cfg = resolve({**{key: run_cfg[key] for key in keys if key in run_cfg},
@@ -135,9 +135,9 @@ def virtual_times(run_cfg: dict, rounds: list[int], tau_us: float, compute_us: f
 
 def measure_compute_us(repeats: int = 5, calls: int = 200) -> float:
     """One digits gradient step (batch 32, one node) on this machine (:func:`step_time_us`)."""
-    from mpi_teleport.front.cli import problem_of
-    from mpi_teleport.front.settings import resolve
-    from mpi_teleport.problems import make_problem
+    from mpi_teleport.measure import problem_of
+    from mpi_teleport.measure import resolve
+    from mpi_teleport.measure import make_problem
 
     return step_time_us(make_problem(problem_of(resolve({"nodes": 25, "problem": "digits"}))), repeats, calls)
 
@@ -502,7 +502,7 @@ def curve_rows(curves, best) -> list[dict]:
 def check_mpi(args, work: Path, ranks: int = 4, rounds: int = 6, compute_us: float = 200.0) -> dict:
     """A few rounds of each method on ``ranks`` MPI ranks (virtual clock, tau = 5): the
     records must equal the simulator's (time_s aside) and virtual_time_s the replay's."""
-    from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command
+    from mpi_teleport.measure import find_mpirun, mpi_env, mpirun_command
 
     env = mpi_env()
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")

@@ -1,4 +1,4 @@
-"""The host-link model before and after links carry one round after the other (issue 48).
+"""The host-link model before and after links carry one round after the other.
 
     python benchmarks/bench_host_links.py --bench A.json,B.json [--trace RUN.json] --tag T
 
@@ -40,8 +40,8 @@ import bench_tc_bandwidth as tc  # noqa: E402
 
 def oracle(config: str, ranks: int, dim: int, mbit: float, compute_us: float, old: bool):
     """The simulator's oracle of the configuration's run under ``bw:GOODPUT,hosts:R``."""
-    from mpi_teleport.latency.model import LatencySettings
-    from mpi_teleport.latency.virtual_clock import for_run
+    from mpi_teleport.measure import LatencySettings
+    from mpi_teleport.measure import for_run
 
     spec = tc.config_spec(config, ranks, dim)
     latency = f"bw:{mbit * tc.TCP_GOODPUT / 1000:.6g},hosts:{ranks // len(tc.HOSTS)}"
@@ -94,7 +94,7 @@ def cases(bench: dict) -> list[dict]:
 def traced_rounds(trace_path: str, mbit: float, dim: int, compute_us: float, skip: int) -> list[dict]:
     """Per round of a traced Teleportation k = 2 run on 2 + 2 ranks: the measured round and
     both models', in message times (a message's bytes over the link's goodput)."""
-    from mpi_teleport.trace import chrome
+    from mpi_teleport.measure import chrome
 
     ends: dict[int, float] = {}
     for e in chrome.load(trace_path)["traceEvents"]:

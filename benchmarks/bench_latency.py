@@ -56,13 +56,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mpi_teleport.front import cli  # noqa: E402
-from mpi_teleport.front.settings import resolve  # noqa: E402
-from mpi_teleport.launch import mpi_env, mpirun_command  # noqa: E402
-from mpi_teleport.disk.output import RunFiles, read_jsonl, write_json  # noqa: E402
-from mpi_teleport.problems import make_problem  # noqa: E402
-from mpi_teleport.sim import main as sim_main  # noqa: E402
-from mpi_teleport.sim import simulate  # noqa: E402
+from mpi_teleport.measure import cli  # noqa: E402
+from mpi_teleport.measure import resolve  # noqa: E402
+from mpi_teleport.measure import mpi_env, mpirun_command  # noqa: E402
+from mpi_teleport.measure import RunFiles, read_jsonl, write_json  # noqa: E402
+from mpi_teleport.measure import make_problem  # noqa: E402
+from mpi_teleport.measure import sim, simulate  # noqa: E402
 
 METHODS = [  # key, label, flags
     ("tele-alg3", "Teleportation Alg. 3 (overlap), k=8",
@@ -155,7 +154,7 @@ def virtual_sweep(args, lrs, compute_us, work: Path) -> list[dict]:
                    args.launcher, args.timeout)
             elapsed = time.perf_counter() - start
             with contextlib.redirect_stdout(io.StringIO()):  # the oracle's table is not news
-                assert sim_main(["--nodes", str(args.ranks), *common, "--out", str(out / "sim")]) == 0
+                assert sim.main(["--nodes", str(args.ranks), *common, "--out", str(out / "sim")]) == 0
             recs = read_jsonl(out / "mpi" / "metrics.jsonl")
             oracle = read_jsonl(out / "sim" / "metrics.jsonl")
             equal = ([r["virtual_time_s"] for r in recs] == [r["virtual_time_s"] for r in oracle]

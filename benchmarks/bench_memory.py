@@ -15,8 +15,8 @@ written to a temporary directory; then
   does, before the run), the difference, and its proportional set size at the end.
   With ``--python``, the memory run is repeated with each given interpreter (e.g. one
   whose torch is a CPU-only build; its own ``mpirun`` beside it): a row says which torch
-  it ran. Target (issue 14): at most 40 % of the 1,090 MB per rank measured before the
-  change.
+  it ran. Target: at most 40 % of the 1,090 MB per rank measured before the data became
+  per-rank.
 
   Resident set size (RSS, ``ru_maxrss`` is its peak) counts every page a process has
   mapped, shared library pages (torch's) included, in every process that maps them;
@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE_MB = 1090.0  # peak RSS per rank measured before per-rank data (issue 14)
+BEFORE_MB = 1090.0  # peak RSS per rank measured before per-rank data
 TARGET = 0.40
 
 
@@ -74,8 +74,9 @@ def fashion_mnist_dir(tmp: Path) -> Path:
     """The real Fashion-MNIST where installed (Debian's dataset-fashion-mnist), else fake
     files of its shapes written under ``tmp``."""
     sys.path.insert(0, str(ROOT))
-    from mpi_teleport.problems.fashion_files import DEBIAN_DIR, locate
+    from mpi_teleport.measure import fashion_files
 
+    DEBIAN_DIR, locate = fashion_files.DEBIAN_DIR, fashion_files.locate
     if os.path.isdir(DEBIAN_DIR) and locate(DEBIAN_DIR)[1]:
         return Path(DEBIAN_DIR)
     write_fake_fashion_mnist(tmp)
@@ -85,7 +86,7 @@ def fashion_mnist_dir(tmp: Path) -> Path:
 def mpirun(n: int, args: list, env: dict, timeout: int = 1800,
            python: str | None = None) -> subprocess.CompletedProcess:
     sys.path.insert(0, str(ROOT))
-    from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command
+    from mpi_teleport.measure import find_mpirun, mpi_env, mpirun_command
 
     python = python or sys.executable
     cmd = mpirun_command(n, [python, *args], find_mpirun(python))
@@ -96,13 +97,13 @@ def mpirun(n: int, args: list, env: dict, timeout: int = 1800,
 # ------------------------------------------------------------------------ workers
 def worker_train(args) -> None:
     """One rank of the command-line run; its peak RSS goes to <report>/rank<r>.json."""
-    from mpi_teleport import run
+    from mpi_teleport.measure import run
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     import torch
 
     import_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    from mpi_teleport.problems import models  # torch, set up as the run sets it up: the floor
+    from mpi_teleport.measure import models  # torch, set up as the run sets it up: the floor
 
     models.configure_torch_threads(1)
     floor_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -133,10 +134,10 @@ def worker_eval(args) -> None:
     """Each rank: the problem as the CLI builds it; rank 0 reports evaluation times."""
     from mpi4py import MPI
 
-    from mpi_teleport.front import cli, settings as config
-    from mpi_teleport.runtime.backends.mpi import MpiBackend
-    from mpi_teleport.problems.network import fashion_mnist
-    from mpi_teleport.runtime.transport import Transport
+    from mpi_teleport.measure import cli, settings as config
+    from mpi_teleport.measure import MpiBackend
+    from mpi_teleport.measure import fashion_mnist
+    from mpi_teleport.measure import Transport
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -214,7 +215,7 @@ def plot(rows: list, path: Path) -> None:
         a.hlines(max(r["torch_floor_mb"] for r in got), xs[0] - 0.4, xs[-1] + 0.4,
                  colors=bars.patches[0].get_facecolor(), linestyles="-.", linewidth=2,
                  label="torch floor (import + set-up)" if i == 0 else None)
-    a.axhline(BEFORE_MB, color="grey", ls=":", label=f"{BEFORE_MB:.0f} MB (issue 14)")
+    a.axhline(BEFORE_MB, color="grey", ls=":", label=f"{BEFORE_MB:.0f} MB (before)")
     a.axhline(TARGET * BEFORE_MB, color="red", ls="--", label=f"target {TARGET:.0%}")
     a.set_ylabel("peak RSS per rank (MB)")
     a.set_title("Fashion-MNIST full size, LeNet-5, 4 ranks: a bar per rank", fontsize=9)

@@ -107,7 +107,7 @@ if str(ROOT / "benchmarks") not in sys.path:
 
 from bench_memory import BEFORE_MB, pss_mb, write_fake_fashion_mnist  # noqa: E402
 from bench_memory import TARGET as TARGET_MEMORY  # noqa: E402
-from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command  # noqa: E402
+from mpi_teleport.measure import find_mpirun, mpi_env, mpirun_command  # noqa: E402
 
 TARGET_FRAMEWORK = 0.05
 MODELS = {"lenet": "fashion-mnist", "vgg": "cifar10"}
@@ -216,23 +216,23 @@ def _worker(args, comm, rank: int, size: int) -> dict:
 
     from mpi4py import MPI
 
-    from mpi_teleport.runtime.memory import keep_freed_memory
+    from mpi_teleport.measure import keep_freed_memory
 
     keep_freed_memory()  # as mpi_teleport.run's main does first
     import torch
 
     import_mb = max_rss_mb()
-    from mpi_teleport.problems import models
+    from mpi_teleport.measure import models
 
     models.configure_torch_threads(1)  # as the run sets torch up: the floor (bench_memory's)
     floor_mb = max_rss_mb()
 
-    from mpi_teleport.front import cli, settings as config
-    from mpi_teleport.core import plan as plan_module
-    from mpi_teleport.runtime.backends import compiled as compiled_rounds
-    from mpi_teleport.runtime.backends import mpi as mpi_backend
-    from mpi_teleport.problems import datasets, make_problem
-    from mpi_teleport.runtime.transport import Transport
+    from mpi_teleport.measure import cli, settings as config
+    from mpi_teleport.measure import plan as plan_module
+    from mpi_teleport.measure import compiled_backend as compiled_rounds
+    from mpi_teleport.measure import mpi_backend
+    from mpi_teleport.measure import datasets, make_problem
+    from mpi_teleport.measure import Transport
 
     # fake CIFAR-10 files cannot pass torchvision's md5 check: skip it (worker only)
     datasets.load_cifar10 = functools.partial(datasets.load_cifar10, verify_md5=False)
@@ -242,7 +242,7 @@ def _worker(args, comm, rank: int, size: int) -> dict:
                                          "schedule", "topology", "post")}
     # framework parts, wrapped where the back end and the plan look them up (worker only)
     # (the compiled rounds, the default path, and the round executor's arithmetic)
-    from mpi_teleport.runtime.backends import device as device_tokens
+    from mpi_teleport.measure import device_backend as device_tokens
 
     # (device_tokens: tokens on a GPU, looked up there at each call; their step and sum end
     # in a copy to the host, so the wall times hold the GPU's work)
@@ -650,7 +650,7 @@ def plot_memory(mx, rows: list[dict], x, labels, legend: dict) -> None:
            edgecolor="black", label="PSS at the end (max over ranks)")
     mx.scatter(x, [r.get("torch_floor_mb") or 0.0 for r in rows], marker="D", color="#C44E52",
                label="torch floor (import + set-up)", zorder=3)
-    mx.axhline(BEFORE_MB, color="grey", ls=":", label=f"{BEFORE_MB:.0f} MB (issue 14, before)")
+    mx.axhline(BEFORE_MB, color="grey", ls=":", label=f"{BEFORE_MB:.0f} MB (before per-rank data)")
     mx.axhline(TARGET_MEMORY * BEFORE_MB, color="red", ls="--",
                label=f"target {TARGET_MEMORY:.0%} (full-size Fashion-MNIST, 4 ranks)")
     for i, r in enumerate(rows):

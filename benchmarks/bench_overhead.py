@@ -47,7 +47,7 @@ Per-round time = median over the timed blocks of (block time / R). Up to d = 10^
 is R = BLOCK_ROUNDS rounds, aligned with the package's planning, so each timed block pays
 one block compilation in full, as a run does; R shrinks for larger d (10^7 doubles = 80 MB
 per message), where a compilation is a negligible share of a block. The final token
-vectors of all implementations are compared (``identical``). Targets (issue 16): alg3 <=
+vectors of all implementations are compared (``identical``). Targets: alg3 <=
 1.10 x bare and alg1 <= 1.10 x bare1 for d >= 10^4, alg3 <= 1.5 x bare at d = 10^3.
 
 Oversubscription (more ranks than the 2 cores here) makes timings noisy; mpirun runs
@@ -78,7 +78,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-TARGET = 1.10  # issue 16: Alg. 3 / bare and Alg. 1 / bare1 for d >= TARGET_MIN_D
+TARGET = 1.10  # the target: Alg. 3 / bare and Alg. 1 / bare1 for d >= TARGET_MIN_D
 TARGET_MIN_D = 10**4
 SMALL_TARGET, SMALL_D = 1.5, 10**3  # and Alg. 3 / bare at d = 1e3
 LR = 0.1
@@ -94,7 +94,7 @@ def plan(d: int, quick: bool) -> tuple[int, int]:
     every timed block pays exactly one block compilation, as a run does; from d = 1e5 a
     round costs so much more than its share of a compilation (about 1 us) that shorter
     blocks are timed."""
-    from mpi_teleport.runtime.backends.mpi import BLOCK_ROUNDS
+    from mpi_teleport.measure import BLOCK_ROUNDS
 
     if quick:
         return (BLOCK_ROUNDS // 4, 5) if d <= 10**4 else (25, 5) if d <= 10**5 else (2, 2)
@@ -131,8 +131,8 @@ def token_of(holders: np.ndarray, rank: int) -> int:
 def bare_plan(rank: int, n: int, k: int, rounds: range, tag_of) -> list[tuple]:
     """Alg. 3 per round, precomputed outside the clock: receives (source, slot), sends
     (dest), the inbox slot of a send to itself, this rank's old and new token, the weights."""
-    from mpi_teleport.core import schedule
-    from mpi_teleport.core import topology as topo
+    from mpi_teleport.measure import schedule
+    from mpi_teleport.measure import topology as topo
 
     holders = {t: schedule.holders(SEED, n, k, t) for t in range(rounds.start, rounds.stop + 1)}
     out = []
@@ -163,8 +163,8 @@ def bare1_plan(rank: int, n: int, k: int, rounds: range, tag_of) -> list[tuple]:
     then the gossip within holders(t): receives (source, slot), sends (dest), the slot of
     its own y, the weights. Round t's tokens sit with holders(t - 1) on entry (holders(0)
     at round 0)."""
-    from mpi_teleport.core import schedule
-    from mpi_teleport.core import topology as topo
+    from mpi_teleport.measure import schedule
+    from mpi_teleport.measure import topology as topo
 
     first = max(rounds.start - 1, 0)
     holders = {t: schedule.holders(SEED, n, k, t) for t in range(first, rounds.stop)}
@@ -254,10 +254,10 @@ def default_k(n: int) -> int:
 def worker(args) -> int:
     from mpi4py import MPI
 
-    from mpi_teleport.core import schedule
-    from mpi_teleport.runtime.backends.mpi import MpiBackend
-    from mpi_teleport.core.spec import RunSpec
-    from mpi_teleport.runtime.transport import KIND_Y, Transport
+    from mpi_teleport.measure import schedule
+    from mpi_teleport.measure import MpiBackend
+    from mpi_teleport.measure import RunSpec
+    from mpi_teleport.measure import KIND_Y, Transport
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -351,7 +351,7 @@ def worker(args) -> int:
 
 
 def target_met(row: dict) -> bool | None:
-    """Issue 16: Alg. 3 <= 1.10 x bare for d >= 1e4 and <= 1.5 x at d = 1e3; Alg. 1 <=
+    """The targets: Alg. 3 <= 1.10 x bare for d >= 1e4 and <= 1.5 x at d = 1e3; Alg. 1 <=
     1.10 x its own bare loop for d >= 1e4. None where no target applies."""
     d = row["d"]
     if d >= TARGET_MIN_D:
@@ -376,7 +376,7 @@ def mem_available() -> int | None:
 
 
 def launch(ranks: int, ds: list[int], args, timeout: float) -> tuple[list[dict], str]:
-    from mpi_teleport.launch import mpi_env, mpirun_command
+    from mpi_teleport.measure import mpi_env, mpirun_command
 
     fd, result = tempfile.mkstemp(prefix="bench_overhead_", suffix=".json")
     os.close(fd)
@@ -543,7 +543,7 @@ def main(argv=None) -> int:
     print(f"wrote {out / 'bench_overhead.csv'}, .json, .png")
     judged = [r for r in rows if r["pass"] is not None]
     misses = [f"{r['ranks']} ranks d={r['d']:.0e}" for r in judged if not r["pass"]]
-    print("issue 16 targets met in every judged case" if judged and not misses
+    print("the targets met in every judged case" if judged and not misses
           else f"target missed: {', '.join(misses)}" if misses else "no case judged")
     if any(not r["identical"] for r in rows):
         print("WARNING: final token vectors differ between bare, Alg. 3 and Alg. 1")

@@ -24,9 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from mpi_teleport.front.mpi_flavor import (OPENMPI, OPENMPI_CROWDED, Flavor,  # noqa: E402
-                                           find_mpirun)
-from mpi_teleport.launch import mpi_env, mpirun_command  # noqa: E402
+from mpi_teleport.measure import OPENMPI, OPENMPI_CROWDED, Flavor, find_mpirun  # noqa: E402
+from mpi_teleport.measure import mpi_env, mpirun_command  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 

@@ -43,12 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mpi_teleport.runtime import metrics
-from mpi_teleport.core import rng, schedule
-from mpi_teleport import sim  # noqa: E402
-from mpi_teleport.front.settings import Values  # noqa: E402
-from mpi_teleport.runtime.metrics import Recorder  # noqa: E402
-from mpi_teleport.disk.output import RunFiles  # noqa: E402
+from mpi_teleport.measure import metrics
+from mpi_teleport.measure import rng, schedule
+from mpi_teleport.measure import sim  # noqa: E402
+from mpi_teleport.measure import Values  # noqa: E402
+from mpi_teleport.measure import Recorder  # noqa: E402
+from mpi_teleport.measure import RunFiles  # noqa: E402
 
 TARGET = 1.5
 D = 50

@@ -1,4 +1,4 @@
-"""The price of hot spares (issue 32): per-round time of an elastic run with S waiting
+"""The price of hot spares: per-round time of an elastic run with S waiting
 spares against plain elastic mode, the spares' CPU time while they wait, and the time
 from a killed node to the next completed round when a spare takes it over (the spare's
 data shard included) against the same loss without a spare.
@@ -25,7 +25,7 @@ in the real on-disk format, ``bench_memory.fashion_mnist_dir``; the first 500 te
   is round r - 1 plus the recovery (detection, agreement, re-forming the job, the spare
   building node n - 1's problem, restore, placement) plus the lost attempt at round r;
   one median round is subtracted. Jobs with
-  one spare (a replacement) and with none (a loss, issue 23's path).
+  one spare (a replacement) and with none (a loss: the survivors go on without a replacement).
 
 Writes bench_spares.csv, bench_spares.json and bench_spares.png into --out. Run it on an
 otherwise idle machine: a loaded one makes the per-round figures meaningless.
@@ -58,7 +58,7 @@ def problem_flags(name: str, data_dir: str, quick: bool) -> list[str]:
 def job(ranks: int, flags: list[str], out: Path, env: dict | None = None,
         timeout: float = 900) -> list[dict]:
     """One job of the command line; its records."""
-    from mpi_teleport.launch import mpi_env, mpirun_command
+    from mpi_teleport.measure import mpi_env, mpirun_command
 
     argv = [sys.executable, "-m", "mpi_teleport.run", *flags, "--out", str(out)]
     res = subprocess.run(mpirun_command(ranks, argv),

@@ -47,9 +47,9 @@ def worker(args) -> int:
     from mpi4py import MPI
 
     import mpi_teleport as mt
-    from mpi_teleport.checkpoint import keeper
-    from mpi_teleport.problems.quadratic import quadratic
-    from mpi_teleport.runtime import stop_watch
+    from mpi_teleport.measure import keeper
+    from mpi_teleport.measure import quadratic
+    from mpi_teleport.measure import stop_watch
 
     comm = MPI.COMM_WORLD
     n, rank = comm.Get_size(), comm.Get_rank()
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     if args.worker:
         return worker(args)
 
-    from mpi_teleport.launch import mpi_env, mpirun_command
+    from mpi_teleport.measure import mpi_env, mpirun_command
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -77,14 +77,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mpi_teleport.core import rng, schedule  # noqa: E402
-from mpi_teleport.core import topology as topo  # noqa: E402
-from mpi_teleport.front.settings import resolve  # noqa: E402
-from mpi_teleport.disk.output import RunFiles  # noqa: E402
-from mpi_teleport.problems.quadratic import Quadratic  # noqa: E402
-from mpi_teleport.runtime.search import CRITERIA  # noqa: E402
-from mpi_teleport.core.algorithms import mix  # noqa: E402
-from mpi_teleport.sim import simulate  # noqa: E402
+from mpi_teleport.measure import rng, schedule  # noqa: E402
+from mpi_teleport.measure import topology as topo  # noqa: E402
+from mpi_teleport.measure import resolve  # noqa: E402
+from mpi_teleport.measure import RunFiles  # noqa: E402
+from mpi_teleport.measure import Quadratic  # noqa: E402
+from mpi_teleport.measure import CRITERIA  # noqa: E402
+from mpi_teleport.measure import mix  # noqa: E402
+from mpi_teleport.measure import simulate  # noqa: E402
 
 N, D, TARGET = 100, 50, 1e-3
 LRS = (0.1, 0.075, 0.05, 0.025, 0.01, 0.0075, 0.005, 0.0025, 0.001, 0.00075, 0.0005,

@@ -102,9 +102,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command  # noqa: E402
-from mpi_teleport.front.mpi_flavor import flavor_of_launcher  # noqa: E402
-from mpi_teleport.disk.output import read_jsonl  # noqa: E402
+from mpi_teleport.measure import find_mpirun, mpi_env, mpirun_command  # noqa: E402
+from mpi_teleport.measure import flavor_of_launcher  # noqa: E402
+from mpi_teleport.measure import read_jsonl  # noqa: E402
 
 BED = ["bash", str(ROOT / "jobs" / "netns-cluster.sh")]
 AGENT = str(ROOT / "jobs" / "netns-rsh")
@@ -305,7 +305,7 @@ def tcp_s_per_round(nbytes: int, rounds: int = 8, connections: int = 1) -> float
 BARE_EXCHANGE = r"""
 import sys, time, numpy as np
 from mpi4py import MPI
-from mpi_teleport.runtime.transport import pieces
+from mpi_teleport.measure import pieces
 comm = MPI.COMM_WORLD; r, n = comm.rank, comm.size
 nbytes, piece, per_host, rounds = (int(a) for a in sys.argv[1:5])
 peers = sorted({(r - 1) % n, (r + 1) % n} - {r})
@@ -335,7 +335,7 @@ if r == 0:
 BARE_CHAIN = r"""
 import json, sys, time, numpy as np
 from mpi4py import MPI
-from mpi_teleport.runtime.transport import pieces
+from mpi_teleport.measure import pieces
 comm = MPI.COMM_WORLD; r, n = comm.rank, comm.size
 nbytes, piece, per_host, warm = (int(a) for a in sys.argv[1:5])
 plan = json.loads(sys.argv[5])
@@ -360,7 +360,7 @@ def _bare_chain(python: str, ranks: int, nbytes: int, plan: list, warm: int,
                 piece_bytes: int | None = None) -> float | None:
     """Seconds per round of :data:`BARE_CHAIN` for ``plan`` (a list of rounds of [sender,
     receiver] pairs; rounds 0 .. warm - 1 warm up; None: not measured)."""
-    from mpi_teleport.runtime.transport import PIECE_BYTES
+    from mpi_teleport.measure import PIECE_BYTES
 
     piece = PIECE_BYTES if piece_bytes is None else piece_bytes
     try:
@@ -531,7 +531,7 @@ class LostDaemon(RuntimeError):
 def bare_mpi_s_per_round(python: str, ranks: int, nbytes: int, piece_bytes: int | None,
                          rounds: int = 20) -> float | None:
     """Seconds per exchange of :data:`BARE_EXCHANGE` on the bed (None: not measured)."""
-    from mpi_teleport.runtime.transport import PIECE_BYTES
+    from mpi_teleport.measure import PIECE_BYTES
 
     piece = PIECE_BYTES if piece_bytes is None else piece_bytes
     try:
@@ -550,8 +550,8 @@ EAGER_1MIB = {"OMPI_MCA_btl_tcp_eager_limit": "1048576", "OMPI_MCA_btl_tcp_rndv_
 def config_spec(config: str, ranks: int, dim: int):
     """The RunSpec of the configuration's run (its flags in CONFIGS) on ``ranks`` ranks
     with tokens of ``dim`` elements."""
-    from mpi_teleport.front.cli import run_spec
-    from mpi_teleport.front.settings import resolve
+    from mpi_teleport.measure import run_spec
+    from mpi_teleport.measure import resolve
 
     flags = CONFIGS[config][1]
     raw = {flags[i].lstrip("-").replace("-", "_"): flags[i + 1] for i in range(0, len(flags), 2)}
@@ -565,7 +565,7 @@ def config_spec(config: str, ranks: int, dim: int):
 def _round_plans(config: str, ranks: int, dim: int, first: int, last: int):
     """(round plan, spec) of rounds first .. last - 1 of the configuration's run
     (mpi_teleport.latency.virtual_clock.round_plan: the messages the ranks post)."""
-    from mpi_teleport.latency.virtual_clock import round_plan
+    from mpi_teleport.measure import round_plan
 
     spec = config_spec(config, ranks, dim)
     for phase in spec.phases():
@@ -577,8 +577,8 @@ def host_link_loads(config: str, ranks: int, dim: int, first: int, last: int):
     """The bytes each communication phase of rounds first .. last - 1 puts on the host links
     (:class:`mpi_teleport.latency.model.HostLinks`, one per phase), from the run's own plan
     (mpi_teleport.latency.virtual_clock.round_links)."""
-    from mpi_teleport.latency import parse_spec
-    from mpi_teleport.latency.virtual_clock import round_links
+    from mpi_teleport.measure import parse_spec
+    from mpi_teleport.measure import round_links
 
     model = parse_spec(f"bw:1,hosts:{ranks // len(HOSTS)}", ranks)  # (the rate does not enter the bytes)
     for msgs, spec in _round_plans(config, ranks, dim, first, last):

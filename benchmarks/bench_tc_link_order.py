@@ -29,7 +29,7 @@ import bench_tc_bandwidth as bed  # noqa: E402  (the bed, its rates and its laun
 ROUND = r'''
 import sys, time, numpy as np
 from mpi4py import MPI
-from mpi_teleport.runtime.transport import pieces
+from mpi_teleport.measure import pieces
 comm = MPI.COMM_WORLD; r = comm.rank
 nbytes, piece, rounds = (int(a) for a in sys.argv[1:4])
 y = np.ones(nbytes // 8); inbox = {s: np.empty_like(y) for s in (0, 1)}

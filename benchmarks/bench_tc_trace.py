@@ -153,7 +153,7 @@ def trace_run(impl: str, mbit: float, dim: int, rounds: int = 40, extra: tuple =
     records' time_s leaves it out)."""
     import tempfile
 
-    from mpi_teleport.trace.chrome import load
+    from mpi_teleport.measure import load_trace as load
 
     python = dict(bed.implementations())[impl]
     with tempfile.TemporaryDirectory(prefix="bench-tc-trace-") as tmp:

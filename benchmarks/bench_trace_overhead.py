@@ -1,4 +1,4 @@
-"""What the timeline (``--trace``, issue 48) costs a round: Teleportation's rounds under MPI
+"""What the timeline (``--trace``) costs a round: Teleportation's rounds under MPI
 with the trace off, on, and in the package as it was before the trace existed.
 
     python benchmarks/bench_trace_overhead.py [--ranks 8] [--d 1e5] [--repeats 3]
@@ -22,7 +22,7 @@ at ``--baseline-rev`` (default: the commit before the trace, exported with ``git
 archive`` into a temporary directory): "off within the noise of today". Launches of the
 two kinds alternate, ``--repeats`` each.
 
-Goals (issue 48): on / off <= 1.03 at d = 1e5 on 8 ranks; off / base within the noise
+Goals: on / off <= 1.03 at d = 1e5 on 8 ranks; off / base within the noise
 (the spread of base over its own repeats). The machine this ran on may be shared: every
 sample is saved, and the table gives the spread. On a busy or oversubscribed machine the
 wall times move by tens of percent from launch to launch, far more than the trace costs;
@@ -51,17 +51,17 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE_REV = "ed31903^"  # the package before the trace (issue 48's first commit)
+BASELINE_REV = "ed31903^"  # the package before the trace (the parent of its first commit)
 SEED, LR, MOMENTUM = 0, 0.01, 0.5
 
 
 def worker(args) -> int:
     from mpi4py import MPI
 
-    from mpi_teleport.core.spec import RunSpec
-    from mpi_teleport.problems.quadratic import Quadratic
-    from mpi_teleport.runtime.backends.mpi import MpiBackend
-    from mpi_teleport.runtime.transport import Transport
+    from mpi_teleport.measure import RunSpec
+    from mpi_teleport.measure import Quadratic
+    from mpi_teleport.measure import MpiBackend
+    from mpi_teleport.measure import Transport
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -76,8 +76,8 @@ def worker(args) -> int:
                        seed=SEED)
         backend = backends[name] = MpiBackend(problem, spec, transport)
         if name == "on":
-            from mpi_teleport.trace.spans import make_spans
-            from mpi_teleport.trace.tracer import Tracer
+            from mpi_teleport.measure import make_spans
+            from mpi_teleport.measure import Tracer
 
             spans = make_spans(total, 1, total, node=rank, nvtx=None)
             tracers[name] = Tracer(Path(args.worker_out + ".trace.json"), spans)
@@ -123,7 +123,7 @@ def span_cost_s(count: int = 200_000) -> float:
     trace adds to a round's work."""
     import time as clock
 
-    from mpi_teleport.trace.spans import STEP, make_spans
+    from mpi_teleport.measure import STEP, make_spans
 
     best = float("inf")
     for _ in range(5):
@@ -145,12 +145,12 @@ def self_cost_s(comm, rounds: int = 5000, d: int = 10) -> dict:
     machine's load. Per span it is larger than ``span_cost_s``."""
     import time as clock
 
-    from mpi_teleport.core.spec import RunSpec
-    from mpi_teleport.problems.quadratic import Quadratic
-    from mpi_teleport.runtime.backends.mpi import MpiBackend
-    from mpi_teleport.runtime.transport import Transport
-    from mpi_teleport.trace.spans import make_spans
-    from mpi_teleport.trace.tracer import Tracer
+    from mpi_teleport.measure import RunSpec
+    from mpi_teleport.measure import Quadratic
+    from mpi_teleport.measure import MpiBackend
+    from mpi_teleport.measure import Transport
+    from mpi_teleport.measure import make_spans
+    from mpi_teleport.measure import Tracer
 
     transport = Transport(comm)
     best = {"off": float("inf"), "on": float("inf")}
@@ -188,7 +188,7 @@ def baseline_tree(rev: str) -> Path:
 
 
 def launch(args, base: Path | None) -> tuple[dict | None, str]:
-    from mpi_teleport.launch import mpi_env, mpirun_command
+    from mpi_teleport.measure import mpi_env, mpirun_command
 
     fd, result = tempfile.mkstemp(prefix="bench_trace_", suffix=".json")
     os.close(fd)

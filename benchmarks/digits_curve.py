@@ -72,7 +72,7 @@ def run_flags(args, method: str, alpha: float, lr: float, seed: int, out: Path) 
 
 
 def simulate(flags: list[str]) -> None:
-    from mpi_teleport import sim
+    from mpi_teleport.measure import sim
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -84,7 +84,7 @@ def simulate(flags: list[str]) -> None:
 def check_mpi(args, runs_dir: Path) -> dict:
     """A short run of the first configuration under mpirun and in the simulator: their
     metrics.jsonl must agree (time_s aside)."""
-    from mpi_teleport.launch import find_mpirun, mpi_env, mpirun_command
+    from mpi_teleport.measure import find_mpirun, mpi_env, mpirun_command
 
     alpha, seed = args.alphas[0], args.seeds[0]
     base = runs_dir.parent / "digits_mpi_check"

@@ -6,7 +6,7 @@
         [--methods teleportation dsgd-ring dsgd-base2] [--data-dir DIR] [--report-only]
         [--recipe paper|authors] [--authors-choices partition model crop]
 
-Recipe (issue #46): ``--recipe paper`` (default) is the paper's table as below;
+Recipe: ``--recipe paper`` (default) is the paper's table as below;
 ``--recipe authors`` is the authors' own harness (github.com/yukiTakezawa/BaseGraph at
 c89b116: balanced Dirichlet shares of 2,400 samples, LeNet with GroupNorm, random crops
 without normalisation; :mod:`mpi_teleport.problems.authors_recipe`), written to
@@ -65,7 +65,7 @@ for p in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(p))
 
 from digits_curve import METHODS  # noqa: E402  (the methods of the paper's Figure 3)
-from mpi_teleport.problems import authors_recipe  # noqa: E402  (numpy only at import)
+from mpi_teleport.measure import authors_recipe  # noqa: E402  (numpy only at import)
 
 LABELS = {"teleportation": "Teleportation (k=8, ring)", "dsgd-ring": "Decentralized SGD (ring)",
           "dsgd-base2": "Decentralized SGD (Base-2 Graph)"}
@@ -468,7 +468,7 @@ def main(argv=None) -> int:
                    "the finished ones")
     p.add_argument("--recipe", choices=list(authors_recipe.RECIPES), default="paper",
                    help="paper (default: the paper's table) or authors (the authors' harness: "
-                   "balanced Dirichlet shares, LeNet with GroupNorm, random crops; issue #46)")
+                   "balanced Dirichlet shares, LeNet with GroupNorm, random crops)")
     p.add_argument("--authors-choices", nargs="+", default=None,
                    choices=[c for c in authors_recipe.CHOICES if c != "evaluation"],
                    help="some of the authors' choices on their own (instead of --recipe)")
@@ -488,8 +488,8 @@ def main(argv=None) -> int:
     if args.runs is None:
         args.runs = str(Path(args.out) / (stem + ("_quick" if args.quick else "") + "_runs"))
 
-    from mpi_teleport.errors import DatasetMissingError
-    from mpi_teleport.problems import datasets, fashion_files
+    from mpi_teleport.measure import DatasetMissingError
+    from mpi_teleport.measure import datasets, fashion_files
 
     try:  # (before anything runs or is written: the data's one line, status 2)
         data_md5 = fashion_files.data_md5(datasets.fashion_mnist_paths(args.data_dir))

@@ -49,7 +49,7 @@ REFERENCE = bench_figure4.REFERENCE  # the clock every training run recorded
 def measure_compute_us(data_dir=None, repeats: int = 5, calls: int = 100) -> float:
     """One LeNet gradient step (batch 32, one node) on this machine
     (``bench_figure4.step_time_us``)."""
-    from mpi_teleport.problems import network
+    from mpi_teleport.measure import network
 
     problem = network.fashion_mnist(nodes=25, seed=0, data_dir=data_dir, alpha=10.0,
                                     val_fraction=0.0, sampling="epochs")

@@ -132,7 +132,8 @@ def test_the_layout_has_few_top_level_modules_and_short_import_chains():
 
     chain = max((longest(node) for node in sorted(edges)), key=len)
     assert len(chain) <= 10, " -> ".join(chain)
-    for group in ("core", "runtime", "disk", "front"):  # internal: their docstring says so
+    for group in ("core", "runtime", "disk", "front", "latency", "trace", "checkpoint",
+                  "problems"):  # internal: their docstring says so
         doc = (PACKAGE / group / "__init__.py").read_text()
         assert doc.lstrip('"').startswith("Internal"), group
     core = {m for m in edges["core"]}
@@ -205,3 +206,79 @@ def test_one_builder_of_run_settings():
                 if called == "RunSettings":
                     builders.add(name)
     assert builders == {"mpi_teleport.front.prepare"}, builders
+
+
+def _imported_names(path: Path) -> list[tuple[int, str, str]]:
+    """(line, module, name) of every import of the package in ``path``: its statements and
+    those of the Python source it holds in strings (code a benchmark hands to its ranks);
+    ``import mpi_teleport.x`` as (line, mpi_teleport.x, "")."""
+    package = "mpi_teleport.examples" if path.parent.name == "examples" else ""
+    found = []
+
+    def walk(tree, offset=0):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.extend((node.lineno + offset, alias.name, "") for alias in node.names
+                             if alias.name.startswith("mpi_teleport"))
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level:
+                    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    module = f"{base}.{module}" if module else base
+                if module.startswith("mpi_teleport"):
+                    found.extend((node.lineno + offset, module, alias.name)
+                                 for alias in node.names)
+            elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and "mpi_teleport" in node.value and "import" in node.value):
+                try:
+                    walk(ast.parse(node.value), node.lineno - 1)
+                except SyntaxError:  # (prose, not code)
+                    pass
+
+    walk(ast.parse(path.read_text()))
+    return found
+
+
+def test_benchmarks_and_examples_import_only_documented_names():
+    """The benchmarks and the examples use the public API (``mpi_teleport.__all__``) or the
+    measurement surface (``mpi_teleport.measure.__all__``, docs/reference/measurement.md),
+    so a change of the internals shows in one module, not in every benchmark."""
+    import re
+
+    import mpi_teleport
+    from mpi_teleport import measure
+
+    allowed = {"mpi_teleport": set(mpi_teleport.__all__) | {"__version__"},
+               "mpi_teleport.measure": set(measure.__all__)}
+    root = PACKAGE.parent
+    files = [*(root / "benchmarks").glob("*.py"), *(PACKAGE / "examples").glob("*.py")]
+    wrong = []
+    for path in files:
+        for line, module, name in _imported_names(path):
+            if module == "mpi_teleport" and not name:  # import mpi_teleport (as mt)
+                continue
+            if module.startswith("mpi_teleport.examples"):  # (an example's own package)
+                continue
+            if name not in allowed.get(module, set()):
+                wrong.append(f"{path.relative_to(root)}:{line}: "
+                             f"{f'from {module} import {name}' if name else f'import {module}'}")
+    assert not wrong, "\n".join(wrong)
+    page = (root / "docs" / "reference" / "measurement.md").read_text()
+    listed = {name for row in page.splitlines() if row.startswith("| ")
+              for name in re.findall(r"`(\w+)`", row)}
+    assert listed == set(measure.__all__), listed ^ set(measure.__all__)
+
+
+def test_no_issue_numbers_in_the_package_or_the_benchmarks():
+    """Code and docstrings say what a thing is, not which ticket asked for it (the history
+    is in the commit messages and CHANGELOG.md)."""
+    import re
+
+    pattern = re.compile(r"[Ii]ssues? ?#?\d|#\d\d\b|\([Ii]ssue")
+    root = PACKAGE.parent
+    files = [*PACKAGE.rglob("*.py"), PACKAGE / "DESIGN.md", *(root / "benchmarks").glob("*.py")]
+    found = [f"{path.relative_to(root)}:{number}: {line.strip()}"
+             for path in files
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if pattern.search(line)]
+    assert not found, "\n".join(found)

@@ -1,4 +1,8 @@
-"""Checkpoint and resume: ``--checkpoint-every R``, ``--checkpoint-dir DIR``, ``--resume DIR``.
+"""Internal: checkpoint and resume; the public way in is the checkpoint settings (the
+API's :class:`mpi_teleport.Checkpoints`), the command ``python -m mpi_teleport.checkpoint``
+and the layout on disk below.
+
+Checkpoint and resume: ``--checkpoint-every R``, ``--checkpoint-dir DIR``, ``--resume DIR``.
 
 A checkpoint holds the state of a run at the *start* of round r: every token (its model
 x, its momentum v, any further per-token arrays), the recorder (the metrics logged so

@@ -12,11 +12,10 @@ Both print the same table (and write the same ``metrics.jsonl`` with ``--out DIR
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 import numpy as np
-
-from ..parsers import OneLineParser
 
 
 def build_model():
@@ -49,6 +48,14 @@ def problem(nodes: int, seed: int = 0, alpha: float = 0.5, local_nodes=None):
     train, test = load_data()
     return mt.TorchProblem(build_model, train, test=test, nodes=nodes, seed=seed, alpha=alpha,
                            batch_size=16, validation_fraction=0.1, local_nodes=local_nodes)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad usage in one line and exit status 2, as the package's commands answer it
+    (argparse alone prints its usage block first)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def main(argv=None) -> int:

@@ -17,12 +17,11 @@ or through the command line, with this module's factory::
 """
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 
 import numpy as np
-
-from ..parsers import OneLineParser
 
 
 class LogisticRegression:
@@ -85,6 +84,14 @@ class LogisticRegression:
 def problem(nodes: int, seed: int) -> LogisticRegression:
     """The factory for ``--problem mpi_teleport.examples.logistic:problem``."""
     return LogisticRegression(nodes, seed=seed)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad usage in one line and exit status 2, as the package's commands answer it
+    (argparse alone prints its usage block first)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def main(argv=None) -> int:

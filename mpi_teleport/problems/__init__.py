@@ -1,4 +1,9 @@
-"""Training problems. Each maps the rows of a token matrix to stochastic gradients of the
+"""Internal, except the built-in problems the manual names (``problems.quadratic.Quadratic``
+in its examples; the factories by their ``--problem`` names); the protocol they follow is
+the public :class:`mpi_teleport.Problem`, and PyTorch models go through the public
+:class:`mpi_teleport.TorchProblem`.
+
+Training problems. Each maps the rows of a token matrix to stochastic gradients of the
 holders' local losses and evaluates a token matrix (:class:`mpi_teleport.problem.Problem`).
 
 Built-in problems are factories called with keyword arguments ``nodes`` and ``seed``

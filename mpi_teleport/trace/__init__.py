@@ -1,4 +1,7 @@
-"""A timeline of every rank's rounds (``--trace PATH``, API ``trace=``,
+"""Internal: a timeline of every rank's rounds; the public way in is the ``trace`` setting
+and the file it writes, documented in the manual.
+
+A timeline of every rank's rounds (``--trace PATH``, API ``trace=``,
 ``$MPI_TELEPORT_TRACE``): where the time of a run goes.
 
 Every process records spans (its local step and the gradient inside it, the sends,
