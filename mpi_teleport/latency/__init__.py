@@ -1,6 +1,6 @@
-"""Internal: injectable network latency; the public way in is the ``latency``, ``clock`` and
-``compute_time`` settings (the API's :class:`mpi_teleport.Latency`) and the command
-``python -m mpi_teleport.latency probe``.
+"""Internal: injectable network latency; the public way in is the latency settings (the
+API's :class:`mpi_teleport.Latency`) and the command ``python -m mpi_teleport.latency
+probe``.
 
 Models (:mod:`.model`, pure), the MPI layer that applies them (:mod:`.layer`), and a
 probe (:mod:`.probe`, ``python -m mpi_teleport.latency probe``). The simulator's clocks:
