@@ -54,7 +54,7 @@ class OneLineParser(argparse.ArgumentParser):
     """Bad usage in one line and exit status 2, as the package's commands answer it
     (argparse alone prints its usage block first)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -57,9 +57,10 @@ class RunSettings:
     >>> settings.spec.k, settings.spec.rounds
     (2, 20)
 
-    Build one with :meth:`from_args` (a script's command line) or :meth:`from_namespace`
-    (its own ``argparse`` namespace), or let :func:`mpi_teleport.teleportation` and the
-    other training functions build it from their keywords; read its fields, do not
+    Build one with :meth:`from_args` (a script's command line), :meth:`from_namespace`
+    (its own ``argparse`` namespace) or :meth:`from_keywords` (a training function's
+    keywords, as :func:`mpi_teleport.teleportation` and the others build it); read its
+    fields, do not
     construct them: their types (``RunSpec``, ``Logging``, ``LatencySettings``,
     ``CheckpointPlan``) are internal and may change. It holds
     values only; what a run holds while it runs (a signal handler, hot spares, a progress
