@@ -31,6 +31,9 @@ def test_each_signature_is_the_table(function):
         assert params[name].annotation == bundle.__annotations__[name].__forward_arg__
     for name in required:
         assert params[name].default is inspect.Parameter.empty
+    # what IDEs and type checkers read: **keywords typed by the bundle (mypy checks a call's
+    # keywords against it; the decorator keeps the function and its type)
+    assert getattr(mt, function).__annotations__["keywords"] == f"Unpack[{bundle.__name__}]"
 
 
 def test_every_default_belongs_to_a_bundle():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Callable, TypedDict
+from typing import Any, Callable, TypedDict, TypeVar
 
 from ..core.schedulers import Scheduler
 from ..core.topology import Topology
@@ -132,10 +132,14 @@ def filled(function: str, given: dict[str, Any]) -> dict[str, Any]:
     return {**{name: DEFAULTS[name] for name in names(bundle)}, **given}
 
 
-def signature(function: Callable[..., Any]) -> Callable[..., Any]:
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+
+def signature(function: _Function) -> _Function:
     """Decorator: ``function``'s signature as ``help()`` and ``inspect`` show it: its own
     parameters (``problem``, the required keywords) then its bundle's, each with its type
-    and default, in place of ``**keywords``."""
+    and default, in place of ``**keywords`` (the function itself, its type included, is
+    left as it is: type checkers and IDEs read its ``Unpack``)."""
     own = inspect.signature(function)
     _, bundle = FUNCTIONS[function.__name__]
     hints = bundle.__annotations__
