@@ -8,7 +8,9 @@ with :func:`search_k`, all nodes in this process (``comm=None``) or one node per
 grouped in :class:`Records`, :class:`Checkpoints` and :class:`Latency`
 (``records=mt.Records(target=0.01)``). Each of these functions builds the run's
 :class:`RunSettings` (validated once) and calls :func:`train`, the one run function, as
-``python -m mpi_teleport.sim`` and ``mpirun ... python -m mpi_teleport.run`` do.
+``python -m mpi_teleport.sim`` and ``mpirun ... python -m mpi_teleport.run`` do;
+:meth:`RunSettings.from_keywords` gives a call's settings without running it. The
+internals benchmarks measure are named in :mod:`mpi_teleport.measure`.
 
 >>> import mpi_teleport as mt
 >>> from mpi_teleport.problems.quadratic import Quadratic
