@@ -38,7 +38,7 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
     ``run``: what runs, named as the table's rows: algorithm, nodes, k, rounds, lr,
     momentum, nesterov, topology, variant, seed and, for the search, k_select; ``rule``:
     the step rule of ``optimizer=``, held as the ``optimizer`` row), then its disk
-    checked on this process (:func:`mpi_teleport.front.prepare.check_disk`, the command
+    checked on this process (:func:`mpi_teleport.front.disk_check.check_disk`, the command
     line's step: a resumed checkpoint against these settings and file by file, the
     checkpoint directory free of another run's). Returns the values, what the disk check
     found, its refusal (this process's one-line reason not to run, which

@@ -7,7 +7,7 @@ and the Python API (:func:`mpi_teleport.front.api_checks.checked`: one call's ke
 each check what they were given by the settings table's rules
 (:mod:`mpi_teleport.front.settings`) into :class:`~mpi_teleport.front.settings.Values`
 named as the table names its rows and check the disk
-(:func:`mpi_teleport.front.prepare.check_disk`); then the one preparation of a run,
+(:func:`mpi_teleport.front.disk_check.check_disk`); then the one preparation of a run,
 :func:`mpi_teleport.front.prepare.prepare`, builds the run's
 :class:`~mpi_teleport.core.spec.RunSpec` from its values by the one :func:`spec_of`
 (:func:`run_spec` with the optimizer's rule) and hands all of it to :func:`build`, which

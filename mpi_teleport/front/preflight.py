@@ -8,7 +8,7 @@ and the memory a run needs (:func:`check_fits`). :func:`load` is the whole path 
 raw settings to a job's :class:`~mpi_teleport.front.settings.Values`. What the runs then
 ask of the disk (a latency matrix file, writable outputs, the checkpoint resumed, the
 checkpoint directories, the locks) is the step both front ends share,
-:func:`mpi_teleport.front.prepare.check_disk` (:func:`~mpi_teleport.front.prepare.check_job`
+:func:`mpi_teleport.front.disk_check.check_disk` (:func:`~mpi_teleport.front.prepare.check_job`
 makes a job's).
 """
 from __future__ import annotations

@@ -432,7 +432,7 @@ def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out
     ``compare`` keeps the job's settings in both runs' checkpoints) and config.json
     (:func:`record` of ``values`` and the run's ``facts``: the back end, the problem's
     own description). ``naming``: how the run's messages spell a setting; ``plan``,
-    ``hold``: what :func:`~mpi_teleport.front.prepare.check_disk` found; ``out``: where the
+    ``hold``: what :func:`~mpi_teleport.front.disk_check.check_disk` found; ``out``: where the
     run's files go; ``epoch_span``: (n_train, samples a round) of a problem that knows
     its epochs (where records at epoch ends fall). Values only: what the caller holds while the run runs is its
     :class:`~mpi_teleport.front.runner.RunContext`. The one constructor of a
