@@ -198,3 +198,21 @@ def test_the_chosen_interval_spreads_an_agreement_over_a_hundred_rounds_within_t
     assert backend.interval(1.0, 0.0, 1e-9) == backend.AUTO_MOST
     words = [backend._exponent_bits(a) for a in (16, 128, 1)]
     assert backend._largest(words[0] & words[1] & words[2]) == 128
+
+
+def test_the_interval_chosen_by_the_run_is_elastic_modes_default(tmp_path):
+    """Beside --fail (as with --elastic) config.json records 0, the interval chosen by the
+    run; a run without them records 1, as plain runs always have, and takes
+    --agree-every 1 as that; a hand-built RunSettings resolves alike."""
+    base = ["--nodes", "4", "--rounds", "4", "--algorithm", "teleportation", "--k", "2",
+            "--progress", "off"]
+    for name, argv, recorded in [("fail", ["--fail", "1@2"], 0), ("plain", [], 1),
+                                 ("pinned", ["--agree-every", "1"], 1),
+                                 ("fail-pinned", ["--fail", "1@2", "--agree-every", "1"], 1)]:
+        assert sim_main([*base, *argv, "--out", str(tmp_path / name)]) == 0
+        config = json.loads((tmp_path / name / "config.json").read_text())
+        assert config["agree_every"] == recorded, name
+    s = spec()
+    assert mt.RunSettings(s, elastic=True).agree_every == 0
+    assert mt.RunSettings(s).agree_every == 1
+    assert mt.RunSettings(s, elastic=True, agree_every=8).agree_every == 8

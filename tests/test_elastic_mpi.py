@@ -34,11 +34,16 @@ def summary(path):
     return {k: v for k, v in data.items() if k not in ("wall_time_s", "backend")}
 
 
-def elastic_run(tmp_path, n, args, die, timeout=120, env=None):
+# A loss takes effect at the round the test kills the rank in only where every round is
+# agreed: the tests that name that round pin it (the default lets the run space them).
+EVERY = ["--agree-every", "1"]
+
+
+def elastic_run(tmp_path, n, args, die, timeout=120, env=None, every=EVERY):
     out = tmp_path / "mpi"
     env = {**os.environ, "MPI_TELEPORT_TEST_DIE": die, **(env or {})}
-    res = run_mpi(n, ["-m", "mpi_teleport.run", *BASE, *args, "--elastic", "--out", str(out)],
-                  timeout=timeout, env=env)
+    res = run_mpi(n, ["-m", "mpi_teleport.run", *BASE, *every, *args, "--elastic", "--out",
+                      str(out)], timeout=timeout, env=env)
     return res, out
 
 
@@ -107,14 +112,15 @@ def test_agreeing_every_few_rounds_rolls_back_to_the_last_agreement(tmp_path, va
 
 
 def test_an_interval_chosen_by_the_run_rolls_back_to_an_agreed_boundary(tmp_path):
-    """--agree-every 0: the run chooses the interval (its first agreements timed, then
-    each completed a boundary later); a holder killed at round 200 is lost at an agreed
-    boundary at or before it, between the record at 150 and the kill, and the run equals
-    the simulator told of the loss there."""
+    """The default (--agree-every 0): the run chooses the interval (its first agreements
+    timed, then each completed a boundary later); a holder killed at round 200 is lost at
+    an agreed boundary at or before it, between the record at 150 and the kill, and the
+    run equals the simulator told of the loss there; config.json records the 0."""
     node = int(schedule.holders(0, 4, 2, 200)[0])
-    args = ["--algorithm", "teleportation", "--k", "2", "--momentum", "0.5", "--agree-every",
-            "0", "--rounds", "300", "--log-every", "150"]
-    res, mpi = elastic_run(tmp_path, 4, args, f"{node}@200")
+    args = ["--algorithm", "teleportation", "--k", "2", "--momentum", "0.5", "--rounds", "300",
+            "--log-every", "150"]
+    res, mpi = elastic_run(tmp_path, 4, args, f"{node}@200", every=[])
+    assert json.loads((mpi / "config.json").read_text())["agree_every"] == 0
     assert res.returncode == 0, res.stderr[-3000:]
     lost = json.loads((mpi / "summary.json").read_text())["lost"]
     assert [x["node"] for x in lost] == [node] and 150 <= lost[0]["round"] <= 200
@@ -198,8 +204,8 @@ def test_hung_rank_is_detected_with_the_detector_on(tmp_path):
     out = tmp_path / "mpi"
     args = ["--algorithm", "teleportation", "--k", "2"]
     env = {**os.environ, "MPI_TELEPORT_TEST_DIE": "3@6:stop", "OMPI_MCA_mpi_ft_detector": "true"}
-    proc = subprocess.Popen(impl.command(4, ["-m", "mpi_teleport.run", *BASE, *args, "--elastic",
-                                             "--out", str(out)]),
+    proc = subprocess.Popen(impl.command(4, ["-m", "mpi_teleport.run", *BASE, *EVERY, *args,
+                                             "--elastic", "--out", str(out)]),
                             cwd=ROOT, env=impl.env(env, tag), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -249,7 +255,7 @@ def test_digits_network_with_rank_0_lost_equals_the_simulator(tmp_path):
             "--momentum", "0.9", "--progress", "off", "--batch-size", "8"]
     out = tmp_path / "mpi"
     res = run_mpi(4, ["-m", "mpi_teleport.run", "--rounds", "12", "--log-every", "4",
-                      "--lr", "0.05", *args, "--elastic", "--out", str(out)], timeout=120,
+                      "--lr", "0.05", *EVERY, *args, "--elastic", "--out", str(out)], timeout=120,
                   env={**os.environ, "MPI_TELEPORT_TEST_DIE": "0@6"})
     assert res.returncode == 0, res.stderr[-3000:]
     sim = tmp_path / "sim"

@@ -17,7 +17,8 @@ from test_multihost import finish, hostname_of, start, start_running
 from mpi_teleport.sim import main as sim_main
 
 ARGS = ["--algorithm", "teleportation", "--k", "2", "--momentum", "0.5", "--seed", "5",
-        "--lr", "0.05", "--dim", "8", "--log-every", "20", "--progress", "off", "--elastic"]
+        "--lr", "0.05", "--dim", "8", "--log-every", "20", "--progress", "off",
+        "--agree-every", "1", "--elastic"]  # (every round agreed: a loss at the kill's round)
 
 
 @pytest.fixture

@@ -20,15 +20,15 @@ from launch_helpers import kill_tagged, new_tag, this_venv_impl
 from mpi_teleport.core import schedule
 from mpi_teleport.sim import main as sim_main
 
-from test_elastic_mpi import (BASE, records, refused_under_mpich, refused_without_ulfm,
-                              summary)  # (the elastic tests' runs and readers)
+from test_elastic_mpi import (BASE, EVERY, records, refused_under_mpich,  # (the elastic
+                              refused_without_ulfm, summary)  # tests' runs and readers)
 
 
 def spare_run(tmp_path, n, spares, args, die, timeout=120, name="mpi", extra_env=None):
     out = tmp_path / name
     env = {**os.environ, "MPI_TELEPORT_TEST_DIE": die,
            "MPI_TELEPORT_SPARE_LOG": str(tmp_path / f"{name}-spares"), **(extra_env or {})}
-    res = run_mpi(n + spares, ["-m", "mpi_teleport.run", *BASE, *args, "--elastic",
+    res = run_mpi(n + spares, ["-m", "mpi_teleport.run", *BASE, *EVERY, *args, "--elastic",
                                "--spares", str(spares), "--out", str(out)],
                   timeout=timeout, env=env)
     return res, out
@@ -210,7 +210,8 @@ def test_digits_network_with_rank_0_replaced_equals_the_simulator(tmp_path):
             "--momentum", "0.9", "--progress", "off", "--batch-size", "8"]
     out = tmp_path / "mpi"
     res = run_mpi(4, ["-m", "mpi_teleport.run", "--rounds", "12", "--log-every", "4",
-                      "--lr", "0.05", *args, "--elastic", "--spares", "1", "--out", str(out)],
+                      "--lr", "0.05", *EVERY, *args, "--elastic", "--spares", "1", "--out",
+                      str(out)],
                   timeout=300, env={**os.environ, "MPI_TELEPORT_TEST_DIE": "0@6"})
     assert res.returncode == 0, res.stderr[-3000:]
     sim = tmp_path / "sim"
@@ -227,7 +228,7 @@ def test_a_problem_factory_is_built_for_the_node_the_spare_becomes(tmp_path):
              "teleportation", "--k", "2", "--rounds", "20", "--lr", "0.5", "--log-every", "5"]
     holder = int(schedule.holders(0, 4, 2, 8)[1])
     out = tmp_path / "mpi"
-    res = run_mpi(5, ["-m", "mpi_teleport.run", *flags, "--elastic", "--spares", "1",
+    res = run_mpi(5, ["-m", "mpi_teleport.run", *flags, *EVERY, "--elastic", "--spares", "1",
                       "--out", str(out)], timeout=120,
                   env={**os.environ, "MPI_TELEPORT_TEST_DIE": f"{holder}@8"})
     assert res.returncode == 0, res.stderr[-3000:]

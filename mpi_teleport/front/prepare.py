@@ -43,7 +43,8 @@ from .disk_check import Leg, Places, Prepared, check_disk
 from .loop_options import step_rule
 from .report import leg_dir, out_dir, runs_requested
 from .script import OBJECTS, PROBLEM_ROWS, raw_of_namespace, script_rows
-from .settings import Values, checkpoint_policy, coerce, default_logging, defaults, rows, setting
+from .settings import (Values, agree_interval, checkpoint_policy, coerce, default_logging,
+                       defaults, rows, setting)
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,11 @@ class RunSettings:
     elastic: bool = False
     failures: tuple = ()
     spares: int = 0
-    agree_every: int = 1
+    agree_every: int | None = None  # (None: 0, chosen by the run, in elastic mode; else 1)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "agree_every",
+                           agree_interval(self.agree_every, self.elastic or bool(self.failures)))
         # deeply frozen: what config.json and a checkpoint keep can be read, not changed
         for name in ("manifest", "record", "summary_extra"):
             object.__setattr__(self, name, frozen(getattr(self, name)))

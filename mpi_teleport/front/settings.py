@@ -459,12 +459,13 @@ SETTINGS: tuple[Setting, ...] = (
             "its data rebuilt, its tokens restored) and all n nodes stay in the run (default "
             "0)", at_least(0, " (0 = no hot spares)"), metavar="S",
             resume=False, where="spares"),  # (a requeued job may have other spare ranks)
-    Setting("agree_every", 1, "int", "with --elastic: the survivors agree that no rank died "
-            "every A rounds (and at every record and checkpoint) instead of every round; a "
-            "loss seen at an agreement takes effect at the previous one, the rounds since "
-            "are redone; 0: A chosen by the run from its measured agreement cost and round "
-            "time (default 1)", at_least(0, " (0 = chosen by the run, 1 = every round)"),
-            metavar="A",
+    Setting("agree_every", None, "int", "with --elastic: the survivors agree that no rank "
+            "died every A rounds (and at every record and checkpoint); a loss seen at an "
+            "agreement takes effect at the previous one, the rounds since are redone; 0: A "
+            "chosen by the run from its measured agreement cost and round time (default "
+            "with --elastic or --fail; recorded as 0); 1: every round (a loss takes effect "
+            "at the round it happened; the default and record of a run without them)",
+            optional(at_least(0, " (0 = chosen by the run, 1 = every round)")), metavar="A",
             resume=False, where="agree_every"),  # (the checkpoint's losses say what was lost)
     # The optimizer (its step rule: mpi_teleport/DESIGN.md §2.6), as torch.optim builds it;
     # config.json and the manifest record the rule the run steps with (its describe()).
@@ -1022,7 +1023,18 @@ def resolve(raw: dict, world_size: int | None = None, script: bool = False) -> V
                          "(default 0.1), or choose k")
     check_checkpoints(cfg.to_dict(), CLI, search=cfg.k == "auto")
     _check_elastic(cfg, world_size)
-    return cfg
+    return cfg.replace(agree_every=agree_interval(cfg.agree_every,
+                                                  bool(cfg.elastic or cfg.fail)))
+
+
+def agree_interval(given: int | None, elastic: bool) -> int:
+    """``--agree-every`` as a run uses and records it: ``given``, else 0 (the interval
+    chosen by the run) in elastic mode (``elastic``: ``--elastic`` or ``--fail``) and 1
+    (every boundary: a plain run agrees at none) otherwise, which a plain run has always
+    recorded."""
+    if given is not None:
+        return given
+    return 0 if elastic else 1
 
 
 def field_names() -> list[str]:
@@ -1113,7 +1125,7 @@ def _nodes_beside_spares(cfg: Values, world_size: int) -> int:
 def _check_elastic(cfg: Values, world_size: int | None) -> None:
     """--elastic (MPI), --fail (the simulator's failure plan) and --spares: what they
     cannot do."""
-    if cfg.agree_every != 1 and not (cfg.elastic or cfg.fail):
+    if cfg.agree_every not in (None, 1) and not (cfg.elastic or cfg.fail):
         raise UsageError("--agree-every needs --elastic (it spaces elastic mode's agreements; "
                          "the simulator accepts it beside --fail, where it changes nothing)")
     check_spares(cfg.spares, bool(cfg.elastic), bool(cfg.fail), CLI)

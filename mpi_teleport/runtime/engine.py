@@ -261,7 +261,7 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
     rounds = keeper.rounds(phase.start, phase.stop)
     # round 1 is recorded too where records carry the training loss (core/training.py)
     reports = not elastic and spec.algorithm != "search" and reports_batches(recorder.problem)
-    each = backend.agree_every == 1  # (every boundary agreed: plain runs, the default)
+    each = backend.agree_every == 1  # (every boundary agreed: plain runs, --agree-every 1)
 
     def collective_boundary(t: int) -> bool:
         """Boundaries with a collective (a record, a checkpoint, the signal check at

@@ -141,7 +141,8 @@ class ElasticBackend(MpiBackend):
     elastic = True
     transport: FaultTolerantTransport
 
-    def __init__(self, problem, spec, transport, token_device=None, agree_every: int = 1):
+    def __init__(self, problem, spec, transport, token_device=None,
+                 agree_every: int | None = None):
         if spec.algorithm not in ("teleportation", "dsgd"):
             raise ValueError("elastic mode runs Teleportation or DSGD")
         super().__init__(problem, spec, transport, token_device)  # (compiled where it can)
@@ -165,9 +166,10 @@ class ElasticBackend(MpiBackend):
         self._joining = False
         # --agree-every A: the survivors agree (and keep the tokens) every A rounds, not
         # every round; a loss seen at an agreement rolls back to the last one agreed
-        # (DESIGN §11). 0: A chosen from this run's measurements (interval())
-        self._auto = int(agree_every) == 0
-        self.agree_every = AUTO_START if self._auto else max(1, int(agree_every))
+        # (DESIGN §11). 0 (the default): A chosen from this run's measurements (interval())
+        every = int(agree_every or 0)  # (None: the default, 0)
+        self._auto = every == 0
+        self.agree_every = AUTO_START if self._auto else max(1, every)
         self._timing: dict = {}  # (auto: what the first agreements measured)
         self._next_every: int | None = None  # (auto: the interval from the next boundary on)
         self._depth = under_way(self.agree_every)
