@@ -13,10 +13,11 @@ logging at the first and last round only) with these back ends on the same round
 * ``compiled`` -- the plain mode: :class:`~mpi_teleport.runtime.backends.mpi.MpiBackend`
   with the compiled rounds (persistent channels);
 * ``elastic`` -- :class:`~mpi_teleport.runtime.backends.elastic.ElasticBackend` with the
-  interval between agreements chosen by the run (``--agree-every 0``): the compiled rounds,
-  a copy of the held token and a non-blocking agreement at each agreed boundary;
-* ``every`` -- the same agreeing at every round boundary (``--agree-every 1``, the
-  default: a loss takes effect at the round it happened).
+  interval between agreements chosen by the run (``--agree-every 0``, the default): the
+  compiled rounds, a copy of the held token and a non-blocking agreement at each agreed
+  boundary;
+* ``every`` -- the same agreeing at every round boundary (``--agree-every 1``: a loss
+  takes effect at the round it happened).
 
 A machine shared with other work is noisy, so the modes run in turns inside one job,
 ``--repeats`` times (the order rotated each repeat): each repeat gives each mode's
