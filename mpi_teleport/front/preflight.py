@@ -20,6 +20,7 @@ from . import report
 from .settings import NETWORK_PROBLEMS, resolve
 from ..checkpoint.find import any_checkpoint
 from ..errors import UsageError
+from ..disk.memory import memory_bytes
 from ..disk.paths import absolute_paths
 from ..errors import CLI
 from .resume import check_auto_length, inherit
@@ -84,23 +85,6 @@ _QUADRATIC_VECTORS = 6  # per token in the simulator: x, v, spare, mixed, gradie
 _MPI_VECTORS = 10  # per rank: its token (x, v), the received ones, gradient, noise, stamps
 _BATCH_COPIES = 4  # a batch's input, its activations and their gradients, roughly
 _SPARE_BYTES = 64  # the simulator's bookkeeping per hot spare (ids in lists; 52 measured)
-
-
-def memory_bytes() -> int | None:
-    """The memory this process may use: physical memory, or a lower address-space limit."""
-    try:
-        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        if soft != resource.RLIM_INFINITY and soft > 0:
-            total = min(total, soft)
-    except (ImportError, ValueError, OSError):
-        pass
-    return total
 
 
 def _gib(nbytes: float) -> str:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..disk.memory import memory_bytes
 from ..errors import UsageError
 from . import spans as sp
 
@@ -226,7 +227,7 @@ def check_buffer(rounds: int, every: int, total_rounds: int, available=None) -> 
     """UsageError when the span buffer for ``rounds`` recorded rounds (no more than the
     run samples) cannot fit in this machine's memory, as every other setting is checked
     (:func:`mpi_teleport.front.preflight.check_fits`)."""
-    available = _memory_bytes() if available is None else available
+    available = memory_bytes() if available is None else available
     need = sp.capacity_for(rounds, every, total_rounds) * ROW_BYTES
     if available is not None and need > available:
         recorded = sp.sampled_rounds(rounds, every, total_rounds)
@@ -234,24 +235,6 @@ def check_buffer(rounds: int, every: int, total_rounds: int, available=None) -> 
                          f"about {need / 2**30:.3g} GiB, more than the {available / 2**30:.3g} "
                          f"GiB of memory here; give fewer rounds ({ROUNDS_ENV}) or record one "
                          f"in several ({EVERY_ENV})")
-
-
-def _memory_bytes() -> int | None:
-    """Physical memory, or a lower address-space limit (as the run's own estimate reads it;
-    here, below the front end)."""
-    try:
-        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        if soft != resource.RLIM_INFINITY and soft > 0:
-            total = min(total, soft)
-    except (ImportError, ValueError, OSError):
-        pass
-    return total
 
 
 def check_not_an_output(path: Path, files=(), directories=()) -> None:
