@@ -31,6 +31,7 @@ from ..checkpoint.find import round_entries
 from ..errors import API, UsageError
 from ..disk.output import dumps
 from ..disk.paths import show
+from ..problems.torch_names import is_torch_optimizer
 from .settings import recorded_when_set, resumable_changes
 
 # Settings never taken from the checkpoint (they describe this invocation only). Where a
@@ -335,14 +336,6 @@ _OPTIMIZER_FLAGS = {"SGD": "sgd", "Adam": "adam", "AdamW": "adamw"}
 _BY_NAME = frozenset(_OPTIMIZER_FLAGS.values())  # (the three the package steps itself)
 
 
-def _in_torch_optim(name: str) -> bool:
-    """Whether ``torch.optim`` has an optimizer class ``name`` (the command line names
-    it; a third-party class by its class name alone it cannot)."""
-    from ..problems.torch_names import is_torch_optimizer
-
-    return is_torch_optimizer(name)
-
-
 def optimizer_flags(text, arguments=None) -> dict | None:
     """The command line's ``--optimizer`` and its options of a manifest's optimizer (its
     step rule's ``describe()``: ``AdamW(betas=(0.9, 0.999), eps=1e-08,
@@ -355,7 +348,7 @@ def optimizer_flags(text, arguments=None) -> dict | None:
     name, _, args = str(text).partition("(")
     flag = _OPTIMIZER_FLAGS.get(name)
     if flag is None or arguments is not None:
-        return {"optimizer": flag or name} if _in_torch_optim(name) else None
+        return {"optimizer": flag or name} if is_torch_optimizer(name) else None
     out: dict = {"optimizer": flag}
     for key in ("weight_decay", "eps"):
         found = re.search(rf"{key}=([^,)]+)", args)
