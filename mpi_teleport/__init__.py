@@ -23,8 +23,8 @@ from .api import RunSettings, dsgd, search_k, teleportation, train
 from .runtime.engine import Result
 from .errors import NonFiniteError, OutputError, UsageError
 from .disk.loggers import CsvWriter, TensorBoardWriter
-from .front.settings import Checkpoints, Latency, Records
-from .front.script import add_arguments
+from .session.settings import Checkpoints, Latency, Records
+from .session.script import add_arguments
 from .problem import Problem
 from .core.schedulers import rounds_per_epoch
 from .runtime.launched import on_root

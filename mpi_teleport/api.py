@@ -35,9 +35,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .runtime import engine
-from .front.keywords import signature
-from .front.prepare import RunSettings, settings_from_keywords
-from .front.runner import RunContext, train
+from .session.keywords import signature
+from .session.prepare import RunSettings, settings_from_keywords
+from .session.runner import RunContext, train
 
 if TYPE_CHECKING:  # (typing.Unpack for **keywords is Python 3.12's; type checkers know both)
     from collections.abc import Callable
@@ -45,10 +45,10 @@ if TYPE_CHECKING:  # (typing.Unpack for **keywords is Python 3.12's; type checke
     from typing_extensions import Unpack
 
     from .core.schedulers import Scheduler
-    from .front.keywords import SearchKeywords, TeleportationKeywords, TrainingKeywords
-# The keywords are written once, in front/keywords.py: their types (the bundles an IDE reads
+    from .session.keywords import SearchKeywords, TeleportationKeywords, TrainingKeywords
+# The keywords are written once, in session/keywords.py: their types (the bundles an IDE reads
 # through Unpack), their defaults (most of them the settings table's) and the signature
-# help() shows (front.keywords.signature).
+# help() shows (session.keywords.signature).
 
 __all__ = ["teleportation", "dsgd", "search_k", "train", "RunSettings"]
 
@@ -226,7 +226,7 @@ def search_k(problem: Any, *, nodes: int, lr: float | Callable[[int], float] | S
 def _run(function: str, problem: Any, keywords: dict[str, Any]) -> engine.Result:
     """The keywords' one path: the run's RunSettings as
     :meth:`RunSettings.from_keywords` makes them
-    (:func:`mpi_teleport.front.prepare.settings_from_keywords`: every value checked by
+    (:func:`mpi_teleport.session.prepare.settings_from_keywords`: every value checked by
     the command line's rules, the inputs on disk checked on this process), then
     :func:`train`, which refuses on every process what the disk check refused on one
     (in the collective of the locks)."""

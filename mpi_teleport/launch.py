@@ -93,8 +93,8 @@ def run_is_elastic(run_args: list[str]) -> bool:
     ``--elastic`` among them counts: the run then says what is wrong, in one line."""
     if "-h" in run_args or "--help" in run_args:
         return False  # (the run prints its help)
-    from .front.cli import build_parser
-    from .front.settings import UsageError, from_toml
+    from .session.flags import build_parser
+    from .session.settings import UsageError, from_toml
 
     try:
         given = vars(build_parser("python -m mpi_teleport.run", "").parse_args(run_args))

@@ -36,9 +36,9 @@ _NAMES = {
     "cli": "mpi_teleport.front.cli",
     "run_spec": "mpi_teleport.front.cli:run_spec",
     "problem_of": "mpi_teleport.front.cli:problem_of",
-    "settings": "mpi_teleport.front.settings",
-    "resolve": "mpi_teleport.front.settings:resolve",
-    "Values": "mpi_teleport.front.settings:Values",
+    "settings": "mpi_teleport.session.settings",
+    "resolve": "mpi_teleport.session.settings:resolve",
+    "Values": "mpi_teleport.session.settings:Values",
     # the pure core: the run's spec, keyed randomness, the schedule, topologies, the plan
     "RunSpec": "mpi_teleport.core.spec:RunSpec",
     "Logging": "mpi_teleport.core.spec:Logging",

@@ -17,8 +17,9 @@ import traceback
 import warnings
 from typing import TYPE_CHECKING, cast
 
-from .front import cli, report, runner
-from .front.prepare import check_job, prepare
+from .front import cli, report
+from .session import job, runner
+from .session.prepare import check_job, prepare
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
@@ -30,8 +31,8 @@ from .problems import make_problem, needs_local_rank
 from .runtime.transport import Transport, abort_job
 
 if TYPE_CHECKING:
-    from .front.prepare import Prepared
-    from .front.settings import Values
+    from .session.prepare import Prepared
+    from .session.settings import Values
 
 PROG = "mpirun -n N python -m mpi_teleport.run"
 
@@ -45,7 +46,7 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
     job's hot spares (``--spares``); ``local``: this rank's index on its host, when known;
     ``meeting``: the survivors' (elastic: a run that ends in an exception after a loss
     hands it their communicator, :class:`runner.Meeting`); ``prepared``: the job's
-    preparation (:func:`mpi_teleport.front.prepare.check_job`; None: made here)."""
+    preparation (:func:`mpi_teleport.session.prepare.check_job`; None: made here)."""
     problem, error, stopped = None, None, 0
     prepared = prepared or check_job(cfg)
     if local is None:  # (collective: before failing)
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
                 _leave(pool.released)
             summaries.append(summary)
         else:
-            for algorithm, k in report.runs_requested(cfg):
+            for algorithm, k in job.runs_requested(cfg):
                 progress = cli.progress_for(cfg, algorithm, rank0=rank == 0)
                 summaries.append(run_on_ranks(cfg, algorithm, k, transport, progress, terminator,
                                               pool, local, meeting, prepared))

@@ -12,8 +12,9 @@ from __future__ import annotations
 import sys
 import warnings
 
-from .front import cli, report, runner
-from .front.prepare import check_job, prepare
+from .front import cli, report
+from .session import job, runner
+from .session.prepare import check_job, prepare
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
@@ -30,7 +31,7 @@ def simulate(cfg, algorithm: str, k, files: RunFiles | None = None,
              progress: Progress | None = None, terminator=None, prepared=None) -> dict:
     """Run Teleportation (k tokens, or 'auto' for Algorithm 2) or Decentralized SGD (k = n,
     fixed placement) of a job's values in this process; returns the summary. ``prepared``: the
-    job's preparation (:func:`mpi_teleport.front.prepare.check_job`; None: made here)."""
+    job's preparation (:func:`mpi_teleport.session.prepare.check_job`; None: made here)."""
     keep_freed_memory()
     prepared = prepared or check_job(cfg)
     try:
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
             # --out, --checkpoint-dir: this job's alone (the one lock function, one process)
             release = runner.hold_agreed(prepared.hold, None, True)
             summaries = []
-            for algorithm, k in report.runs_requested(cfg):
+            for algorithm, k in job.runs_requested(cfg):
                 progress = cli.progress_for(cfg, algorithm)
                 summaries.append(simulate(cfg, algorithm, k, None, progress, terminator,
                                           prepared))

@@ -3,14 +3,14 @@
 Every row calls the API in this process and must end in one ``mt.UsageError`` of one line
 holding the row's key words: never another exception (a traceback from deep inside) and
 never a run. The API checks its arguments with the command line's rules
-(:mod:`mpi_teleport.front.settings`), so the last test checks that both say the same words.
+(:mod:`mpi_teleport.session.settings`), so the last test checks that both say the same words.
 """
 from __future__ import annotations
 
 import pytest
 
 import mpi_teleport as mt
-from mpi_teleport.front.settings import resolve
+from mpi_teleport.session.settings import resolve
 from mpi_teleport.problems.quadratic import Quadratic
 
 BASE = dict(nodes=4, k=2, rounds=3, lr=0.1)

@@ -1,4 +1,4 @@
-"""The training functions' keywords are written once (mpi_teleport/front/keywords.py: the
+"""The training functions' keywords are written once (mpi_teleport/session/keywords.py: the
 typed bundles, the defaults, the signatures help() shows), each explained once in the
 manual's page of the keywords, and ``RunSettings.from_keywords`` gives the settings a call
 runs with: ``mt.train(p, RunSettings.from_keywords(p, algorithm=f, **kw))`` is
@@ -12,7 +12,7 @@ import pytest
 import mpi_teleport as mt
 from helpers import without_time
 from mpi_teleport.errors import UsageError
-from mpi_teleport.front.keywords import DEFAULTS, FUNCTIONS, names
+from mpi_teleport.session.keywords import DEFAULTS, FUNCTIONS, names
 from mpi_teleport.problems.quadratic import Quadratic
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import pytest
 
 import mpi_teleport as mt
 from helpers import without_time
-from mpi_teleport.front.settings import FLAT
+from mpi_teleport.session.settings import FLAT
 from mpi_teleport.problems.quadratic import Quadratic
 
 BASE = dict(nodes=4, k=2, rounds=6, lr=0.1)

@@ -241,7 +241,7 @@ def test_a_refusal_on_one_process_stops_every_process_with_its_line(tmp_path):
     that takes the locks: one rank's damaged view stops all, none waits, the lock is freed."""
     import threading
 
-    from mpi_teleport.front import runner
+    from mpi_teleport.session import runner
 
     hub, results = ThreadAllgather(3), {}
 

@@ -86,7 +86,7 @@ def test_non_finite_loss_names_round_and_token(capsys):
 def test_help_documents_every_flag():
     out = subprocess.run([sys.executable, "-m", "mpi_teleport.sim", "--help"],
                          capture_output=True, text=True, check=True).stdout
-    from mpi_teleport.front.settings import OPTIONS
+    from mpi_teleport.session.settings import OPTIONS
 
     for opt in OPTIONS:
         assert opt.flag in out

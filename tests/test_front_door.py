@@ -66,7 +66,7 @@ def test_the_mpi_command_line_runs_through_train(tmp_path, mpirun):
 
 
 def test_a_setting_lives_in_few_modules():
-    """A setting is defined, checked and spelt in front/settings.py, taken as a keyword in
+    """A setting is defined, checked and spelt in session/settings.py, taken as a keyword in
     api.py, and read where it acts: no module in between names it (DESIGN §6.1a: how to
     add a setting)."""
     package = ROOT / "mpi_teleport"
@@ -79,11 +79,11 @@ def test_a_setting_lives_in_few_modules():
 
 def test_a_cross_setting_rule_is_written_once_and_spelt_by_its_front_end():
     """The command line's resolve and the API's checks call the same rule functions of
-    front/settings.py; only the spelling of the settings differs."""
+    session/settings.py; only the spelling of the settings differs."""
     import pytest
 
     from mpi_teleport.errors import API, CLI, UsageError
-    from mpi_teleport.front.settings import check_elastic_runs_one_k, check_fail_plan, check_spares
+    from mpi_teleport.session.settings import check_elastic_runs_one_k, check_fail_plan, check_spares
 
     cases = [(check_spares, (1, False, False), "--spares needs --elastic (MPI) or --fail",
               "spares= needs elastic=True (MPI) or fail="),
@@ -99,7 +99,7 @@ def test_a_cross_setting_rule_is_written_once_and_spelt_by_its_front_end():
     check_spares(1, True, False, API)  # (allowed: nothing raised)
     check_fail_plan(True, False, CLI)
     with pytest.raises(UsageError, match="--k auto"):  # the command line reaches the same rule
-        from mpi_teleport.front.settings import resolve
+        from mpi_teleport.session.settings import resolve
 
         resolve({"nodes": 4, "k": "auto", "algorithm": "teleportation", "fail": ("1@2",)})
 
@@ -110,7 +110,7 @@ def test_the_engine_takes_the_prepared_settings_whole():
     setting; the same records as the API's."""
     from mpi_teleport.core.spec import Logging, RunSpec
     from mpi_teleport.disk.output import RunFiles
-    from mpi_teleport.front.runner import RunSettings
+    from mpi_teleport.session.runner import RunSettings
     from mpi_teleport.problem import with_defaults
     from mpi_teleport.runtime import engine
     from mpi_teleport.runtime.backends.local import LocalBackend
@@ -131,13 +131,13 @@ def test_the_engine_takes_the_prepared_settings_whole():
 
 def test_both_front_ends_build_the_run_spec_by_one_builder(monkeypatch):
     """The command line and the API build a run's RunSpec by the one builder
-    (front/build.py's run_spec, from checked values named as the table's rows): the same
+    (session/build.py's run_spec, from checked values named as the table's rows): the same
     settings give equal specs, Nesterov's momentum, topology, variant and seed included;
     a row's default fills what the values do not hold."""
     from mpi_teleport.core.spec import RunSpec
-    from mpi_teleport.front import build
-    from mpi_teleport.front.prepare import Places
-    from mpi_teleport.front.settings import setting
+    from mpi_teleport.session import build
+    from mpi_teleport.session.prepare import Places
+    from mpi_teleport.session.settings import setting
 
     specs = []
     real = mt.api.train

@@ -12,7 +12,7 @@ import pytest
 from mpi_teleport.runtime import collective
 from mpi_teleport.disk import lock
 from mpi_teleport import run, sim
-from mpi_teleport.front import runner
+from mpi_teleport.session import runner
 from mpi_teleport.errors import UsageError
 from helpers import ThreadAllgather
 

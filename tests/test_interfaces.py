@@ -154,7 +154,7 @@ def test_no_probing_of_back_ends_and_no_attributes_on_exceptions():
 
     root = Path(mpi_teleport.__file__).parent
     found = []
-    for name in ("runtime/engine.py", "runtime/backends/elastic.py", "front/runner.py",
+    for name in ("runtime/engine.py", "runtime/backends/elastic.py", "session/runner.py",
                  "run.py"):
         found += _probes_and_bolts(root / name)
     # (share_cores looks at a user's problem for a TorchProblem's optional torch settings)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from launch_helpers import implementation
-from mpi_teleport.front.settings import PROBLEMS
+from mpi_teleport.session.settings import PROBLEMS
 from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 from helpers import ROOT

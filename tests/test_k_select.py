@@ -130,9 +130,9 @@ def test_cli_rejects_an_unknown_criterion_in_one_line(tmp_path, capsys):
 
 def test_epochs_say_how_many_rounds_each_phase_ran(tmp_path):
     from mpi_teleport.front.cli import run_values
-    from mpi_teleport.front.prepare import check_job, prepare
-    from mpi_teleport.front.runner import RunContext
-    from mpi_teleport.front.settings import resolve
+    from mpi_teleport.session.prepare import check_job, prepare
+    from mpi_teleport.session.runner import RunContext
+    from mpi_teleport.session.settings import resolve
 
     def run_config(cfg, algorithm, k, files, problem):  # (as the simulator runs one)
         settings = prepare(problem, run_values(cfg, algorithm, k), None,

@@ -14,9 +14,9 @@ from mpi_teleport.core import schedule
 from mpi_teleport.front.cli import run_spec
 from mpi_teleport.latency.model import LatencySettings
 from mpi_teleport.latency.virtual_clock import for_run
-from mpi_teleport.front.settings import UsageError, resolve
-from mpi_teleport.front.preflight import load
-from mpi_teleport.front.prepare import check_job
+from mpi_teleport.session.settings import UsageError, resolve
+from mpi_teleport.session.preflight import load
+from mpi_teleport.session.prepare import check_job
 from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.sim import main as sim_main
 

@@ -90,8 +90,8 @@ def test_errors_is_a_leaf_and_the_settings_are_pure():
     g = graph()
     for leaf in LEAVES:
         assert not g[leaf][0], f"{leaf} imports {g[leaf][0]}"
-    inside, outside = g["mpi_teleport.front.settings"]
-    assert not {"mpi_teleport.checkpoint", "mpi_teleport.front.preflight",
+    inside, outside = g["mpi_teleport.session.settings"]
+    assert not {"mpi_teleport.checkpoint", "mpi_teleport.session.preflight",
                 "mpi_teleport.runtime.transport"} & inside
     assert "mpi4py" not in outside  # (os: os.fspath of a path setting, no file opened)
 
@@ -132,8 +132,8 @@ def test_the_layout_has_few_top_level_modules_and_short_import_chains():
 
     chain = max((longest(node) for node in sorted(edges)), key=len)
     assert len(chain) <= 10, " -> ".join(chain)
-    for group in ("core", "runtime", "disk", "front", "latency", "trace", "checkpoint",
-                  "problems"):  # internal: their docstring says so
+    for group in ("core", "runtime", "disk", "front", "session", "latency", "trace",
+                  "checkpoint", "problems"):  # internal: their docstring says so
         doc = (PACKAGE / group / "__init__.py").read_text()
         assert doc.lstrip('"').startswith("Internal"), group
     core = {m for m in edges["core"]}
@@ -141,6 +141,22 @@ def test_the_layout_has_few_top_level_modules_and_short_import_chains():
     # domain and runtime code never sees a front end's settings (Values, the API's checks)
     for unit in ("core", "runtime", "disk", "latency", "problems", "checkpoint"):
         assert "front" not in edges.get(unit, ()), f"{unit} imports the front ends"
+        assert "session" not in edges.get(unit, ()), f"{unit} imports a run's settings"
+
+
+# The front ends and the commands: the only importers of front/ (the command lines' job).
+FRONT_USERS = {"__init__", "api", "run", "sim", "launch", "script_runner", "front"}
+
+
+def test_nothing_below_the_front_ends_imports_them():
+    """front/ holds the command lines' front end (the job a command line describes, its
+    tables, the ranks' start-up agreement); a run's settings, their one preparation and
+    ``train`` live below it in session/, which both front ends share. Only the package
+    root, the API and the commands import front/."""
+    edges = units()
+    users = {unit for unit, targets in edges.items() if "front" in targets}
+    assert users <= FRONT_USERS, f"front/ imported by {sorted(users - FRONT_USERS)}"
+    assert "api" not in edges.get("session", ()), "session/ imports the Python API"
 
 
 def test_torch_only_on_the_network_paths():
@@ -194,7 +210,7 @@ def test_names_of_the_package_outside_it_still_resolve():
 
 
 def test_one_builder_of_run_settings():
-    """Both front ends reach RunSettings through one function (front/prepare.py's
+    """Both front ends reach RunSettings through one function (session/prepare.py's
     prepare, which calls build there; issue 44): no other module of the package
     constructs one."""
     builders = set()
@@ -205,7 +221,7 @@ def test_one_builder_of_run_settings():
                 called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
                 if called == "RunSettings":
                     builders.add(name)
-    assert builders == {"mpi_teleport.front.prepare"}, builders
+    assert builders == {"mpi_teleport.session.prepare"}, builders
 
 
 def _imported_names(path: Path) -> list[tuple[int, str, str]]:

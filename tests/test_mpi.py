@@ -53,7 +53,7 @@ def test_main_job_with_25_ranks_prints_the_comparison_table(mpirun):
     assert "rounds to 0.001" in lines[1] and "final error" in lines[1] and "wall time" in lines[1]
     tele = next(line for line in lines if line.startswith("Teleportation (k=8, ring)"))
     dsgd = next(line for line in lines if line.startswith("Decentralized SGD (ring)"))
-    from mpi_teleport.front.settings import resolve
+    from mpi_teleport.session.settings import resolve
     from mpi_teleport.disk.output import RunFiles
     from mpi_teleport.sim import simulate
 

@@ -11,10 +11,10 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("sklearn") is None,
 # imported: collecting this file in each pytest worker need not load it)
 
 from mpi_teleport.front.cli import problem_of  # noqa: E402
-from mpi_teleport.front.settings import resolve  # noqa: E402
+from mpi_teleport.session.settings import resolve  # noqa: E402
 from mpi_teleport.disk.output import RunFiles  # noqa: E402
 from mpi_teleport.front.cli import run_values  # noqa: E402
-from mpi_teleport.front.prepare import with_epochs  # noqa: E402
+from mpi_teleport.session.prepare import with_epochs  # noqa: E402
 from mpi_teleport.problems import make_problem  # noqa: E402
 from mpi_teleport.sim import main, simulate  # noqa: E402
 
@@ -87,7 +87,7 @@ def test_device_choice(monkeypatch):
     (the MPI layer computes it from a shared-memory split that every rank joins)."""
     import torch
 
-    from mpi_teleport.front.settings import UsageError
+    from mpi_teleport.session.settings import UsageError
     from mpi_teleport.problems.network import pick_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

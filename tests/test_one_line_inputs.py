@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mpi_teleport as mt
-from mpi_teleport.front.settings import from_toml
+from mpi_teleport.session.settings import from_toml
 from mpi_teleport.sim import main as sim_main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,12 +1,12 @@
-"""The one preparation step both front ends take (mpi_teleport/front/prepare.py): the same
+"""The one preparation step both front ends take (mpi_teleport/session/prepare.py): the same
 disk checks with the same words (spelt by the front end), each run's checkpoint plan
 made once and frozen, the directories a job locks. Serial, no MPI, about a second."""
 import dataclasses
 import pytest
 
 from mpi_teleport.errors import API, CLI, UsageError
-from mpi_teleport.front.prepare import Leg, Places, check_disk, check_job
-from mpi_teleport.front.settings import resolve
+from mpi_teleport.session.prepare import Leg, Places, check_disk, check_job
+from mpi_teleport.session.settings import resolve
 
 
 def _refusal(naming, legs, places):

@@ -1,7 +1,7 @@
 """Issue 47: ``--resume auto`` on the command line, as the API's ``resume="auto"``: the run
 in ``--out`` (or ``--checkpoint-dir``) is continued when unfinished, reported as it ended
 when finished, and a fresh run starts where there is none, so a job array reruns one
-command line (front/preflight.auto_resume). Through ``python -m mpi_teleport.sim``'s main,
+command line (session/preflight.auto_resume). Through ``python -m mpi_teleport.sim``'s main,
 in process."""
 import json
 import shutil

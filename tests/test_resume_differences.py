@@ -11,7 +11,7 @@ import pytest
 
 import mpi_teleport as mt
 from mpi_teleport.errors import API, CLI, Naming
-from mpi_teleport.front import resume as resume_rules
+from mpi_teleport.session import resume as resume_rules
 from mpi_teleport.problems.quadratic import Quadratic
 
 

@@ -1,5 +1,5 @@
 """Algorithm 2 (--k auto): candidates, disjoint blocks, and the choice it makes."""
-from mpi_teleport.front.settings import resolve
+from mpi_teleport.session.settings import resolve
 from mpi_teleport.disk.output import RunFiles
 from mpi_teleport.sim import main, simulate
 

@@ -1,4 +1,4 @@
-"""One settings table (issue 44): a setting is a row of ``front/settings.py``'s
+"""One settings table (issue 44): a setting is a row of ``session/settings.py``'s
 ``SETTINGS``, and everything else follows from the row: the command line's flag and the
 ``--config`` key, the rule the API's keywords are checked by, config.json and a
 checkpoint's manifest, the comparison a resume makes, and the ranks' start-up agreement.
@@ -17,8 +17,8 @@ import mpi_teleport as mt
 from mpi_teleport.core.spec import Logging, RunSpec
 from mpi_teleport.disk.output import read_jsonl
 from mpi_teleport.errors import API, CLI
-from mpi_teleport.front import settings as table
-from mpi_teleport.front.runner import RunContext, RunSettings
+from mpi_teleport.session import settings as table
+from mpi_teleport.session.runner import RunContext, RunSettings
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main as sim_main
 from helpers import MEAN_PROBLEM_SOURCE, ROOT, without_time
@@ -69,7 +69,7 @@ def test_a_row_alone_makes_a_setting_of_both_front_ends(tea, tmp_path, capsys):
 
 AGREE = """
 import json, sys
-from mpi_teleport.front import settings as table
+from mpi_teleport.session import settings as table
 table.SETTINGS = table.SETTINGS + (table.Setting("tea", "green", "choice", "a test's row",
                                    table.choice(("green", "black")), ("green", "black")),)
 from mpi4py import MPI
@@ -141,7 +141,7 @@ def test_the_command_lines_nesterov_equals_the_apis(tmp_path):
 
 
 def test_both_front_ends_record_a_setting_alike(tmp_path):
-    """One builder of RunSettings and one record (front/build.py's build and record) for
+    """One builder of RunSettings and one record (session/build.py's build and record) for
     both front ends: a setting both hold is recorded alike in config.json and in a
     checkpoint's manifest (the places each writes to aside)."""
     assert sim_main([*SMALL, "--rounds", "8", "--sigma2", "10", "--zeta2", "10",
@@ -236,7 +236,7 @@ def test_threads_gives_a_torch_problem_its_threads(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")
     from mpi_teleport.examples.custom_model import problem
-    from mpi_teleport.front.prepare import with_threads
+    from mpi_teleport.session.prepare import with_threads
 
     built = problem(nodes=2)
     with_threads(built, 3)
@@ -564,10 +564,11 @@ def test_run_settings_from_the_command_lines_flags(tmp_path, capsys):
 
 def test_both_front_ends_make_a_run_by_one_preparation(monkeypatch):
     """The command lines and the API make every run's RunSettings by the one
-    front/prepare.py prepare(problem, values, comm, prepared=...), from the same kind of
+    session/prepare.py prepare(problem, values, comm, prepared=...), from the same kind of
     checked values (settings.Values; Config, settings_of and checked_settings are gone)."""
-    import mpi_teleport.front.prepare as preparation
-    from mpi_teleport.front import api_checks, cli
+    import mpi_teleport.session.prepare as preparation
+    from mpi_teleport.session import api_checks
+    from mpi_teleport.front import cli
 
     seen = []
     real = preparation.prepare
@@ -577,7 +578,7 @@ def test_both_front_ends_make_a_run_by_one_preparation(monkeypatch):
         return real(problem, values, comm, **kwargs)
 
     # (the API's keywords reach it through prepare.settings_from_keywords)
-    for module in ("mpi_teleport.sim", "mpi_teleport.front.prepare"):
+    for module in ("mpi_teleport.sim", "mpi_teleport.session.prepare"):
         monkeypatch.setattr(f"{module}.prepare", spy)
     assert sim_main([*SMALL, "--rounds", "4"]) == 0
     mt.teleportation(Quadratic(n=4, d=4), nodes=4, k=2, rounds=4, lr=0.05)

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from mpi_teleport.front.settings import Values, resolve
+from mpi_teleport.session.settings import Values, resolve
 from mpi_teleport.disk.output import RunFiles, read_jsonl
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main, simulate

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from mpi_teleport.front.settings import UsageError, from_toml
+from mpi_teleport.session.settings import UsageError, from_toml
 from mpi_teleport.sim import main as sim_main
 
 

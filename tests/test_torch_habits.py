@@ -140,7 +140,7 @@ def test_dropout_on_an_accelerator_draws_from_its_keyed_generator():
 
 # ------------------------------------------------------------------ threads
 def test_threads_auto_is_the_hosts_cores_over_the_ranks_there(monkeypatch):
-    from mpi_teleport.front.runner import share_cores
+    from mpi_teleport.session.runner import share_cores
 
     monkeypatch.setattr(torch_options, "host_cores", lambda: 16)
     assert [torch_options.core_share(r) for r in (1, 3, 4, 16, 40)] == [16, 5, 4, 1, 1]

@@ -16,7 +16,7 @@ import pytest
 
 import mpi_teleport as mt
 from mpi_teleport.errors import UsageError
-from mpi_teleport.front import preflight
+from mpi_teleport.session import preflight
 from mpi_teleport.problems.quadratic import quadratic
 from mpi_teleport.sim import main as sim_main
 

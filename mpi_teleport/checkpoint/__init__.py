@@ -46,7 +46,7 @@ that determine the numbers (problem, k, topology, lr, seed, ...) must not change
 Modules: :mod:`.store` (layout, atomic I/O), :mod:`.find` (discovery, pruning),
 :mod:`.keeper` (the engine's hooks); the checks of a resume (its recorded settings
 against the run's, its files) and of the checkpoint directory, for the command line and
-the API alike, are :mod:`mpi_teleport.front.resume`'s.
+the API alike, are :mod:`mpi_teleport.session.resume`'s.
 
     python -m mpi_teleport.checkpoint newest DIR   # path of the newest complete checkpoint
     python -m mpi_teleport.checkpoint show DIR     # its manifest, without the records

@@ -18,7 +18,7 @@ from .store import RUN_MARKER, round_dir, write_manifest
 @dataclass(frozen=True)
 class CheckpointPlan:
     """Checkpointing of one run (one algorithm of compare); made once, the checkpoint it
-    resumes found (:func:`mpi_teleport.front.disk_check.check_disk`)."""
+    resumes found (:func:`mpi_teleport.session.disk_check.check_disk`)."""
 
     dir: Path | None  # where its checkpoints go (None: nowhere)
     every: int  # periodic checkpoints every this many rounds (0: none)

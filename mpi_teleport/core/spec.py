@@ -6,7 +6,7 @@ holds which token when), a pure function of (seed, n, k, t) that every process e
 locally. Teleportation and DSGD have one phase; Algorithm 2 has two (k = n, then the
 candidates concurrently on disjoint nodes). Logging and latency settings are separate
 dataclasses, so each component receives only what it needs. Their values are checked
-by :mod:`mpi_teleport.front.settings` (the algorithms and variants are named there) before any
+by :mod:`mpi_teleport.session.settings` (the algorithms and variants are named there) before any
 of them is built.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The memory this process may use: what every memory check compares against (the
-settings' estimate, :func:`mpi_teleport.front.preflight.check_fits`, and the trace's
+settings' estimate, :func:`mpi_teleport.session.preflight.check_fits`, and the trace's
 buffer, :func:`mpi_teleport.trace.tracer.check_buffer`)."""
 from __future__ import annotations
 

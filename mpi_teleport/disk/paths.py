@@ -135,7 +135,7 @@ def distinct_dirs(dirs) -> list[tuple[Path, str]]:
 
 def hold_dirs(dirs) -> Callable[[], None]:
     """Lock each (path, flag) of ``dirs`` for this process (the simulator, or the root under
-    MPI; :func:`mpi_teleport.front.runner.hold_agreed` calls it for every entry point);
+    MPI; :func:`mpi_teleport.session.runner.hold_agreed` calls it for every entry point);
     returns a callable that releases them. A directory another job holds, or that cannot
     hold a lock file, is a UsageError naming the holder or the reason."""
     from . import lock

@@ -7,74 +7,25 @@ import argparse
 import hashlib
 import json
 import sys
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 
-from .settings import UsageError, Values, agreed, from_toml, rows
-from ..parsers import add_version
+from ..session.flags import build_parser, raw_of, with_config
+from ..session.settings import UsageError, Values, agreed
 from ..runtime.collective import first_error, ranks_text
 from ..runtime.signals import EXIT_USAGE
-
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse would print usage + message; we want one line
-        raise UsageError(f"{message} (see --help)")
-
-
-def build_parser(prog: str, description: str, epilog: str = "") -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=prog,
-        description=description,
-        epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        argument_default=argparse.SUPPRESS,  # absent flags stay absent: the file may set them
-    )
-    add_version(parser)
-    parser.add_argument("--config", metavar="FILE.toml",
-                        help="read settings from a TOML file (keys as the flags, e.g. "
-                             "lr = 0.05, log-every = 10); flags given here override it")
-    for opt in rows():  # (the table as it is now: a row added is a flag)
-        kwargs: dict[str, Any] = {"help": opt.help, "dest": opt.name}
-        if opt.kind == "bool":
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif opt.kind == "fails":
-            kwargs["action"] = "append"
-            kwargs["metavar"] = opt.metavar
-        else:
-            kwargs["metavar"] = opt.metavar or (
-                "{" + ",".join(opt.choices) + "}" if opt.choices else opt.name.upper()
-            )
-        parser.add_argument(opt.flag, **kwargs)
-    return parser
 
 
 def parse(parser: argparse.ArgumentParser, argv, world_size: int | None = None) -> Values:
     """Flags (over the TOML file, over defaults) -> validated Values checked against the
     disk (the preflight), or UsageError."""
-    from . import preflight
+    from ..session import preflight
 
     raw, _ = raw_of(parser, argv)
     return preflight.load(raw, world_size)
 
 
-def raw_of(parser: argparse.ArgumentParser, argv, known_only: bool = False
-           ) -> tuple[dict, list[str]]:
-    """The flags ``argv`` as raw settings (only those given, each coerced as its row
-    says; a ``--config FILE.toml`` under them), and, with ``known_only``, the arguments
-    the parser does not know (else they are refused in one line)."""
-    from .settings import coerce, setting
-
-    if known_only:
-        ns, rest = parser.parse_known_args(argv)
-    else:
-        ns, rest = parser.parse_args(argv), []
-    given = vars(ns)
-    raw = from_toml(given.pop("config")) if "config" in given else {}
-    for name, value in given.items():
-        raw[name] = coerce(setting(name), value, "command line")
-    return raw, list(rest)
 
 
 def from_args(argv, toml=None, *, world_size: int | None = None,
@@ -86,11 +37,11 @@ def from_args(argv, toml=None, *, world_size: int | None = None,
     what the Python API makes of its keywords too. ``world_size``: the MPI job's ranks
     (None: the simulator); ``parser``: the front end's (:func:`build_parser`; its
     program name is in the help only). UsageError (one line) for bad input. Each run of
-    the job is then :func:`mpi_teleport.front.prepare.prepare` ``(problem,
+    the job is then :func:`mpi_teleport.session.prepare.prepare` ``(problem,
     run_values(values, algorithm, k), comm, prepared=..., job=values)``, the
-    :class:`~mpi_teleport.front.prepare.RunSettings` that :func:`mpi_teleport.train`
+    :class:`~mpi_teleport.session.prepare.RunSettings` that :func:`mpi_teleport.train`
     takes, made as the Python API makes its own (``RunSettings.from_args`` does all of
-    it for a script's one run, :mod:`mpi_teleport.front.script`).
+    it for a script's one run, :mod:`mpi_teleport.session.script`).
 
     >>> from mpi_teleport.front.cli import from_args
     >>> from_args(["--nodes", "8", "--k", "2", "--lr", "0.05"]).to_dict()["k"]
@@ -100,13 +51,6 @@ def from_args(argv, toml=None, *, world_size: int | None = None,
                  world_size)
 
 
-def with_config(argv, toml=None) -> list[str]:
-    """``argv`` (None: ``sys.argv[1:]``) with ``--config TOML`` before it (its own
-    ``--config`` wins)."""
-    import os
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    return argv if toml is None else ["--config", os.fspath(toml), *argv]
 
 
 def fail(prog: str, message: str, show: bool = True) -> int:
@@ -120,7 +64,7 @@ def stopped_in_setup(cfg, algorithm: str, signum: int, terminator, prepared):
     """The :class:`Terminated` of a run whose set-up a signal interrupted (every process
     alike): nothing ran, so nothing is written; a resumed run's checkpoint still stands
     (status 75, resume it again), else status 128 + the signal. The stop is final.
-    ``prepared``: the job's disk check (:func:`~mpi_teleport.front.prepare.check_job`)."""
+    ``prepared``: the job's disk check (:func:`~mpi_teleport.session.prepare.check_job`)."""
     from pathlib import Path
 
     from ..runtime.signals import Terminated
@@ -141,7 +85,7 @@ def fingerprint(cfg) -> dict:
     a few keyed random numbers, and the versions that compute them."""
     from .._version import __version__
     from ..core import rng, schedule
-    from .report import runs_requested
+    from ..session.job import runs_requested
 
     h = hashlib.sha256()
     for algorithm, k in runs_requested(cfg):
@@ -210,7 +154,7 @@ def problem_of(cfg):
     settings away from the table's defaults), for
     :func:`mpi_teleport.problems.make_problem`."""
     from ..problems import problem_settings
-    from .settings import defaults
+    from ..session.settings import defaults
 
     return problem_settings(cfg.to_dict(), defaults())
 
@@ -218,14 +162,14 @@ def problem_of(cfg):
 def run_values(cfg, algorithm: str, k):
     """The values of one run of a job (one algorithm of ``compare``; ``k`` 'auto':
     Algorithm 2): the job's, with the run's algorithm and k (n for DSGD), what
-    :func:`mpi_teleport.front.prepare.prepare` takes beside the job's own."""
+    :func:`mpi_teleport.session.prepare.prepare` takes beside the job's own."""
     return cfg.replace(algorithm=algorithm, k=cfg.nodes if algorithm == "dsgd" else k)
 
 
 def run_spec(cfg, algorithm: str, k, problem=None):
     """The RunSpec of one run a job's values ask for (``k`` 'auto': Algorithm 2), by the
-    one builder both front ends use (:func:`mpi_teleport.front.build.spec_of`);
+    one builder both front ends use (:func:`mpi_teleport.session.build.spec_of`);
     ``problem``: the run's (an optimizer's weight decay applies to its parameters only)."""
-    from .build import spec_of
+    from ..session.build import spec_of
 
     return spec_of(run_values(cfg, algorithm, k), problem)

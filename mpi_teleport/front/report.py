@@ -1,6 +1,5 @@
-"""The runs a job asks for (one algorithm, or both for ``compare``), where each
-writes, and the printed comparison table; shared
-by the simulator and the MPI command line."""
+"""The printed comparison table of a job's runs, shared by the simulator and the MPI
+command line."""
 from __future__ import annotations
 
 import math
@@ -9,17 +8,8 @@ from pathlib import Path
 from ..disk.output import write_json
 
 
-def runs_requested(cfg) -> list[tuple[str, int | str]]:
-    """[(algorithm, k)] for a job's values: compare means Teleportation then DSGD."""
-    tele = ("teleportation", cfg.k)
-    dsgd = ("dsgd", cfg.nodes)
-    return {"teleportation": [tele], "dsgd": [dsgd], "compare": [tele, dsgd]}[cfg.algorithm]
 
 
-def out_dir(cfg, algorithm: str) -> Path | None:
-    if cfg.out is None:
-        return None
-    return Path(cfg.out) / algorithm if cfg.algorithm == "compare" else Path(cfg.out)
 
 
 def label(summary: dict) -> str:
@@ -108,12 +98,3 @@ def finish(cfg, summaries: list[dict], header: str) -> str:
                      f"concurrently, {s['rounds_per_phase']} rounds each\n{candidates_table(s)}")
     return text
 
-
-def leg_dir(cfg, algorithm: str) -> Path | None:
-    """Where the checkpoints of one run of a job (one algorithm of ``compare``) go,
-    or None."""
-    if cfg.checkpoint_dir is not None:
-        base = Path(cfg.checkpoint_dir)
-        return base / algorithm if cfg.algorithm == "compare" else base
-    out = out_dir(cfg, algorithm)
-    return None if out is None else out / "checkpoints"

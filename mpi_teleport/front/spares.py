@@ -28,11 +28,12 @@ def serve(cfg, pool, local_rank: int, terminator, meeting=None, prepared=None) -
     write their checkpoint first and then release the spares with status 75; a spare
     leaving at once would end the job under mpirun before that checkpoint is written.
     ``meeting``: where a run that ends in an exception hands over the survivors'
-    communicator (:class:`~mpi_teleport.front.runner.Meeting`); ``prepared``: the job's
-    preparation (:func:`~mpi_teleport.front.prepare.check_job`), whose plan it takes."""
-    from . import cli, report
-    from .prepare import check_job, prepare
-    from .runner import RunContext, train
+    communicator (:class:`~mpi_teleport.session.runner.Meeting`); ``prepared``: the job's
+    preparation (:func:`~mpi_teleport.session.prepare.check_job`), whose plan it takes."""
+    from . import cli
+    from ..session import job
+    from ..session.prepare import check_job, prepare
+    from ..session.runner import RunContext, train
     from ..runtime.backends.elastic import _test_hook
     from ..problems import make_problem
     _test_hook(pool.me, 0, "start")  # (tests: a spare that dies while it waits)
@@ -42,7 +43,7 @@ def serve(cfg, pool, local_rank: int, terminator, meeting=None, prepared=None) -
     if what == "done":
         pool.released = value
         return None
-    (algorithm, k), = report.runs_requested(cfg)  # (elastic mode runs one algorithm)
+    (algorithm, k), = job.runs_requested(cfg)  # (elastic mode runs one algorithm)
     problem = make_problem(cli.problem_of(cfg), local_rank, local_nodes=[pool.node])  # the dead node's data
     settings = prepare(problem, cli.run_values(cfg, algorithm, k), value[2],  # (the
                        prepared=prepared or check_job(cfg), job=cfg)  # reformed comm)

@@ -372,7 +372,7 @@ class LatencySettings:
     """The latency layer: a model spec (``none``, ``const:US``, ``mod:TAU``,
     ``matrix:FILE``, ``,bw:GBPS``), the clock, and the modelled compute time. Its defaults
     are the settings table's (the rows latency, clock and compute_time of
-    :data:`mpi_teleport.front.settings.SETTINGS` read them from here: written once)."""
+    :data:`mpi_teleport.session.settings.SETTINGS` read them from here: written once)."""
 
     spec: str = "none"
     clock: str = "real"

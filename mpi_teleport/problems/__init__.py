@@ -54,7 +54,7 @@ def problem_settings(values: Mapping[str, Any], defaults: Mapping[str, Any]) -> 
     """What building a run's problem needs of its settings ``values`` (named as the
     settings table's rows, which name every field of :class:`ProblemSettings`: a command
     line's ``Values.to_dict()``), ``given`` the fields away from ``defaults`` (the
-    table's, ``mpi_teleport.front.settings.defaults()``), which a user's factory receives
+    table's, ``mpi_teleport.session.settings.defaults()``), which a user's factory receives
     when it takes them. The problems see no front end's objects, only these values."""
     names = [f.name for f in fields(ProblemSettings) if f.name != "given"]
     return ProblemSettings(**{name: values[name] for name in names},

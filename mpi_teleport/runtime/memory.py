@@ -5,7 +5,7 @@ With glibc's defaults each such block is a fresh mmap, and touching it costs a p
 fault per 4 KiB page -- measured here as up to half of a round of the simulator with
 n = 10^4 nodes (benchmarks/bench_sim.py). Raising the mmap and trim thresholds lets
 malloc recycle those blocks. Numbers are unaffected; only where memory comes from. (The memory estimate the command
-line checks before a run: :func:`mpi_teleport.front.preflight.check_fits`.)
+line checks before a run: :func:`mpi_teleport.session.preflight.check_fits`.)
 """
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ network, a pass over the validation split each: raise ``--log-every`` if it show
 With ``--epochs E`` each phase runs T = ceil(E * n_train / (batch_size * n)) rounds: the
 rounds in which phase 1's n active nodes process E epochs; phase 2 runs as many rounds
 (its candidate k processes k/n of E epochs). The command line says so in
-``config.json`` and ``summary.json`` (:func:`mpi_teleport.front.prepare.phase_rounds`).
+``config.json`` and ``summary.json`` (:func:`mpi_teleport.session.prepare.phase_rounds`).
 """
 from __future__ import annotations
 

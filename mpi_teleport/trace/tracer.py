@@ -226,7 +226,7 @@ ROW_BYTES = 200  # one recorded span in the buffer: its slot, its tuple and its 
 def check_buffer(rounds: int, every: int, total_rounds: int, available=None) -> None:
     """UsageError when the span buffer for ``rounds`` recorded rounds (no more than the
     run samples) cannot fit in this machine's memory, as every other setting is checked
-    (:func:`mpi_teleport.front.preflight.check_fits`)."""
+    (:func:`mpi_teleport.session.preflight.check_fits`)."""
     available = memory_bytes() if available is None else available
     need = sp.capacity_for(rounds, every, total_rounds) * ROW_BYTES
     if available is not None and need > available:

@@ -1,7 +1,7 @@
 """One run of a spec on the back end asked for: the simulator, or one node per MPI rank.
 
 Shared by the Python API (:mod:`mpi_teleport.api`) and the command lines (both make the
-RunSettings of a run by :func:`mpi_teleport.front.prepare.prepare`): it checks what it is handed by the settings
+RunSettings of a run by :func:`mpi_teleport.session.prepare.prepare`): it checks what it is handed by the settings
 table's rules and, under MPI, has every rank agree on it first; it holds the output
 directories (one lock path for both), builds the back end (with the latency layer where
 asked), and hands the run to the engine (:func:`mpi_teleport.runtime.engine.execute`).
@@ -231,7 +231,7 @@ _GROUPS = {"spec": RunSpec, "logging": Logging, "latency": LatencySettings}
 
 def check_handed(settings) -> None:
     """What :func:`train` is handed, checked as the API's keywords are (the settings
-    table's rules, :func:`~mpi_teleport.front.settings.check_run`): a RunSettings whose
+    table's rules, :func:`~mpi_teleport.session.settings.check_run`): a RunSettings whose
     groups are what they must be and whose every value keeps its rule; UsageError (one
     line, naming the setting) otherwise."""
     if not isinstance(settings, RunSettings):

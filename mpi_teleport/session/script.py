@@ -4,8 +4,8 @@ A training script keeps its ``argparse`` parser; :func:`add_arguments` adds the 
 settings to it as one argument group (a flag the parser has already is the script's: its
 value feeds the setting of the same name; ``prefix="mt"`` adds every flag as
 ``--mt-NAME`` instead), and ``RunSettings.from_namespace`` makes the run's
-:class:`~mpi_teleport.front.prepare.RunSettings` of the parsed namespace
-(``RunSettings.from_namespace``, in :mod:`mpi_teleport.front.prepare`, which reads the
+:class:`~mpi_teleport.session.prepare.RunSettings` of the parsed namespace
+(``RunSettings.from_namespace``, in :mod:`mpi_teleport.session.prepare`, which reads the
 namespace with :func:`raw_of_namespace`). ``RunSettings.from_args`` takes a list of flags
 the same way. Both then take one path, ``prepare.script_settings``: the flags
 checked by the settings table's rules, spelt as flags, for the script's own problem
@@ -13,7 +13,7 @@ object (no rule of the command lines' built-in problems), Python objects given b
 keyword over them (``optimizer=``, ``lr=`` a scheduler or function, ``callback=``), the
 disk checked as the API checks it (a ``--resume`` compares the problem's fingerprint and
 the settings; nothing is taken from the checkpoint), then the one preparation of a run,
-:func:`~mpi_teleport.front.prepare.prepare`.
+:func:`~mpi_teleport.session.prepare.prepare`.
 """
 from __future__ import annotations
 

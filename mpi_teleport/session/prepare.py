@@ -2,19 +2,19 @@
 checked before anything runs (:func:`check_disk`), and the run's
 :class:`RunSettings` made of its settings and its problem (:func:`prepare`).
 
-Both front ends first make :class:`~mpi_teleport.front.settings.Values` of their input
+Both front ends first make :class:`~mpi_teleport.session.settings.Values` of their input
 (the command lines: :func:`mpi_teleport.front.cli.from_args`; the Python API:
-:func:`mpi_teleport.front.api_checks.checked`). Then the disk: the command line once for
+:func:`mpi_teleport.session.api_checks.checked`). Then the disk: the command line once for
 the whole job (:func:`check_job`: both runs of ``compare``),
 the API once per call; both describe the runs they will start as :class:`Leg` rows and
 where they write as :class:`Places`, and call :func:`check_disk` (all three in
-:mod:`mpi_teleport.front.disk_check`): a latency matrix file readable,
+:mod:`mpi_teleport.session.disk_check`): a latency matrix file readable,
 the outputs writable, the checkpoint resumed found, matching this run's settings
 (``record``, what a checkpoint's manifest keeps) and intact, every checkpoint directory
 free of another run's checkpoints. It returns the :class:`Prepared` result: each run's
 :class:`~mpi_teleport.checkpoint.CheckpointPlan` (made once, the resumed checkpoint
 found) and the directories the job locks, which
-:func:`mpi_teleport.front.runner.hold_agreed` (the one lock function) takes. A refusal is
+:func:`mpi_teleport.session.runner.hold_agreed` (the one lock function) takes. A refusal is
 one :class:`~mpi_teleport.errors.UsageError`, spelt as the front end spells the setting
 (a :class:`~mpi_teleport.errors.Naming`: ``--resume DIR`` or ``resume='DIR'``); under MPI
 every process prepares, and the ranks agree on the first refusal before anything runs.
@@ -41,7 +41,7 @@ from . import resume as resume_rules
 from .build import _value, active_nodes, group, record, spec_of
 from .disk_check import Leg, Places, Prepared, check_disk
 from .loop_options import step_rule
-from .report import leg_dir, out_dir, runs_requested
+from .job import leg_dir, out_dir, runs_requested
 from .script import OBJECTS, PROBLEM_ROWS, raw_of_namespace, script_rows
 from .settings import (Values, agree_interval, checkpoint_policy, coerce, default_logging,
                        defaults, rows, setting)
@@ -66,14 +66,14 @@ class RunSettings:
     ``CheckpointPlan``) are internal and may change. It holds
     values only; what a run holds while it runs (a signal handler, hot spares, a progress
     bar, the survivors' meeting) is the caller's
-    :class:`~mpi_teleport.front.runner.RunContext`.
+    :class:`~mpi_teleport.session.runner.RunContext`.
 
     Made alike by :func:`prepare` from the Python API (:func:`mpi_teleport.teleportation`, :func:`~mpi_teleport.dsgd`,
     :func:`~mpi_teleport.search_k`: the keywords, checked by the one validator spelt as
     keywords) and from the command lines (``python -m mpi_teleport.sim`` and ``.run``:
     flags and TOML, checked by the same validator spelt as flags; a script's own flags:
     :meth:`from_args`); the rules live in the
-    settings table (:mod:`mpi_teleport.front.settings`), so two front ends cannot drift,
+    settings table (:mod:`mpi_teleport.session.settings`), so two front ends cannot drift,
     and :func:`train` checks what it is handed by them. ``spec``: what runs (algorithm,
     n, k, rounds, step size, optimizer, topology, seed); ``logging``: when it is recorded
     and evaluated; ``latency``: the latency layer; ``plan``: its checkpoints; ``out``:
@@ -281,21 +281,21 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
     an int or 'auto' for Algorithm 2, or the API's 'search') applied to ``problem`` (its
     epochs into rounds, its threads, the optimizer's weight decay on its parameters, the
     authors' schedule's rounds per epoch), its spec
-    (:func:`mpi_teleport.front.build.run_spec`), its checkpoint plan from the disk's
+    (:func:`mpi_teleport.session.build.run_spec`), its checkpoint plan from the disk's
     ``prepared`` (:func:`check_disk`), and what config.json and a checkpoint's manifest
-    keep (:func:`mpi_teleport.front.build.record`), made by :func:`build`. ``comm``: the
+    keep (:func:`mpi_teleport.session.build.record`), made by :func:`build`. ``comm``: the
     run's communicator or
     transport (None: the simulator). ``job``: the command line's values of the whole job
     (both runs of ``compare`` keep them in their checkpoints; it then holds the locks
     itself); None: the run is the job and :func:`mpi_teleport.train` locks what it
     holds. ``callback``: the API's, called with each record. ``identity``: the problem
     object's, where the caller has it already (the API's disk check compared it:
-    :func:`~mpi_teleport.front.api_checks.checked`); None: described here.
+    :func:`~mpi_teleport.session.api_checks.checked`); None: described here.
 
     What the values hold decides, never the front end: a problem the values name (the
     command lines' ``problem`` row) is recorded by that name, the back end and a
     factory's arguments; an object (the API's) by its class and fingerprint
-    (:func:`~mpi_teleport.front.resume.describe_problem`) and its own facts. UsageError
+    (:func:`~mpi_teleport.session.resume.describe_problem`) and its own facts. UsageError
     (one line) for a problem built for other nodes, or epochs the problem cannot count."""
     naming = values.naming
     problem = with_defaults(problem)  # (TypeError naming what is missing)
@@ -435,10 +435,10 @@ def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out
     ``compare`` keeps the job's settings in both runs' checkpoints) and config.json
     (:func:`record` of ``values`` and the run's ``facts``: the back end, the problem's
     own description). ``naming``: how the run's messages spell a setting; ``plan``,
-    ``hold``: what :func:`~mpi_teleport.front.disk_check.check_disk` found; ``out``: where the
+    ``hold``: what :func:`~mpi_teleport.session.disk_check.check_disk` found; ``out``: where the
     run's files go; ``epoch_span``: (n_train, samples a round) of a problem that knows
     its epochs (where records at epoch ends fall). Values only: what the caller holds while the run runs is its
-    :class:`~mpi_teleport.front.runner.RunContext`. The one constructor of a
+    :class:`~mpi_teleport.session.runner.RunContext`. The one constructor of a
     RunSettings in the package; :func:`prepare` calls it."""
     from ..runtime.elastic import parse_failures
 
@@ -460,7 +460,7 @@ def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out
 
 
 # The Python API's keywords (mt.teleportation, mt.dsgd, mt.search_k and
-# RunSettings.from_keywords): front/keywords.py's table, checked by front/api_checks.py,
+# RunSettings.from_keywords): session/keywords.py's table, checked by session/api_checks.py,
 # then the one preparation above.
 
 def settings_from_keywords(function: str, problem: Any, keywords: dict[str, Any]):
@@ -536,7 +536,7 @@ def _agreed_refusal(comm: Any, refused: str | None) -> str | None:
 
 
 # A script's own command line (RunSettings.from_args / from_namespace): its flags, read
-# by front/script.py's parser side, checked as the command lines check them, for the
+# by session/script.py's parser side, checked as the command lines check them, for the
 # script's own problem, then the one preparation above.
 
 def settings_from_args(argv, toml=None, *, problem: Any, comm: Any = None,
@@ -544,12 +544,12 @@ def settings_from_args(argv, toml=None, *, problem: Any, comm: Any = None,
     """``RunSettings.from_args``: the flags ``argv`` (default ``sys.argv[1:]``; with
     ``known_only`` the others are returned beside the settings) through
     :func:`script_settings`."""
-    from . import cli
+    from .flags import build_parser, raw_of, with_config
 
-    parser = cli.build_parser("mpi_teleport", "")
+    parser = build_parser("mpi_teleport", "")
     refused: str | None = None
     try:
-        raw, rest = cli.raw_of(parser, cli.with_config(argv, toml), known_only)
+        raw, rest = raw_of(parser, with_config(argv, toml), known_only)
     except UsageError as exc:  # (every process refuses alike: the same flags)
         raw, rest, refused = {}, [], str(exc)
     settings = script_settings(raw, problem=problem, comm=comm, refused=refused, **overrides)
@@ -559,7 +559,7 @@ def settings_from_args(argv, toml=None, *, problem: Any, comm: Any = None,
 def settings_from_namespace(args: Any, *, problem: Any, comm: Any = None,
                             **overrides: Any):
     """``RunSettings.from_namespace``: the namespace of a parser given
-    :func:`~mpi_teleport.front.script.add_arguments`, through :func:`script_settings`."""
+    :func:`~mpi_teleport.session.script.add_arguments`, through :func:`script_settings`."""
     refused: str | None = None
     try:
         raw = raw_of_namespace(args)
@@ -601,7 +601,6 @@ def _settings(raw: dict, problem: Any, comm: Any, overrides: dict):
     from . import preflight
     from . import resume as resume_rules
     from .build import active_nodes, record, spec_of
-    from .report import runs_requested
 
     objects = {name: overrides.pop(name) for name in OBJECTS if name in overrides
                and not _is_setting(name, overrides[name])}

@@ -13,20 +13,20 @@ or runs silently.
 * :data:`SETTINGS`: the table, a :class:`Setting` row per setting (name, default, how a
   flag or TOML value is parsed, help, rule, whether a resume must match it, whether the
   ranks must agree on it, whether config.json records it always or only when set, and
-  where :class:`~mpi_teleport.front.prepare.RunSettings` carries it). Everything else is
+  where :class:`~mpi_teleport.session.prepare.RunSettings` carries it). Everything else is
   derived from it: the command line's flags and ``--config`` keys (:func:`coerce`,
   :func:`from_toml`), :class:`Values` (what both front ends make of their input), the rules :func:`check_values` applies (the API's
   keywords too), what a resume may change (:func:`resumable_changes`), what the ranks
   agree on (:func:`agreed`, :func:`~.runner.agreement`), what config.json records
-  (:func:`mpi_teleport.front.build.record`), the check of a hand-built RunSettings (:func:`check_run`)
+  (:func:`mpi_teleport.session.build.record`), the check of a hand-built RunSettings (:func:`check_run`)
   and the settings reference of the manual. :func:`check_k` and
   :func:`check_checkpoints` are the rules that tie settings together.
 * :class:`Records`, :class:`Checkpoints`, :class:`Latency`: the API's option groups,
   :func:`merge` joins them with the flat keywords (a setting given both ways is refused).
 
 Pure: checks against the disk (data directory, latency matrix file, checkpoints,
-writable outputs) are :mod:`mpi_teleport.front.preflight`'s and
-:mod:`mpi_teleport.front.resume`'s. How to add a setting: mpi_teleport/DESIGN.md §6.1a.
+writable outputs) are :mod:`mpi_teleport.session.preflight`'s and
+:mod:`mpi_teleport.session.resume`'s. How to add a setting: mpi_teleport/DESIGN.md §6.1a.
 """
 from __future__ import annotations
 
@@ -274,7 +274,7 @@ class Setting:
     default on resume), or ``"no"`` (another row records it: the optimizer's options are
     in the optimizer's description); ``where``: the attribute of :class:`~.prepare.RunSettings` that
     carries it (``"spec.rounds"``; a group's field, ``"logging.every"``, is filled from
-    the values by :func:`mpi_teleport.front.build.group`), checked by
+    the values by :func:`mpi_teleport.session.build.group`), checked by
     :func:`mpi_teleport.train` on what it is handed and agreed by the ranks (``built``:
     it holds what was built of the setting,
     e.g. the optimizer's step rule: agreed, not checked by the rule);
@@ -538,7 +538,7 @@ def defaults() -> dict:
 
 
 def default_logging() -> Logging:
-    """The logging of a :class:`~mpi_teleport.front.prepare.RunSettings` built without
+    """The logging of a :class:`~mpi_teleport.session.prepare.RunSettings` built without
     one: records every ``log_every`` rounds at the row's default, no target."""
     return Logging(every=setting("log_every").default)
 
@@ -561,7 +561,7 @@ def agreed(values: dict) -> dict:
     """What every rank must hold alike of a job's settings ``values`` (its Values, named
     as the rows): the table's ``agree`` rows, for the command line's first collective
     (:func:`mpi_teleport.front.cli.fingerprint`; ``train``'s own agreement on what a
-    RunSettings carries is :func:`mpi_teleport.front.runner.agreement`)."""
+    RunSettings carries is :func:`mpi_teleport.session.runner.agreement`)."""
     return {s.name: values[s.name] for s in rows() if s.agree}
 
 
@@ -769,13 +769,13 @@ def _values(held: dict, naming: Naming) -> "Values":
 
 class Values(Mapping):
     """The checked settings of one job or call, named as the table's rows: what both
-    front ends make of their input, and what :func:`mpi_teleport.front.prepare.prepare`
-    turns into a run's :class:`~mpi_teleport.front.prepare.RunSettings` with the problem.
+    front ends make of their input, and what :func:`mpi_teleport.session.prepare.prepare`
+    turns into a run's :class:`~mpi_teleport.session.prepare.RunSettings` with the problem.
 
     The command lines' (:func:`mpi_teleport.front.cli.from_args`: flags over a TOML file
     over the defaults) hold every row; the Python API's (the keywords of
     :func:`mpi_teleport.teleportation` and its kin,
-    :func:`mpi_teleport.front.api_checks.checked`) hold the rows it takes, and there
+    :func:`mpi_teleport.session.api_checks.checked`) hold the rows it takes, and there
     ``optimizer`` is the step rule ``optimizer=`` built. Frozen: ``values.lr`` reads a
     row (one not held: its default), ``values["lr"]`` and ``"lr" in values`` what is
     held, :meth:`to_dict` all of it, :meth:`replace` makes a changed copy. ``naming``: how
@@ -976,7 +976,7 @@ def resolve(raw: dict, world_size: int | None = None, script: bool = False) -> V
     rules of the run's settings are those above (the Python API's too);
     here: the command line's defaults and the settings of the built-in problems.
     ``script``: the flags of a script that runs its own problem
-    (:meth:`~mpi_teleport.front.prepare.RunSettings.from_args`): no rule of the built-in
+    (:meth:`~mpi_teleport.session.prepare.RunSettings.from_args`): no rule of the built-in
     problems applies (the problem itself says what it can do when the run is
     prepared)."""
     if world_size == 1 and raw.get("nodes") is None and raw.get("resume") is None:

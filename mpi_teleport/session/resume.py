@@ -7,7 +7,7 @@ seed, the step size (a number, or a function's name and values at a few rounds),
 momentum, the topology and the algorithm. A resume compares them with its own
 (:func:`check_source`) and refuses a difference in one line naming every setting that
 differs; only what the settings table marks
-(:func:`~mpi_teleport.front.settings.resumable_changes`) may change. Before anything starts every process
+(:func:`~mpi_teleport.session.settings.resumable_changes`) may change. Before anything starts every process
 checks every file of the checkpoint (:func:`check_source`), so a damaged one stops every
 rank alike. A directory that holds another run's checkpoints is never written into by a
 fresh run (:func:`check_target`).
@@ -142,7 +142,7 @@ def filled(saved: dict, current: dict) -> tuple[dict, dict]:
 
 def mismatch(saved: dict, current: dict) -> list[str]:
     """The settings both know whose values differ and that a resume may not change
-    (:func:`~mpi_teleport.front.settings.resumable_changes`, from the table)."""
+    (:func:`~mpi_teleport.session.settings.resumable_changes`, from the table)."""
     saved, current = filled(saved, current)
     may_change = resumable_changes()
     return [name for name in current if name in saved and name not in may_change

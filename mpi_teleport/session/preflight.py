@@ -1,14 +1,14 @@
 """Checks against the disk before a command-line run starts.
 
-The values of the settings are checked by :func:`mpi_teleport.front.settings.resolve` (through
-:mod:`mpi_teleport.front.settings`, the same rules as the Python API); what depends on files
+The values of the settings are checked by :func:`mpi_teleport.session.settings.resolve` (through
+:mod:`mpi_teleport.session.settings`, the same rules as the Python API); what depends on files
 happens here, on every process before any communication: the settings a ``--resume``
-inherits from its checkpoint (:func:`mpi_teleport.front.resume.inherit`), the data directory
+inherits from its checkpoint (:func:`mpi_teleport.session.resume.inherit`), the data directory
 and the memory a run needs (:func:`check_fits`). :func:`load` is the whole path from
-raw settings to a job's :class:`~mpi_teleport.front.settings.Values`. What the runs then
+raw settings to a job's :class:`~mpi_teleport.session.settings.Values`. What the runs then
 ask of the disk (a latency matrix file, writable outputs, the checkpoint resumed, the
 checkpoint directories, the locks) is the step both front ends share,
-:func:`mpi_teleport.front.disk_check.check_disk` (:func:`~mpi_teleport.front.prepare.check_job`
+:func:`mpi_teleport.session.disk_check.check_disk` (:func:`~mpi_teleport.session.prepare.check_job`
 makes a job's).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import report
+from .job import runs_requested
 from .settings import NETWORK_PROBLEMS, resolve
 from ..checkpoint.find import any_checkpoint
 from ..errors import UsageError
@@ -97,7 +97,7 @@ def _tokens_here(cfg, world_size) -> int:
     if world_size is not None:
         return 1
     most = 1
-    for algorithm, k in report.runs_requested(cfg):
+    for algorithm, k in runs_requested(cfg):
         most = max(most, cfg.nodes if algorithm == "dsgd" or k == "auto" else int(k))
     return most
 

@@ -1,14 +1,14 @@
 """The one builder of a run's :class:`~mpi_teleport.core.spec.RunSpec` and the one record
 of its settings, for both front ends (the RunSettings around them:
-:mod:`mpi_teleport.front.prepare`).
+:mod:`mpi_teleport.session.prepare`).
 
 The command lines (:func:`mpi_teleport.front.cli.from_args`: a job's flags and TOML file)
-and the Python API (:func:`mpi_teleport.front.api_checks.checked`: one call's keywords)
+and the Python API (:func:`mpi_teleport.session.api_checks.checked`: one call's keywords)
 each check what they were given by the settings table's rules
-(:mod:`mpi_teleport.front.settings`) into :class:`~mpi_teleport.front.settings.Values`
+(:mod:`mpi_teleport.session.settings`) into :class:`~mpi_teleport.session.settings.Values`
 named as the table names its rows and check the disk
-(:func:`mpi_teleport.front.disk_check.check_disk`); then the one preparation of a run,
-:func:`mpi_teleport.front.prepare.prepare`, builds the run's
+(:func:`mpi_teleport.session.disk_check.check_disk`); then the one preparation of a run,
+:func:`mpi_teleport.session.prepare.prepare`, builds the run's
 :class:`~mpi_teleport.core.spec.RunSpec` from its values by the one :func:`spec_of`
 (:func:`run_spec` with the optimizer's rule) and hands all of it to :func:`build`, which
 derives the rest the same way for both: when the run records and evaluates, its latency
@@ -98,7 +98,7 @@ def run_spec(values: Mapping[str, Any], rule=None, per_epoch: float | None = Non
     anew), ``momentum`` (in Nesterov's form with
     ``nesterov``), ``topology``, ``variant``, ``seed`` and ``k_select``, each at its
     row's default where the values hold none. ``rule``: the optimizer's step rule the
-    front end built (:func:`mpi_teleport.front.loop_options.step_rule` of the command
+    front end built (:func:`mpi_teleport.session.loop_options.step_rule` of the command
     line's ``--optimizer``, or the API's ``optimizer=``); None: SGD with the momentum.
     UsageError (one line) for ``nesterov`` without momentum, or 'cosine-warmup' without
     epochs or ``per_epoch``."""

@@ -1,14 +1,14 @@
 """The Python API's checks and plumbing: every argument of :func:`mpi_teleport.teleportation`,
 :func:`~mpi_teleport.dsgd` and :func:`~mpi_teleport.search_k` checked by the command
-line's rules (:mod:`mpi_teleport.front.settings`), the inputs on disk checked on every
-process (:mod:`mpi_teleport.front.resume`), as the call's
-:class:`~mpi_teleport.front.settings.Values` and its disk check, which
-:func:`mpi_teleport.front.prepare.prepare` makes the RunSettings of, as it does a
+line's rules (:mod:`mpi_teleport.session.settings`), the inputs on disk checked on every
+process (:mod:`mpi_teleport.session.resume`), as the call's
+:class:`~mpi_teleport.session.settings.Values` and its disk check, which
+:func:`mpi_teleport.session.prepare.prepare` makes the RunSettings of, as it does a
 command line's.
 
 The public functions (:mod:`mpi_teleport.api`) name what runs as the table's rows
 (algorithm, nodes, k, rounds, lr, ...), build the option objects
-(:mod:`mpi_teleport.front.settings`) and call :func:`checked`; nothing here is public.
+(:mod:`mpi_teleport.session.settings`) and call :func:`checked`; nothing here is public.
 """
 from __future__ import annotations
 
@@ -34,17 +34,17 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
             checkpoints: Checkpoints, latency: Latency, elastic: bool = False,
             fail=None, spares: int = 0) -> tuple[Values, Prepared, str | None, dict]:
     """An API call's :class:`~.settings.Values` (the rows it takes: every argument checked
-    by the command line's rules, :mod:`mpi_teleport.front.settings`, spelt as keywords;
+    by the command line's rules, :mod:`mpi_teleport.session.settings`, spelt as keywords;
     ``run``: what runs, named as the table's rows: algorithm, nodes, k, rounds, lr,
     momentum, nesterov, topology, variant, seed and, for the search, k_select; ``rule``:
     the step rule of ``optimizer=``, held as the ``optimizer`` row), then its disk
-    checked on this process (:func:`mpi_teleport.front.disk_check.check_disk`, the command
+    checked on this process (:func:`mpi_teleport.session.disk_check.check_disk`, the command
     line's step: a resumed checkpoint against these settings and file by file, the
     checkpoint directory free of another run's). Returns the values, what the disk check
     found, its refusal (this process's one-line reason not to run, which
     :func:`mpi_teleport.train` makes one UsageError on every process, before anything is
     written) and the problem's identity the check compared. The call then makes its
-    RunSettings as the command lines do, :func:`mpi_teleport.front.prepare.prepare`
+    RunSettings as the command lines do, :func:`mpi_teleport.session.prepare.prepare`
     ``(problem, values, comm, prepared=..., identity=...)``."""
     problem = with_defaults(problem)  # (TypeError naming what is missing)
     values, places, ck_dir = _checked(run, rule, comm, out, records, checkpoints, latency)
