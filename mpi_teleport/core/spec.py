@@ -12,7 +12,7 @@ of them is built.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from os import PathLike
 from typing import TYPE_CHECKING, Callable, cast
 
@@ -107,7 +107,9 @@ class Logging:
     every: int
     target: float | None = None
     stop_at_target: bool = False
-    naming: Naming = CLI  # how messages spell settings: --lr (command line) or lr (API)
+    # how messages spell settings (--lr on a command line, lr in Python): how a message
+    # reads, not what runs, so two runs alike but for their front end compare equal
+    naming: Naming = field(default=CLI, compare=False)
     eval_every: int | None = None  # None: every record evaluates
     eval_at_start: bool = True  # False: round 0's record is not evaluated
     trace: str | PathLike[str] | None = None  # the run's timeline goes there

@@ -60,18 +60,22 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
 
         check_spares_fit(spares, API)
     failures = parse_failures(fail, spec.nodes, spares)  # (mpi_teleport/DESIGN.md §11)
-    values = values.replace(**{
-        "algorithm": spec.algorithm, "k": spec.tokens,
+    search = spec.algorithm == "search"
+    values = values.replace(**{  # (Algorithm 2 as the table spells it: k 'auto')
+        "algorithm": "teleportation" if search else spec.algorithm,
+        "k": "auto" if search else spec.tokens,
         "lr_schedule": "function" if callable(spec.lr) else "constant",
         "nesterov": isinstance(spec.momentum, Nesterov),
-        "out": places.out, "checkpoint_dir": ck_dir, "resume": places.resume,
+        # (the checkpoint directory given, as the command line records it; the one the
+        # run writes is its plan's)
+        "out": places.out, "checkpoint_dir": places.checkpoint_dir, "resume": places.resume,
         "progress": flag(records.progress, "progress", API),
         "elastic": bool(elastic), "spares": spares,
         # the failure plan, when given, as the command line spells it (NODE@ROUND;
         # a resume compares it); none given: a resume goes on from the losses its
         # checkpoint holds
         **({"fail": tuple(f"{f.node}@{f.round}" for f in failures)} if failures else {}),
-        **({"k_select": spec.k_select} if spec.algorithm == "search" else {})})
+        **({"k_select": spec.k_select} if search else {})})
     # the step the command line takes too: a refusal is this process's, which train makes
     # one UsageError on every process in the collective of the locks
     leg = Leg(spec.algorithm, None if spec.algorithm == "search" else spec.tokens, ck_dir)
@@ -108,7 +112,8 @@ def _checked(run: dict, rule, comm, out, records: Records, checkpoints: Checkpoi
         k = values["nodes"]
     check_checkpoints(values, API, search=algorithm == "search")
     values = Values({**values, **{name: run[name] for name in ("algorithm", "nesterov",
-                                                                "k_select") if name in run},
+                                                                "k_select", "epochs")
+                                  if name in run},
                      "k": k, **({"optimizer": rule} if rule is not None else {})}, API)
     search = algorithm == "search"
 

@@ -35,6 +35,14 @@ def rounds_for(problem, rounds, epochs, active, names=("rounds", "epochs")):
                          f"{in_rounds}=")
     if isinstance(active, bool) or not isinstance(active, int) or active < 1:
         return 1  # (k or nodes is wrong: the checks say so)
+    return epoch_rounds(epochs, n_train, batch, active)
+
+
+def epoch_rounds(epochs: float, n_train: int, batch: int, active: int) -> int:
+    """The rounds ``epochs`` passes over ``n_train`` samples take when ``active`` nodes
+    each draw a batch of ``batch`` per round: ceil(E n_train / (batch k_active)), so
+    every method sees the same number of training samples (mpi_teleport/DESIGN.md §2.5).
+    The one place both front ends count epochs in rounds."""
     return max(1, math.ceil(epochs * n_train / (batch * active)))
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, cast
 
@@ -40,7 +40,7 @@ from ..problems import describe, factory, is_factory, problem_settings
 from . import resume as resume_rules
 from .build import _value, active_nodes, group, record, spec_of
 from .disk_check import Leg, Places, Prepared, check_disk
-from .loop_options import step_rule
+from .loop_options import epoch_rounds, step_rule
 from .job import leg_dir, out_dir, runs_requested
 from .script import OBJECTS, PROBLEM_ROWS, raw_of_namespace, script_rows
 from .settings import (Values, agree_interval, checkpoint_policy, coerce, default_logging,
@@ -94,7 +94,9 @@ class RunSettings:
     summary_extra: dict | None = None
     problem_name: str | None = None
     resume_from: Path | str | None = None
-    hold: tuple = ()
+    # (what the root locks: the directories of plan and out, each named as its front end
+    # spells it for a refusal; spelling, so not compared)
+    hold: tuple = field(default=(), compare=False)
     callback: Callable | None = None
     progress: bool = False
     elastic: bool = False
@@ -297,6 +299,7 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
     factory's arguments; an object (the API's) by its class and fingerprint
     (:func:`~mpi_teleport.session.resume.describe_problem`) and its own facts. UsageError
     (one line) for a problem built for other nodes, or epochs the problem cannot count."""
+    values = run_value(values)
     naming = values.naming
     problem = with_defaults(problem)  # (TypeError naming what is missing)
     given = problem.nodes
@@ -304,6 +307,7 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
         raise UsageError(f"the problem was built for nodes={given} but the run has "
                          f"nodes={values.nodes}: give both the same number")
     named = "problem" in values  # (the command lines name their problem; the API hands one)
+    alone = job is None  # (the run is the job: its checkpoints keep its own values)
     job = values if job is None else job
     used = (factory.record(values.problem, problem_settings(job.to_dict(), defaults()),
                            comm is not None) if named and is_factory(values.problem) else None)
@@ -335,11 +339,32 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
     return build(record_values, spec, naming=naming, plan=plan,
                  epoch_span=epoch_span(values, problem),
                  out=out_dir(job, values.algorithm), identity=identity, facts=facts,
-                 manifest_values=None if job is values else job.to_dict(),
-                 hold=prepared.hold if job is values else (), callback=callback,
+                 manifest_values=None if alone else job.to_dict(),
+                 hold=prepared.hold if alone else (), callback=callback,
                  summary_extra=phases if named else None,
                  problem_name=values.problem if named else None,
                  resume_from=job.out if named else None)
+
+
+
+def run_value(values: Values) -> Values:
+    """One run's values in the one shape both front ends reach: every row of the table
+    but those that build the command lines' problem (the job's, not the run's), a row
+    its front end does not take at the table's default, each spelt one way (``progress``
+    as the command line's auto, on or off; a failure plan as a tuple). So the command
+    line's and the keywords' values of the same run are equal, and what is recorded of
+    them too."""
+    filled = {row.name: row.default for row in rows()
+              if row.name not in values and row.name not in PROBLEM_ROWS}
+    progress = values.get("progress")
+    if isinstance(progress, bool):  # (the API's keyword is a bool)
+        filled["progress"] = "on" if progress else "off"
+    fail = values.get("fail", filled.get("fail"))
+    if isinstance(fail, list):
+        filled["fail"] = tuple(fail)
+    if values.get("agree_every") is None:  # (the interval the run uses, as recorded)
+        filled["agree_every"] = agree_interval(None, bool(values.get("elastic") or fail))
+    return values.replace(**filled) if filled else values
 
 
 _AT_EPOCH_ENDS = ("logging.every_epochs", "logging.eval_every_epochs")  # (the rows counting
@@ -388,8 +413,8 @@ def with_epochs(values: Values, problem) -> Values:
         raise UsageError(f"{name('epochs')} needs a problem that knows its batch size "
                          f"(batch_size); {called} does not: use {name('rounds')}")
     batch = int(batch or values.batch_size)
-    return values.replace(batch_size=batch, rounds=max(1, math.ceil(
-        values.epochs * problem.n_train / (batch * active_nodes(values)))))
+    return values.replace(batch_size=batch, rounds=epoch_rounds(
+        values.epochs, problem.n_train, batch, active_nodes(values)))
 
 
 def with_threads(problem, threads) -> None:
@@ -491,6 +516,7 @@ def settings_from_keywords(function: str, problem: Any, keywords: dict[str, Any]
 
         lr = step_size(kw["lr"], kw["lr_step"], problem, nodes)
         run = {"algorithm": "search", "nodes": nodes, "k": None, "rounds": rounds,
+               "epochs": kw["epochs"],
                "lr": within_phase(lr, rounds), "momentum": kw["momentum"],
                "nesterov": kw["nesterov"], "topology": kw["topology"],
                "variant": kw["variant"], "seed": kw["seed"],
@@ -502,6 +528,7 @@ def settings_from_keywords(function: str, problem: Any, keywords: dict[str, Any]
             kw["optimizer"], problem, kw["lr"], kw["momentum"], kw["nesterov"])
         lr = step_size(lr, kw["lr_step"], problem, active, kw["optimizer"])
         run = {"algorithm": function, "nodes": nodes, "k": active, "rounds": rounds,
+               "epochs": kw["epochs"],
                "lr": lr, "momentum": momentum, "nesterov": nesterov,
                "topology": kw["topology"], "variant": kw.get("variant", "overlap"),
                "seed": kw["seed"]}
