@@ -44,7 +44,7 @@ def sim() -> argparse.ArgumentParser:
 
 def run() -> argparse.ArgumentParser:
     # run.main starts MPI before it builds its parser; the flags are the simulator's
-    # (one parser, front/cli.build_parser), under the runtime's name.
+    # (one parser, session/flags.build_parser), under the runtime's name.
     from mpi_teleport import run
     from mpi_teleport.front import cli
 
