@@ -166,3 +166,38 @@ def test_a_training_function_runs_as_train_runs_the_command_lines_value(name, tm
     trained = mt.train(problem_class(n=nodes, d=3), from_flags)
     assert called.records and without_time(called.records) == without_time(trained.records)
     assert called.k == trained.k and (called.x == trained.x).all()
+
+
+@pytest.mark.parametrize("flags, keywords, says", [
+    (["--checkpoint-every", "5"], {"checkpoint_every": 5}, "needs a place to write"),
+    (["--spares", "1"], {"spares": 1}, "needs"),
+])
+def test_one_set_of_cross_checks_refuses_a_combination_on_both_front_ends(flags, keywords, says):
+    """The rules that tie settings together are one set (settings.cross_checks), which
+    both front ends pass through; each spells the message its own way."""
+    from mpi_teleport.errors import UsageError
+
+    with pytest.raises(UsageError, match=says) as by_flags:
+        mt.RunSettings.from_args([*BASE_FLAGS, "--algorithm", "teleportation", "--k", "2",
+                                  *flags], problem=Quadratic(n=8, d=3))
+    with pytest.raises(UsageError, match=says) as by_keywords:
+        mt.RunSettings.from_keywords(Quadratic(n=8, d=3), k=2, **{**BASE_KEYWORDS, **keywords})
+    assert str(by_flags.value).startswith("--") and not str(by_keywords.value).startswith("--")
+
+
+def test_both_front_ends_call_the_one_cross_check(monkeypatch):
+    from mpi_teleport.session import api_checks, settings
+
+    seen = []
+    real = settings.cross_checks
+
+    def spy(values, naming, world_size=None):
+        seen.append(naming.cli)
+        return real(values, naming, world_size)
+
+    monkeypatch.setattr(settings, "cross_checks", spy)
+    monkeypatch.setattr(api_checks, "cross_checks", spy)
+    mt.RunSettings.from_args([*BASE_FLAGS, "--algorithm", "teleportation", "--k", "2"],
+                             problem=Quadratic(n=8, d=3))
+    mt.RunSettings.from_keywords(Quadratic(n=8, d=3), k=2, **BASE_KEYWORDS)
+    assert seen == [True, False]

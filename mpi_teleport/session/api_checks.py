@@ -26,8 +26,8 @@ from .settings import Checkpoints, Latency, Records
 from ..disk.paths import absolute
 from .disk_check import Leg, Places, Prepared, check_disk
 from ..problem import with_defaults
-from .settings import (API, Values, check_checkpoints, check_k, check_spares, check_values,
-                       checkpoint_policy, flag, flat_settings)
+from .settings import (API, Values, check_k, check_spares, check_values, checkpoint_policy,
+                       cross_checks, flag, flat_settings)
 
 
 def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
@@ -54,7 +54,7 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
     from ..runtime.elastic import parse_failures
 
     spares = check_values({"spares": spares}, API)["spares"]
-    check_spares(spares, bool(elastic), bool(fail), API)
+    check_spares(spares, bool(elastic), bool(fail), API)  # (before the plan names spares)
     if comm is None:  # (the simulator; under MPI a spare is a rank of the job)
         from .preflight import check_spares_fit
 
@@ -76,6 +76,7 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
         # checkpoint holds
         **({"fail": tuple(f"{f.node}@{f.round}" for f in failures)} if failures else {}),
         **({"k_select": spec.k_select} if search else {})})
+    cross_checks(values, API)  # (the rules tying settings together: the command line's too)
     # the step the command line takes too: a refusal is this process's, which train makes
     # one UsageError on every process in the collective of the locks
     leg = Leg(spec.algorithm, None if spec.algorithm == "search" else spec.tokens, ck_dir)
@@ -110,7 +111,6 @@ def _checked(run: dict, rule, comm, out, records: Records, checkpoints: Checkpoi
         k = check_k(k, values["nodes"], algorithm, API)
     elif algorithm == "dsgd":
         k = values["nodes"]
-    check_checkpoints(values, API, search=algorithm == "search")
     values = Values({**values, **{name: run[name] for name in ("algorithm", "nesterov",
                                                                 "k_select", "epochs")
                                   if name in run},

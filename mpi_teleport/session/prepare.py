@@ -42,9 +42,9 @@ from .build import _value, active_nodes, group, record, spec_of
 from .disk_check import Leg, Places, Prepared, check_disk
 from .loop_options import epoch_rounds, step_rule
 from .job import leg_dir, out_dir, runs_requested
-from .script import OBJECTS, PROBLEM_ROWS, raw_of_namespace, script_rows
-from .settings import (Values, agree_interval, checkpoint_policy, coerce, default_logging,
-                       defaults, rows, setting)
+from .script import OBJECTS, raw_of_namespace, script_rows
+from .settings import (PROBLEM_ROWS, Values, agree_interval, checkpoint_policy, coerce,
+                       default_logging, defaults, one_shape, rows, setting)
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,7 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
     factory's arguments; an object (the API's) by its class and fingerprint
     (:func:`~mpi_teleport.session.resume.describe_problem`) and its own facts. UsageError
     (one line) for a problem built for other nodes, or epochs the problem cannot count."""
-    values = run_value(values)
+    values = one_shape(values)  # (both front ends' values alike from here on)
     naming = values.naming
     problem = with_defaults(problem)  # (TypeError naming what is missing)
     given = problem.nodes
@@ -345,26 +345,6 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
                  problem_name=values.problem if named else None,
                  resume_from=job.out if named else None)
 
-
-
-def run_value(values: Values) -> Values:
-    """One run's values in the one shape both front ends reach: every row of the table
-    but those that build the command lines' problem (the job's, not the run's), a row
-    its front end does not take at the table's default, each spelt one way (``progress``
-    as the command line's auto, on or off; a failure plan as a tuple). So the command
-    line's and the keywords' values of the same run are equal, and what is recorded of
-    them too."""
-    filled = {row.name: row.default for row in rows()
-              if row.name not in values and row.name not in PROBLEM_ROWS}
-    progress = values.get("progress")
-    if isinstance(progress, bool):  # (the API's keyword is a bool)
-        filled["progress"] = "on" if progress else "off"
-    fail = values.get("fail", filled.get("fail"))
-    if isinstance(fail, list):
-        filled["fail"] = tuple(fail)
-    if values.get("agree_every") is None:  # (the interval the run uses, as recorded)
-        filled["agree_every"] = agree_interval(None, bool(values.get("elastic") or fail))
-    return values.replace(**filled) if filled else values
 
 
 _AT_EPOCH_ENDS = ("logging.every_epochs", "logging.eval_every_epochs")  # (the rows counting

@@ -21,15 +21,11 @@ import argparse
 from typing import Any
 
 from ..errors import CLI, Naming, UsageError
-from .settings import Values, coerce, rows, setting
+from .settings import PROBLEM_ROWS, Values, coerce, rows, setting
 
 __all__ = ["add_arguments", "raw_of_namespace", "script_rows", "PROBLEM_ROWS", "OBJECTS"]
 
 _MARK = "_mpi_teleport_flags"  # (the namespace's note of which flags are the package's)
-# The rows that build the command lines' problem (problems.ProblemSettings, less the run's
-# own nodes, seed, batch size and elastic mode): a script runs its own problem.
-PROBLEM_ROWS = ("problem", "dim", "sigma2", "zeta2", "sampling", "alpha", "val_fraction",
-                "data_dir", "download", "device")
 # Python objects a script hands by keyword (the others are settings, as flags give them).
 OBJECTS = ("optimizer", "lr", "callback", "topology")
 

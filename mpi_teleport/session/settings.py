@@ -1010,21 +1010,76 @@ def resolve(raw: dict, world_size: int | None = None, script: bool = False) -> V
         cfg = cfg.replace(target=0.9)
     if (script or cfg.problem not in PROBLEMS) and "target" not in raw:
         cfg = cfg.replace(target=None)  # a user's problem: no target unless given
-    _check_optimizer(cfg, script)
-    _check_schedule(cfg)
-    _check_scheduler(cfg)
+    cross_checks(cfg, CLI, world_size)
+    if not script:
+        _check_builtin_problem(cfg)
+    return cfg.replace(agree_every=agree_interval(cfg.agree_every,
+                                                  bool(cfg.elastic or cfg.fail)))
+
+
+def cross_checks(cfg: Values, naming: Naming, world_size: int | None = None) -> None:
+    """The rules that tie a run's settings together, one set for both front ends: the
+    command lines' values (:func:`resolve`) and the training functions' keywords
+    (:func:`~mpi_teleport.session.api_checks.checked`) pass through the same checks,
+    each spelt by ``naming``. A row a front end does not take holds the table's default
+    there (:func:`one_shape`), which every rule accepts. ``world_size``: the MPI job's
+    ranks (None: the simulator, or a call whose communicator is checked later)."""
+    cfg = one_shape(cfg)
+    _check_optimizer(cfg, naming)
+    _check_schedule(cfg, naming)
+    _check_scheduler(cfg, naming)
     if cfg.eval_every is not None and cfg.k == "auto":  # (as search_k takes no eval_every)
-        raise UsageError("--eval-every is not taken by --k auto: Algorithm 2 selects k from "
-                         "the evaluated records; use --log-every")
-    if cfg.epochs is not None and cfg.problem == "quadratic" and not script:
+        raise UsageError(f"{naming.name('eval_every')} is not taken by "
+                         f"{naming.given('k', 'auto')}: Algorithm 2 selects k from the "
+                         f"evaluated records; use {naming.name('log_every')}")
+    check_checkpoints(cfg.to_dict(), naming, search=cfg.k == "auto")
+    _check_elastic(cfg, world_size, naming)
+
+
+def _check_builtin_problem(cfg: Values) -> None:
+    """What the command lines' built-in problems cannot do (a script's own problem says
+    for itself when the run is prepared)."""
+    network = cfg.problem in NETWORK_PROBLEMS
+    if cfg.epochs is not None and cfg.problem == "quadratic":
         raise UsageError("--epochs applies to the network problems; use --rounds for quadratic")
     if cfg.k == "auto" and network and cfg.val_fraction == 0:
         raise UsageError("--k auto selects k on a validation set: give --val-fraction F > 0 "
                          "(default 0.1), or choose k")
-    check_checkpoints(cfg.to_dict(), CLI, search=cfg.k == "auto")
-    _check_elastic(cfg, world_size)
-    return cfg.replace(agree_every=agree_interval(cfg.agree_every,
-                                                  bool(cfg.elastic or cfg.fail)))
+    if cfg.threads is not None and cfg.problem == "quadratic":
+        raise UsageError(f"--threads {cfg.threads}: the quadratic problem computes with "
+                         f"numpy, not torch; drop --threads")
+    if (cfg.problem == "quadratic" and isinstance(cfg.optimizer, str)
+            and cfg.optimizer not in OPTIMIZERS):
+        raise UsageError(f"--optimizer {cfg.optimizer}: the quadratic problem computes with "
+                         f"numpy; torch optimizers by name step a torch problem's parameters: "
+                         f"use sgd, adam or adamw")
+
+
+# The rows that build the command lines' problem (problems.ProblemSettings, less the run's
+# own nodes, seed, batch size and elastic mode): the job's, not a run's; a script and a
+# training function run their own problem object.
+PROBLEM_ROWS = ("problem", "dim", "sigma2", "zeta2", "sampling", "alpha", "val_fraction",
+                "data_dir", "download", "device")
+
+
+def one_shape(values: Values) -> Values:
+    """A run's values in the one shape both front ends reach: every row of the table but
+    those that build the command lines' problem (the job's, not the run's; kept where
+    given), a row its front end does not take at the table's default, each spelt one
+    way (``progress`` as the command line's auto, on or off; a failure plan as a tuple;
+    ``agree_every`` as the run uses it). So the command line's and the keywords' values
+    of the same run are equal, and what is recorded of them too."""
+    filled = {row.name: row.default for row in rows()
+              if row.name not in values and row.name not in PROBLEM_ROWS}
+    progress = values.get("progress")
+    if isinstance(progress, bool):  # (the API's keyword is a bool)
+        filled["progress"] = "on" if progress else "off"
+    fail = values.get("fail", filled.get("fail"))
+    if isinstance(fail, list):
+        filled["fail"] = tuple(fail)
+    if values.get("agree_every") is None:  # (the interval the run uses, as recorded)
+        filled["agree_every"] = agree_interval(None, bool(values.get("elastic") or fail))
+    return values.replace(**filled) if filled else values
 
 
 def agree_interval(given: int | None, elastic: bool) -> int:
@@ -1041,69 +1096,73 @@ def field_names() -> list[str]:
     return [s.name for s in rows()]
 
 
-def _check_optimizer(cfg: Values, script: bool = False) -> None:
-    """--optimizer and its options: each option belongs to the optimizers that have it;
-    --threads to a problem that computes with torch."""
+def _check_optimizer(cfg: Values, naming: Naming) -> None:
+    """The optimizer's options: each belongs to the optimizers that have it. A training
+    function's ``optimizer=`` (a torch class, factory or instance: its rule) was checked
+    when its rule was built; its momentum by the run's spec."""
+    if not isinstance(cfg.optimizer, str):
+        return
+    n = naming.name
     start = defaults()
     if cfg.optimizer not in OPTIMIZERS or cfg.optimizer_args is not None:
-        _check_named_optimizer(cfg, start, script)
+        _check_named_optimizer(cfg, start, naming)
     if cfg.optimizer != "sgd" and cfg.momentum:
-        raise UsageError(f"--momentum is SGD's; --optimizer {cfg.optimizer} keeps its own "
-                         f"moments (--betas): drop --momentum or use --optimizer sgd")
+        raise UsageError(f"{n('momentum')} is SGD's; {naming.given('optimizer', cfg.optimizer)} "
+                         f"keeps its own moments ({n('betas')}): drop {n('momentum')} or use "
+                         f"{naming.given('optimizer', 'sgd')}")
     if cfg.nesterov and (cfg.optimizer != "sgd" or not cfg.momentum):
-        raise UsageError("--nesterov is SGD's momentum in Nesterov's form: give --momentum "
-                         "MU > 0 (with --optimizer sgd, the default)")
+        raise UsageError(f"{n('nesterov')} is SGD's momentum in Nesterov's form: give "
+                         f"{n('momentum')} MU > 0 (with {naming.given('optimizer', 'sgd')}, "
+                         f"the default)")
     for name in ("betas", "eps"):
         if cfg.optimizer == "sgd" and getattr(cfg, name) != start[name]:
-            raise UsageError(f"--{name} is Adam's: give --optimizer adam or adamw, or drop "
-                             f"--{name}")
-    if cfg.threads is not None and cfg.problem == "quadratic" and not script:
-        raise UsageError(f"--threads {cfg.threads}: the quadratic problem computes with "
-                         f"numpy, not torch; drop --threads")
+            raise UsageError(f"{n(name)} is Adam's: give {n('optimizer')} adam or adamw, or "
+                             f"drop {n(name)}")
 
 
-def _check_named_optimizer(cfg: Values, start: dict, script: bool) -> None:
-    """An optimizer by name with --optimizer-args: its options are its arguments; the
-    class is found (torch imported) and the arguments bind to its signature."""
+def _check_named_optimizer(cfg: Values, start: dict, naming: Naming) -> None:
+    """An optimizer by name with its arguments: its options are its arguments; the class
+    is found (torch imported) and the arguments bind to its signature."""
     from ..problems.torch_names import factory
 
+    n = naming.name
     for name in ("weight_decay", "betas", "eps", "momentum", "nesterov"):
         if getattr(cfg, name) != start[name]:
-            raise UsageError(f"--{name.replace('_', '-')} is for sgd, adam and adamw without "
-                             f"--optimizer-args: give {name}=... in --optimizer-args "
-                             f"(--optimizer {cfg.optimizer})")
+            raise UsageError(f"{n(name)} is for sgd, adam and adamw without "
+                             f"{n('optimizer_args')}: give {name}=... in {n('optimizer_args')} "
+                             f"({naming.given('optimizer', cfg.optimizer)})")
     factory(cfg.optimizer, cfg.optimizer_args, "optimizer", lr=1.0)
-    if cfg.problem == "quadratic" and not script and cfg.optimizer not in OPTIMIZERS:
-        raise UsageError(f"--optimizer {cfg.optimizer}: the quadratic problem computes with "
-                         f"numpy; torch optimizers by name step a torch problem's parameters: "
-                         f"use sgd, adam or adamw")
 
 
-def _check_scheduler(cfg: Values) -> None:
-    """--lr-scheduler: found and its arguments bound; not beside --lr-schedule."""
+def _check_scheduler(cfg: Values, naming: Naming) -> None:
+    """A scheduler by name: found and its arguments bound; not beside a named schedule."""
+    n = naming.name
     if cfg.lr_scheduler is None:
         for name in ("lr_scheduler_args", "lr_scheduler_interval"):
             if getattr(cfg, name) != setting(name).default:
-                raise UsageError(f"--{name.replace('_', '-')} is --lr-scheduler's: add it, or "
-                                 f"drop --{name.replace('_', '-')}")
+                raise UsageError(f"{n(name)} is {n('lr_scheduler')}'s: add it, or drop "
+                                 f"{n(name)}")
         return
     if cfg.lr_schedule != "constant":
-        raise UsageError(f"--lr-scheduler {cfg.lr_scheduler} and --lr-schedule "
-                         f"{cfg.lr_schedule} both set the step size: give one")
+        raise UsageError(f"{naming.given('lr_scheduler', cfg.lr_scheduler)} and "
+                         f"{naming.given('lr_schedule', cfg.lr_schedule)} both set the step "
+                         f"size: give one")
     from ..problems.torch_names import factory
 
     factory(cfg.lr_scheduler, cfg.lr_scheduler_args, "lr_scheduler")
 
 
-def _check_schedule(cfg: Values) -> None:
-    """--lr-schedule cosine-warmup counts epochs: its cosine spans --epochs after the
-    warm-up; --warmup-epochs is its own."""
+def _check_schedule(cfg: Values, naming: Naming) -> None:
+    """The authors' cosine-warmup schedule counts epochs: its cosine spans the epochs
+    after the warm-up; the warm-up's length is its own."""
+    n = naming.name
     if cfg.lr_schedule == "cosine-warmup" and cfg.epochs is None:
-        raise UsageError("--lr-schedule cosine-warmup needs --epochs E (its cosine spans E "
-                         "epochs after the warm-up): give --epochs instead of --rounds")
+        raise UsageError(f"{naming.given('lr_schedule', 'cosine-warmup')} needs "
+                         f"{n('epochs')} E (its cosine spans E epochs after the warm-up): "
+                         f"give {n('epochs')} instead of {n('rounds')}")
     if cfg.lr_schedule != "cosine-warmup" and cfg.warmup_epochs != defaults()["warmup_epochs"]:
-        raise UsageError(f"--warmup-epochs is --lr-schedule cosine-warmup's: add it, or drop "
-                         f"--warmup-epochs {cfg.warmup_epochs}")
+        raise UsageError(f"{n('warmup_epochs')} is {naming.given('lr_schedule', 'cosine-warmup')}"
+                         f"'s: add it, or drop {naming.given('warmup_epochs', cfg.warmup_epochs)}")
 
 
 def _nodes_beside_spares(cfg: Values, world_size: int) -> int:
@@ -1122,22 +1181,24 @@ def _nodes_beside_spares(cfg: Values, world_size: int) -> int:
     return nodes
 
 
-def _check_elastic(cfg: Values, world_size: int | None) -> None:
-    """--elastic (MPI), --fail (the simulator's failure plan) and --spares: what they
-    cannot do."""
+def _check_elastic(cfg: Values, world_size: int | None, naming: Naming) -> None:
+    """Elastic mode (MPI), the simulator's failure plan and hot spares: what they cannot
+    do."""
+    n = naming.name
     if cfg.agree_every not in (None, 1) and not (cfg.elastic or cfg.fail):
-        raise UsageError("--agree-every needs --elastic (it spaces elastic mode's agreements; "
-                         "the simulator accepts it beside --fail, where it changes nothing)")
-    check_spares(cfg.spares, bool(cfg.elastic), bool(cfg.fail), CLI)
+        raise UsageError(f"{n('agree_every')} needs {n('elastic')} (it spaces elastic mode's "
+                         f"agreements; the simulator accepts it beside {n('fail')}, where it "
+                         f"changes nothing)")
+    check_spares(cfg.spares, bool(cfg.elastic), bool(cfg.fail), naming)
     if cfg.fail:
-        check_fail_plan(bool(cfg.fail), world_size is not None, CLI)
+        check_fail_plan(bool(cfg.fail), world_size is not None, naming)
         from ..runtime.elastic import parse_failures
 
         parse_failures(list(cfg.fail), cfg.nodes, cfg.spares)
     if cfg.elastic or cfg.fail:
-        flag = "--elastic" if cfg.elastic else "--fail"
-        check_elastic_runs_one_k(cfg.k == "auto", CLI)
+        check_elastic_runs_one_k(cfg.k == "auto", naming)
         if cfg.algorithm == "compare":
+            flag = n("elastic") if cfg.elastic else n("fail")
             raise UsageError(f"{flag}: choose --algorithm teleportation or dsgd (compare "
                              "runs two algorithms one after the other)")
 
