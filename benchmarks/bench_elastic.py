@@ -76,7 +76,7 @@ def _run(mode: str, comm, d: int, rounds: int, probe=None) -> tuple[float, int]:
     from mpi_teleport.measure import ElasticTransport, Transport
 
     n = comm.Get_size()
-    spec, logging = _spec(n, rounds), Logging(every=rounds)
+    spec, logging = _spec(n, rounds), Logging(log_every=rounds)
     problem = with_defaults(Quadratic(n=n, d=d, sigma2=10.0, zeta2=10.0, seed=0))
     if mode in AGREE:
         transport = ElasticTransport(comm)

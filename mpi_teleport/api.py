@@ -133,7 +133,7 @@ def teleportation(problem: Any, *, nodes: int, k: int,
     Grouped options and a record every 50 rounds:
 
     >>> result = mt.teleportation(Quadratic(n=8, d=3), nodes=8, k=2, rounds=100, lr=0.1,
-    ...                           records=mt.Records(every=50))
+    ...                           records=mt.Records(log_every=50))
     >>> [r["round"] for r in result.records]
     [0, 50, 100]
     """

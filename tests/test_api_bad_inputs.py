@@ -109,7 +109,7 @@ ROWS = [
     ("log-every-epochs-numpy", "dsgd", dict(log_every_epochs=1),
      "log_every_epochs: Quadratic does not know its epochs (n_train, batch_size); use "
      "log_every"),
-    ("log-every-epochs-in-records", "teleportation", dict(records=mt.Records(every_epochs=0)),
+    ("log-every-epochs-in-records", "teleportation", dict(records=mt.Records(log_every_epochs=0)),
      "log_every_epochs must be at least 1, got 0"),
 ]
 

@@ -103,7 +103,7 @@ CASES = {
         variant="simple", topology="exp", seed=3)),
     "dsgd-schedule": ("dsgd", lambda cb, tag: dict(
         nodes=6, rounds=10, lr=lambda t: 0.1 / (1 + t), momentum=0.5, nesterov=True,
-        records=mt.Records(every=2, callback=cb), latency="const:50", clock="virtual",
+        records=mt.Records(log_every=2, callback=cb), latency="const:50", clock="virtual",
         compute_time=10.0)),
     "search_k": ("search_k", lambda cb, tag: dict(
         nodes=6, rounds=8, lr=0.05, select="tokens", log_every=4, callback=cb)),

@@ -36,14 +36,14 @@ def test_the_defaults_are_todays():
             if flat == "latency":
                 continue
             assert repr(params[flat].default) == repr(getattr(cls(), field)), flat
-    assert repr(params["latency"].default) == repr(mt.Latency().model)
+    assert repr(params["latency"].default) == repr(mt.Latency().latency)
 
 
 @pytest.mark.parametrize("function", ["teleportation", "dsgd", "search_k"])
 def test_records_gives_the_flat_keywords_records(function):
     seen_flat, seen_obj = [], []
     flat = _run(function, log_every=2, target=0.5, progress=False, callback=seen_flat.append)
-    grouped = _run(function, records=mt.Records(every=2, target=0.5,
+    grouped = _run(function, records=mt.Records(log_every=2, target=0.5,
                                                 callback=seen_obj.append))
     assert without_time(flat.records) == without_time(grouped.records)
     assert without_time(seen_flat) == without_time(seen_obj) and seen_obj
@@ -52,7 +52,7 @@ def test_records_gives_the_flat_keywords_records(function):
 
 def test_stop_at_target_in_records_stops_as_the_keyword():
     flat = _run(rounds=40, log_every=1, target=2.0, stop_at_target=True)
-    grouped = _run(rounds=40, records=mt.Records(every=1, target=2.0, stop_at_target=True))
+    grouped = _run(rounds=40, records=mt.Records(log_every=1, target=2.0, stop_at_target=True))
     assert without_time(flat.records) == without_time(grouped.records)
     assert flat.records[-1]["round"] < 40
 
@@ -61,7 +61,7 @@ def test_stop_at_target_in_records_stops_as_the_keyword():
 def test_checkpoints_writes_and_resumes_as_the_flat_keywords(function, tmp_path):
     full = _run(function, rounds=6, log_every=1)
     _run(function, rounds=4, log_every=1, out=tmp_path / "a",
-         checkpoints=mt.Checkpoints(every=2, keep=1))
+         checkpoints=mt.Checkpoints(checkpoint_every=2, keep_checkpoints=1))
     assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir()
                   if p.name.startswith("round-")) == ["round-00000004"]
     resumed = _run(function, rounds=6, log_every=1, out=tmp_path / "b",
@@ -81,11 +81,11 @@ def test_latency_object_equals_the_flat_keywords():
 
 # a setting given both ways: one line naming both
 BOTH = [
-    ("teleportation", dict(log_every=5, records=mt.Records(every=2)), "log_every= and records=Records(every=...)"),
-    ("teleportation", dict(log_every=10, records=mt.Records()), "log_every= and records=Records(every=...)"),
+    ("teleportation", dict(log_every=5, records=mt.Records(log_every=2)), "log_every= and records=Records(log_every=...)"),
+    ("teleportation", dict(log_every=10, records=mt.Records()), "log_every= and records=Records(log_every=...)"),
     ("dsgd", dict(callback=print, records=mt.Records()), "callback= and records=Records(callback=...)"),
     ("teleportation", dict(resume="x", checkpoints=mt.Checkpoints()), "resume= and checkpoints=Checkpoints(resume=...)"),
-    ("dsgd", dict(keep_checkpoints=3, checkpoints=mt.Checkpoints()), "keep_checkpoints= and checkpoints=Checkpoints(keep=...)"),
+    ("dsgd", dict(keep_checkpoints=3, checkpoints=mt.Checkpoints()), "keep_checkpoints= and checkpoints=Checkpoints(keep_checkpoints=...)"),
     ("teleportation", dict(clock="virtual", latency=mt.Latency()), "clock= and latency=Latency(clock=...)"),
     ("search_k", dict(compute_time=1.0, latency=mt.Latency()), "compute_time= and latency=Latency(compute_time=...)"),
     ("search_k", dict(records=mt.Records(stop_at_target=True)), "stop_at_target is not a setting of this function"),
@@ -103,18 +103,18 @@ def test_a_setting_given_both_ways_is_one_usage_error_line(function, kwargs, say
 
 # a bad value says the same words in an option object as in its flat keyword
 SAME_WORDS = [
-    (dict(log_every=0), dict(records=mt.Records(every=0))),
-    (dict(log_every=2.5), dict(records=mt.Records(every=2.5))),
+    (dict(log_every=0), dict(records=mt.Records(log_every=0))),
+    (dict(log_every=2.5), dict(records=mt.Records(log_every=2.5))),
     (dict(target=0), dict(records=mt.Records(target=0))),
     (dict(stop_at_target="yes"), dict(records=mt.Records(stop_at_target="yes"))),
     (dict(progress="yes"), dict(records=mt.Records(progress="yes"))),
-    (dict(keep_checkpoints=0), dict(checkpoints=mt.Checkpoints(keep=0))),
-    (dict(checkpoint_every=-1), dict(checkpoints=mt.Checkpoints(every=-1))),
-    (dict(checkpoint_every=2), dict(checkpoints=mt.Checkpoints(every=2))),
-    (dict(checkpoint_dir="", checkpoint_every=1), dict(checkpoints=mt.Checkpoints(dir="", every=1))),
+    (dict(keep_checkpoints=0), dict(checkpoints=mt.Checkpoints(keep_checkpoints=0))),
+    (dict(checkpoint_every=-1), dict(checkpoints=mt.Checkpoints(checkpoint_every=-1))),
+    (dict(checkpoint_every=2), dict(checkpoints=mt.Checkpoints(checkpoint_every=2))),
+    (dict(checkpoint_dir="", checkpoint_every=1), dict(checkpoints=mt.Checkpoints(checkpoint_dir="", checkpoint_every=1))),
     (dict(resume=""), dict(checkpoints=mt.Checkpoints(resume=""))),
-    (dict(latency="slow"), dict(latency=mt.Latency(model="slow"))),
-    (dict(latency=5), dict(latency=mt.Latency(model=5))),
+    (dict(latency="slow"), dict(latency=mt.Latency(latency="slow"))),
+    (dict(latency=5), dict(latency=mt.Latency(latency=5))),
     (dict(clock="fast"), dict(latency=mt.Latency(clock="fast"))),
     (dict(compute_time=-1), dict(latency=mt.Latency(compute_time=-1))),
 ]
@@ -132,4 +132,31 @@ def test_a_bad_value_in_an_option_object_says_the_flat_keywords_words(flat, grou
 
 def test_search_k_refuses_checkpoints_in_one_line():
     with pytest.raises(TypeError):  # (search_k takes no checkpoints keyword at all)
-        _run("search_k", checkpoints=mt.Checkpoints(every=2))
+        _run("search_k", checkpoints=mt.Checkpoints(checkpoint_every=2))
+
+
+def test_the_option_groups_fields_are_named_as_their_settings():
+    """One name per setting: a group's field is the flat keyword of the same name; the
+    older field names still work, with a DeprecationWarning naming the new one, and
+    beside the new one they are refused."""
+    import warnings
+
+    from mpi_teleport.errors import UsageError
+
+    for cls, names in FLAT.items():
+        assert all(field == flat for field, flat in names.items()), cls
+    olds = [(mt.Checkpoints, {"every": 5}, "checkpoint_every", 5),
+            (mt.Checkpoints, {"dir": "c"}, "checkpoint_dir", "c"),
+            (mt.Checkpoints, {"keep": 3}, "keep_checkpoints", 3),
+            (mt.Records, {"every": 7}, "log_every", 7),
+            (mt.Records, {"every_epochs": 2}, "log_every_epochs", 2),
+            (mt.Latency, {"model": "const:5"}, "latency", "const:5")]
+    for cls, old, new, value in olds:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            group = cls(**old)
+        assert getattr(group, new) == value and group == cls(**{new: value})
+        assert any(issubclass(w.category, DeprecationWarning) and f"{new}=" in str(w.message)
+                   for w in caught)
+        with pytest.raises(UsageError, match=f"give {new}="):
+            cls(**old, **{new: value})

@@ -82,7 +82,7 @@ def test_criteria_equal_a_direct_computation_from_token_matrices():
     problem = adapt(Quadratic(n=3, d=2, zeta2=4.0, seed=1))
     x_star = problem.problem.x_star()  # (the wrapped problem's own method)
     spec = RunSpec("search", 3, None, 2, 0.1, k_select="tokens")
-    recorder = SearchRecorder(spec, Logging(every=1), problem, RunFiles(None))
+    recorder = SearchRecorder(spec, Logging(log_every=1), problem, RunFiles(None))
     rng = np.random.default_rng(0)
     mats = {k: [rng.normal(size=(k, 2)) for _ in range(3)] for k in (1, 2, 3)}
     for r in range(3):

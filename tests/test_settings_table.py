@@ -263,7 +263,7 @@ def test_threads_gives_a_torch_problem_its_threads(tmp_path):
      "rounds must be at least 1, got -5"),
     (lambda: RunSettings(RunSpec("teleportation", 4, 9, 5, 0.1)),
      "k=9 exceeds the number of nodes 4"),
-    (lambda: RunSettings(RunSpec("dsgd", 4, 4, 5, 0.1), logging=Logging(every=0)),
+    (lambda: RunSettings(RunSpec("dsgd", 4, 4, 5, 0.1), logging=Logging(log_every=0)),
      "log_every must be at least 1, got 0"),
 ], ids=["not-settings", "spec-a-string", "unknown-algorithm", "negative-rounds", "k-above-n",
         "log-every-zero"])

@@ -138,7 +138,7 @@ def test_eval_every_in_elastic_mode():
 def test_eval_every_as_a_records_option():
     flat = mt.dsgd(problem(), nodes=6, rounds=10, lr=0.1, log_every=2, eval_every=5)
     grouped = mt.dsgd(problem(), nodes=6, rounds=10, lr=0.1,
-                      records=mt.Records(every=2, eval_every=5))
+                      records=mt.Records(log_every=2, eval_every=5))
     assert without_time(grouped.records) == without_time(flat.records)
     with pytest.raises(UsageError, match="set the same setting"):
         mt.dsgd(problem(), nodes=6, rounds=10, lr=0.1, eval_every=5,

@@ -162,7 +162,7 @@ class Keeper:
         if self.backend.checks_every_round:
             if not due and not flag:
                 return
-        elif r % self.logging.every and not due:  # neither a logging nor a checkpoint round:
+        elif r % self.logging.log_every and not due:  # neither a logging nor a checkpoint round:
             # the watch's agreement, started a period ago, decides (no waiting)
             if self.watch is None or not self.watch.boundary(flag):
                 return

@@ -100,11 +100,11 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class Logging:
-    """When to evaluate and what counts as reaching the target. ``every``: record every
+    """When to evaluate and what counts as reaching the target. ``log_every``: record every
     this many rounds (no default here: the settings table holds the one default, and
     the front ends pass it)."""
 
-    every: int
+    log_every: int
     target: float | None = None
     stop_at_target: bool = False
     # how messages spell settings (--lr on a command line, lr in Python): how a message
@@ -113,18 +113,18 @@ class Logging:
     eval_every: int | None = None  # None: every record evaluates
     eval_at_start: bool = True  # False: round 0's record is not evaluated
     trace: str | PathLike[str] | None = None  # the run's timeline goes there
-    every_epochs: int | None = None  # also record at the end of every this many epochs
+    log_every_epochs: int | None = None  # also record at the end of every this many epochs
     eval_every_epochs: int | None = None  # evaluate at the end of every this many epochs
     epoch_span: tuple[int, int] | None = None  # (n_train, samples a round): where epochs end
 
     def is_log_round(self, r: int, start: int, stop: int) -> bool:
-        """Round r of a phase [start, stop): its first and last, every ``every``, every
-        evaluation round and, with ``every_epochs``, the round that ends every such
+        """Round r of a phase [start, stop): its first and last, every ``log_every``, every
+        evaluation round and, with ``log_every_epochs``, the round that ends every such
         epoch (:meth:`ends_epochs`)."""
         rel = r - start
-        return (rel == 0 or rel % self.every == 0 or r == stop
+        return (rel == 0 or rel % self.log_every == 0 or r == stop
                 or (self.eval_every is not None and rel % self.eval_every == 0)
-                or self.ends_epochs(rel, self.every_epochs)
+                or self.ends_epochs(rel, self.log_every_epochs)
                 or self.ends_epochs(rel, self.eval_every_epochs))
 
     def ends_epochs(self, rel: int, every: int | None) -> bool:

@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         args.nodes = comm.Get_size()
     p = problem(args.nodes, local_nodes=None if comm is None else [comm.Get_rank()])
     common = dict(nodes=args.nodes, rounds=args.rounds, lr=0.1, momentum=0.9, comm=comm,
-                  records=mt.Records(every=50))
+                  records=mt.Records(log_every=50))
     tele = mt.teleportation(p, k=2, out=args.out, **common)
     dsgd = mt.dsgd(p, **common)
     found = mt.search_k(p, **{**common, "rounds": args.rounds // 2})

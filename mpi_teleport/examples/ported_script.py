@@ -110,7 +110,7 @@ def main(argv=None):
             writer(record)
     result = mt.teleportation(p, nodes=args.nodes, k=args.k, rounds=rounds, momentum=0.9,
                               lr=lambda t: 0.05 * (1 + math.cos(math.pi * t / rounds)),
-                              records=mt.Records(every=rounds // args.epochs, callback=log),
+                              records=mt.Records(log_every=rounds // args.epochs, callback=log),
                               comm=comm, out=args.out)
     if comm is None or comm.Get_rank() == 0:
         for record in result.records:

@@ -266,7 +266,7 @@ def _rounds(index, phase, first, resuming, backend: Backend, recorder, spec, log
     def collective_boundary(t: int) -> bool:
         """Boundaries with a collective (a record, a checkpoint, the signal check at
         logging rounds) or the run's end: every agreement is completed before them."""
-        return (t == where["first"] or t % logging.every == 0
+        return (t == where["first"] or t % logging.log_every == 0
                 or logging.is_log_round(t, phase.start, phase.stop)
                 or keeper.plan.due(t, spec.total_rounds) or t >= last)
 

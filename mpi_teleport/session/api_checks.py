@@ -92,7 +92,7 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
 def _checked(run: dict, rule, comm, out, records: Records, checkpoints: Checkpoints,
              latency: Latency) -> tuple[Values, Places, Path | None]:
     """The run's settings with every value checked by the rules the command line uses
-    (spelt as the flat keywords, also for ``Records(every=...)``), or
+    (spelt as the flat keywords, also for ``Records(log_every=...)``), or
     UsageError (one line). Returns also where the run writes and its checkpoint
     directory (given; beside the checkpoint it resumes when that run kept them apart;
     else ``out/checkpoints``)."""

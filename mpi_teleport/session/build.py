@@ -73,7 +73,7 @@ def _as_recorded(name: str, value):
 def group(values: Mapping[str, Any], name: str) -> dict:
     """The fields of the settings group ``name`` of a RunSettings (``"logging"``,
     ``"latency"``) that ``values`` hold, from the table's ``where``
-    (``"logging.every"``: ``log_every``): a row placed in a group is carried there
+    (``"logging.log_every"``: ``log_every``): a row placed in a group is carried there
     without a line here."""
     prefix = name + "."
     return {row.where[len(prefix):]: values[row.name] for row in rows()

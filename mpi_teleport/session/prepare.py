@@ -347,7 +347,7 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
 
 
 
-_AT_EPOCH_ENDS = ("logging.every_epochs", "logging.eval_every_epochs")  # (the rows counting
+_AT_EPOCH_ENDS = ("logging.log_every_epochs", "logging.eval_every_epochs")  # (the rows counting
 # epochs; each named as its rounds' row with _epochs)
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import InitVar, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -273,7 +273,7 @@ class Setting:
     written before the setting existed stay the same, and an absent one reads as the
     default on resume), or ``"no"`` (another row records it: the optimizer's options are
     in the optimizer's description); ``where``: the attribute of :class:`~.prepare.RunSettings` that
-    carries it (``"spec.rounds"``; a group's field, ``"logging.every"``, is filled from
+    carries it (``"spec.rounds"``; a group's field, ``"logging.log_every"``, is filled from
     the values by :func:`mpi_teleport.session.build.group`), checked by
     :func:`mpi_teleport.train` on what it is handed and agreed by the ranks (``built``:
     it holds what was built of the setting,
@@ -423,7 +423,7 @@ SETTINGS: tuple[Setting, ...] = (
     # the checkpoint directory it implies, as before the table)
     Setting("log_every", 10, "int", "record every R rounds (default 10; and the first and "
             "last); evaluation time is excluded from time_s", at_least(1), metavar="R",
-            resume=False, where="logging.every"),
+            resume=False, where="logging.log_every"),
     Setting("progress", "auto", "choice", "progress bar on stderr: auto = when stderr is a "
             "terminal (default)", choices=PROGRESS, resume=False, agree=False,
             keyword_default=False),  # (the API's: a bool)
@@ -505,7 +505,7 @@ SETTINGS: tuple[Setting, ...] = (
             "round in which the active nodes' samples complete it; and the first and last "
             "round), beside --log-every; for a problem that knows its epochs",
             optional(at_least(1)), metavar="E", resume=False, record="when set",
-            where="logging.every_epochs"),
+            where="logging.log_every_epochs"),
     Setting("eval_every_epochs", None, "int", "evaluate the model at the end of every E-th "
             "epoch (a record there) and at the first and last round, as a plain loop's "
             "test() after each epoch; the other records carry the training loss alone "
@@ -540,7 +540,7 @@ def defaults() -> dict:
 def default_logging() -> Logging:
     """The logging of a :class:`~mpi_teleport.session.prepare.RunSettings` built without
     one: records every ``log_every`` rounds at the row's default, no target."""
-    return Logging(every=setting("log_every").default)
+    return Logging(log_every=setting("log_every").default)
 
 
 def keyword_default(name: str) -> Any:
@@ -677,15 +677,16 @@ def flat_settings(records, latency, checkpoints, out) -> dict:
     """The API's option groups (:class:`Records`, :class:`Latency`, :class:`Checkpoints`)
     and ``out`` as the flat settings the rules check, named as the flat keywords, in the
     order the rules check them."""
-    return {"log_every": records.every, "eval_every": records.eval_every,
+    return {"log_every": records.log_every, "eval_every": records.eval_every,
             "eval_at_start": records.eval_at_start, "trace": records.trace,
-            "log_every_epochs": records.every_epochs,
+            "log_every_epochs": records.log_every_epochs,
             "eval_every_epochs": records.eval_every_epochs,
             "target": records.target, "stop_at_target": records.stop_at_target,
-            "latency": latency.model, "clock": latency.clock,
+            "latency": latency.latency, "clock": latency.clock,
             "compute_time": latency.compute_time, "out": out,
-            "checkpoint_every": checkpoints.every, "checkpoint_dir": checkpoints.dir,
-            "keep_checkpoints": checkpoints.keep, "resume": checkpoints.resume}
+            "checkpoint_every": checkpoints.checkpoint_every,
+            "checkpoint_dir": checkpoints.checkpoint_dir,
+            "keep_checkpoints": checkpoints.keep_checkpoints, "resume": checkpoints.resume}
 
 
 def checkpoint_policy(values: dict) -> tuple[int, int]:
@@ -1217,20 +1218,27 @@ class Checkpoints:
     >>> from mpi_teleport.problems.quadratic import Quadratic
     >>> out = tempfile.mkdtemp()
     >>> _ = mt.teleportation(Quadratic(n=8, d=3), nodes=8, k=2, rounds=40, lr=0.1, out=out,
-    ...                      checkpoints=mt.Checkpoints(every=20))
+    ...                      checkpoints=mt.Checkpoints(checkpoint_every=20))
     >>> sorted(p.name for p in (Path(out) / "checkpoints").iterdir())
     ['round-00000020', 'round-00000040']
 
-    ``every``: write one every this many rounds (0: none; a signal still writes one);
-    ``dir``: where (default ``out/checkpoints``); ``keep``: how many to keep;
-    ``resume``: a run, checkpoint or round-* directory to continue from. The same as the
-    flat keywords ``checkpoint_every``, ``checkpoint_dir``, ``keep_checkpoints``,
-    ``resume`` (the manual's "The training functions' keywords")."""
+    ``checkpoint_every``: write one every this many rounds (0: none; a signal still writes
+    one); ``checkpoint_dir``: where (default ``out/checkpoints``); ``keep_checkpoints``:
+    how many to keep; ``resume``: a run, checkpoint or round-* directory to continue from.
+    Each field is the flat keyword of the same name, grouped (the manual's "The training
+    functions' keywords"). The older names ``every``, ``dir`` and ``keep`` still work and
+    warn (DeprecationWarning)."""
 
-    every: int = _STARTS["checkpoint_every"]
-    dir: str | Path | None = _STARTS["checkpoint_dir"]
-    keep: int = _STARTS["keep_checkpoints"]
+    checkpoint_every: int = _STARTS["checkpoint_every"]
+    checkpoint_dir: str | Path | None = _STARTS["checkpoint_dir"]
+    keep_checkpoints: int = _STARTS["keep_checkpoints"]
     resume: str | Path | None = _STARTS["resume"]
+    every: InitVar[int | None] = None  # (deprecated names of the fields above)
+    dir: InitVar[str | Path | None] = None
+    keep: InitVar[int | None] = None
+
+    def __post_init__(self, every, dir, keep) -> None:
+        _renamed(self, every=every, dir=dir, keep=keep)
 
 
 @dataclass(frozen=True)
@@ -1240,18 +1248,23 @@ class Latency:
     >>> import mpi_teleport as mt
     >>> from mpi_teleport.problems.quadratic import Quadratic
     >>> result = mt.teleportation(Quadratic(n=8, d=3), nodes=8, k=2, rounds=20, lr=0.1,
-    ...     latency=mt.Latency(model="const:100", clock="virtual", compute_time=50))
+    ...     latency=mt.Latency(latency="const:100", clock="virtual", compute_time=50))
     >>> result.records[-1]["virtual_time_s"]  # 20 rounds of 50 + 100 us
     0.003
 
-    ``model``: ``none``, ``const:US``, ``mod:TAU``, ``matrix:FILE.csv``, optionally
-    ``,bw:GBPS``; ``clock``: ``real`` or ``virtual``; ``compute_time``: the modelled
-    compute time per step in microseconds. The same as the flat keywords ``latency``,
-    ``clock``, ``compute_time``. Latency changes time, never the numbers."""
+    ``latency``: the model, ``none``, ``const:US``, ``mod:TAU``, ``matrix:FILE.csv``,
+    optionally ``,bw:GBPS``; ``clock``: ``real`` or ``virtual``; ``compute_time``: the
+    modelled compute time per step in microseconds. Each field is the flat keyword of the
+    same name, grouped. Latency changes time, never the numbers. The older name
+    ``model`` still works and warns (DeprecationWarning)."""
 
-    model: str = _STARTS["latency"]
+    latency: str = _STARTS["latency"]
     clock: str = _STARTS["clock"]
     compute_time: float | None = _STARTS["compute_time"]
+    model: InitVar[str | None] = None  # (the deprecated name of latency)
+
+    def __post_init__(self, model) -> None:
+        _renamed(self, model=model)
 
 
 @dataclass(frozen=True)
@@ -1262,24 +1275,26 @@ class Records:
     >>> from mpi_teleport.problems.quadratic import Quadratic
     >>> seen = []
     >>> result = mt.teleportation(Quadratic(n=8, d=3), nodes=8, k=2, rounds=100, lr=0.1,
-    ...     records=mt.Records(every=10, target=0.5, callback=lambda r: seen.append(r["round"])))
+    ...     records=mt.Records(log_every=10, target=0.5,
+    ...                        callback=lambda r: seen.append(r["round"])))
     >>> result.summary["rounds_to_target"], seen[:3]
     (10, [0, 10, 20])
 
-    The same as the flat keywords ``log_every``, ``target``, ``stop_at_target``,
-    ``progress``, ``callback``, ... (the manual's "The training functions' keywords").
-    ``every``: evaluate every this many rounds (and the first and last); ``target`` and
+    Each field is the flat keyword of the same name, grouped (the manual's "The training
+    functions' keywords"). ``log_every``: record every this many rounds (and the first
+    and last); ``target`` and
     ``stop_at_target``: the metric value that counts as reached and whether to stop
     there; ``progress``: a progress bar on stderr; ``callback(record)``: called with each
     record, a true return value stops the run; ``eval_every``: evaluate the model only
     every this many rounds (and the first and last; None: at every record), the other
     records carrying the training loss alone; ``eval_at_start``: evaluate round 0 (the
     model before any step; False: skip it); ``trace``: a path for the run's timeline
-    (:mod:`mpi_teleport.trace`; None: none); ``every_epochs``, ``eval_every_epochs``:
+    (:mod:`mpi_teleport.trace`; None: none); ``log_every_epochs``, ``eval_every_epochs``:
     also record, and evaluate, at the end of every this many epochs, exactly where the
-    active nodes' samples complete it (a problem that knows its epochs)."""
+    active nodes' samples complete it (a problem that knows its epochs). The older names
+    ``every`` and ``every_epochs`` still work and warn (DeprecationWarning)."""
 
-    every: int = _STARTS["log_every"]
+    log_every: int = _STARTS["log_every"]
     target: float | None = _STARTS["target"]  # (the API's: no target unless given)
     stop_at_target: bool = _STARTS["stop_at_target"]
     progress: bool = _STARTS["progress"]  # (the API's: a bool; the command line's auto/on/off)
@@ -1287,20 +1302,44 @@ class Records:
     eval_every: int | None = _STARTS["eval_every"]
     eval_at_start: bool = _STARTS["eval_at_start"]
     trace: str | Path | None = _STARTS["trace"]
-    every_epochs: int | None = _STARTS["log_every_epochs"]
+    log_every_epochs: int | None = _STARTS["log_every_epochs"]
     eval_every_epochs: int | None = _STARTS["eval_every_epochs"]
+    every: InitVar[int | None] = None  # (deprecated names of log_every, log_every_epochs)
+    every_epochs: InitVar[int | None] = None
+
+    def __post_init__(self, every, every_epochs) -> None:
+        _renamed(self, every=every, every_epochs=every_epochs)
 
 
-# The flat keyword of each field, in the spelling messages use (settings.RULES' names).
-FLAT = {
-    Checkpoints: {"every": "checkpoint_every", "dir": "checkpoint_dir",
-                  "keep": "keep_checkpoints", "resume": "resume"},
-    Latency: {"model": "latency", "clock": "clock", "compute_time": "compute_time"},
-    Records: {"every": "log_every", "target": "target", "stop_at_target": "stop_at_target",
-              "progress": "progress", "callback": "callback", "eval_every": "eval_every",
-              "eval_at_start": "eval_at_start", "trace": "trace",
-              "every_epochs": "log_every_epochs", "eval_every_epochs": "eval_every_epochs"},
-}
+# The option groups' fields before they took the names of their settings: still taken, with
+# a DeprecationWarning.
+RENAMED = {"every": {"Checkpoints": "checkpoint_every", "Records": "log_every"},
+           "dir": {"Checkpoints": "checkpoint_dir"}, "keep": {"Checkpoints": "keep_checkpoints"},
+           "model": {"Latency": "latency"}, "every_epochs": {"Records": "log_every_epochs"}}
+
+
+def _renamed(group, **old) -> None:
+    """Apply the deprecated field names given to an option group ``group``: each sets
+    the field of the new name (a DeprecationWarning says which); given beside that field,
+    a UsageError names both."""
+    import warnings
+
+    cls = type(group).__name__
+    for name, given in old.items():
+        if given is None:
+            continue
+        new = RENAMED[name][cls]
+        if getattr(group, new) != _STARTS[new]:
+            raise UsageError(f"{cls}({name}=...) and {cls}({new}=...) set the same setting "
+                             f"({name} is its older name): give {new}=")
+        warnings.warn(f"{cls}({name}=...) is now {cls}({new}=...), named as the setting; "
+                      f"{name}= will be removed", DeprecationWarning, stacklevel=4)
+        object.__setattr__(group, new, given)
+
+
+# The flat keyword of each field: the field's own name (one name per setting).
+FLAT: dict[type, dict[str, str]] = {cls: {field.name: field.name for field in fields(cls)}
+        for cls in (Checkpoints, Latency, Records)}
 KEYWORD = {Checkpoints: "checkpoints", Latency: "latency", Records: "records"}
 
 
