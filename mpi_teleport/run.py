@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, cast
 
 from .front import cli, report
 from .session import job, runner
-from .session.prepare import check_job, prepare
+from .session.prepare import check_job
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .runtime.leaving import leave_together
 from .runtime.memory import keep_freed_memory
-from . import api
 from .parsers import version_line
 from .problems import make_problem, needs_local_rank
 from .runtime.transport import Transport, abort_job
@@ -63,13 +62,9 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
         raise UsageError(refused)
     if stopped:  # (every rank: a rank not signalled stops with the others)
         raise cli.stopped_in_setup(cfg, algorithm, stopped, terminator, prepared)
-    if k == "auto" and terminator is not None:
-        terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
-    settings = prepare(problem, cli.run_values(cfg, algorithm, k), transport,
-                       prepared=prepared, job=cfg)
     context = runner.RunContext(terminator=terminator, pool=pool, progress=progress,
                                 meeting=meeting)
-    return api.train(problem, settings, transport, context).summary  # (the root's; None elsewhere)
+    return cli.run_one(cfg, algorithm, k, problem, transport, prepared, context)
 
 
 def main(argv=None) -> int:

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import cast
 
 from .front import cli, report
 from .session import job, runner
-from .session.prepare import check_job, prepare
+from .session.prepare import check_job
 from .runtime import signals
 from .runtime.elastic import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .runtime.memory import keep_freed_memory
-from . import api
 from .disk.output import RunFiles
 from .problems import make_problem
 from .runtime.progress import Progress
@@ -39,12 +39,8 @@ def simulate(cfg, algorithm: str, k, files: RunFiles | None = None,
             problem = make_problem(cli.problem_of(cfg))
     except signals.SetupInterrupted as stop:
         raise cli.stopped_in_setup(cfg, algorithm, stop.signum, terminator, prepared) from None
-    if k == "auto" and terminator is not None:
-        terminator.release()  # Algorithm 2 takes no checkpoints: signals end it at once
-    settings = prepare(problem, cli.run_values(cfg, algorithm, k), None,
-                       prepared=prepared, job=cfg)
     context = runner.RunContext(terminator=terminator, progress=progress, files=files)
-    return api.train(problem, settings, None, context).summary  # (one process: the root's)
+    return cast(dict, cli.run_one(cfg, algorithm, k, problem, None, prepared, context))
 
 
 def main(argv=None) -> int:

@@ -166,6 +166,26 @@ def run_values(cfg, algorithm: str, k):
     return cfg.replace(algorithm=algorithm, k=cfg.nodes if algorithm == "dsgd" else k)
 
 
+def run_one(cfg, algorithm: str, k, problem, comm, prepared, context) -> dict | None:
+    """One run of a command line's job with its problem built, the one way the simulator,
+    the MPI runtime and a hot spare that took a node over run it: the run's values
+    (:func:`run_values`) prepared as any front end's are
+    (:func:`mpi_teleport.session.prepare.prepare`, ``job=cfg``: both runs of compare
+    keep the job's settings in their checkpoints), then the public
+    :func:`mpi_teleport.train`, as a user's script calls it, with the caller's
+    ``context`` (a :class:`~mpi_teleport.session.runner.RunContext`). Algorithm 2 (``k``
+    'auto') takes no checkpoints, so a signal ends it at once. Returns the summary (the
+    root's; None on the other ranks)."""
+    from .. import api
+    from ..session.prepare import prepare
+
+    if k == "auto" and context.terminator is not None:
+        context.terminator.release()
+    settings = prepare(problem, run_values(cfg, algorithm, k), comm, prepared=prepared,
+                       job=cfg)
+    return api.train(problem, settings, comm, context).summary
+
+
 def run_spec(cfg, algorithm: str, k, problem=None):
     """The RunSpec of one run a job's values ask for (``k`` 'auto': Algorithm 2), by the
     one builder both front ends use (:func:`mpi_teleport.session.build.spec_of`);
