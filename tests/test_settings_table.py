@@ -577,9 +577,9 @@ def test_both_front_ends_make_a_run_by_one_preparation(monkeypatch):
         seen.append((type(values), values.naming))
         return real(problem, values, comm, **kwargs)
 
-    # (the API's keywords reach it through prepare.settings_from_keywords)
-    for module in ("mpi_teleport.sim", "mpi_teleport.session.prepare"):
-        monkeypatch.setattr(f"{module}.prepare", spy)
+    # (the API's keywords reach it through prepare.settings_from_keywords, a command line's
+    # run through front/cli.run_one)
+    monkeypatch.setattr("mpi_teleport.session.prepare.prepare", spy)
     assert sim_main([*SMALL, "--rounds", "4"]) == 0
     mt.teleportation(Quadratic(n=4, d=4), nodes=4, k=2, rounds=4, lr=0.05)
     assert seen == [(table.Values, CLI), (table.Values, API)]

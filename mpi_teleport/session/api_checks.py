@@ -61,9 +61,7 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
         check_spares_fit(spares, API)
     failures = parse_failures(fail, spec.nodes, spares)  # (mpi_teleport/DESIGN.md §11)
     search = spec.algorithm == "search"
-    values = values.replace(**{  # (Algorithm 2 as the table spells it: k 'auto')
-        "algorithm": "teleportation" if search else spec.algorithm,
-        "k": "auto" if search else spec.tokens,
+    values = values.replace(**{
         "lr_schedule": "function" if callable(spec.lr) else "constant",
         "nesterov": isinstance(spec.momentum, Nesterov),
         # (the checkpoint directory given, as the command line records it; the one the
@@ -111,19 +109,22 @@ def _checked(run: dict, rule, comm, out, records: Records, checkpoints: Checkpoi
         k = check_k(k, values["nodes"], algorithm, API)
     elif algorithm == "dsgd":
         k = values["nodes"]
-    values = Values({**values, **{name: run[name] for name in ("algorithm", "nesterov",
-                                                                "k_select", "epochs")
-                                  if name in run},
-                     "k": k, **({"optimizer": rule} if rule is not None else {})}, API)
     search = algorithm == "search"
+    if search:  # (Algorithm 2 as the settings table spells it, the command line's k auto)
+        algorithm, k = "teleportation", "auto"
+    values = Values({**values, **{name: run[name] for name in ("nesterov", "k_select", "epochs")
+                                  if name in run},
+                     "algorithm": algorithm, "k": k,
+                     **({"optimizer": rule} if rule is not None else {})}, API)
 
     def where(name):
         return None if values[name] is None else Path(absolute(name, values[name], API))
 
     out, ck_dir = where("out"), where("checkpoint_dir")
     if values["resume"] == "auto":  # (continue, return a finished run, or start: find.auto_resume)
-        resume = auto_resume(out, ck_dir or (out and out / "checkpoints"), algorithm)
-        found = None if resume is None else locate(resume, algorithm)
+        leg = "search" if search else algorithm
+        resume = auto_resume(out, ck_dir or (out and out / "checkpoints"), leg)
+        found = None if resume is None else locate(resume, leg)
         if found is not None and resume is not None:  # (the same run only: another length
             # continues when asked)
             resume_rules.check_auto_length(out or resume, found[1], API, rounds=values["rounds"])

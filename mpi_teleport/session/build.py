@@ -89,7 +89,7 @@ def _value(values: Mapping[str, Any], name: str):
 def run_spec(values: Mapping[str, Any], rule=None, per_epoch: float | None = None) -> RunSpec:
     """The :class:`~mpi_teleport.core.spec.RunSpec` of one run, from its checked ``values``
     (named as the table's rows), the same way for both front ends: ``algorithm``
-    (teleportation, dsgd or search; ``k`` 'auto', the command line's, is the search too),
+    (teleportation or dsgd; ``k`` 'auto' is Algorithm 2, the search),
     ``nodes``, ``k`` (DSGD: n; the search: none), ``rounds``, ``lr`` (a number or a
     function of the round; ``lr_schedule`` 'cosine' decays the number over the run's
     rounds, both phases of the search; 'cosine-warmup', the authors' recipe,
@@ -104,7 +104,7 @@ def run_spec(values: Mapping[str, Any], rule=None, per_epoch: float | None = Non
     epochs or ``per_epoch``."""
     algorithm, k, nodes, rounds = (values["algorithm"], values.get("k"), values["nodes"],
                                    values["rounds"])
-    search = algorithm == "search" or k == "auto"
+    search = k == "auto"  # (Algorithm 2)
     lr = values["lr"]
     schedule = _value(values, "lr_schedule")
     if schedule == "cosine":
@@ -134,7 +134,7 @@ def spec_of(values: Mapping[str, Any], problem=None) -> RunSpec:
         momentum, nesterov, rule = _value(values, "momentum"), _value(values, "nesterov"), optimizer
     if values.get("lr_scheduler") is not None:  # (the command line's scheduler by name)
         lr = scheduled(values, problem, active_nodes(values))
-        search = values["algorithm"] == "search" or values.get("k") == "auto"
+        search = values.get("k") == "auto"
         values = {**values, "lr": within_phase(lr, values["rounds"]) if search else lr}
     per_epoch = None  # (cosine-warmup: rounds an epoch, as epochs counts them)
     if _value(values, "lr_schedule") == "cosine-warmup" and getattr(problem, "n_train", None):
@@ -144,10 +144,9 @@ def spec_of(values: Mapping[str, Any], problem=None) -> RunSpec:
 
 def active_nodes(values: Mapping[str, Any]) -> int:
     """Nodes active a round in a run of ``values``: n for DSGD and for each phase of
-    Algorithm 2 (the API's search, the command line's k 'auto'), else k."""
+    Algorithm 2 (``k`` 'auto'), else k."""
     k: Any = values.get("k")
-    return int(values["nodes"] if values["algorithm"] in ("dsgd", "search") or k == "auto"
-               else k)
+    return int(values["nodes"] if values["algorithm"] == "dsgd" or k == "auto" else k)
 
 
 def _cosine_with_warmup(values: Mapping[str, Any], per_epoch: float | None, search: bool):

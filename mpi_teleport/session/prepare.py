@@ -356,14 +356,14 @@ def epoch_span(values: Values, problem) -> tuple[int, int] | None:
     epochs (a TorchProblem), which says where its epochs end; None for another problem,
     where a record counted in epochs is refused in one line."""
     n_train, batch = getattr(problem, "n_train", None), getattr(problem, "batch_size", None)
-    if n_train and batch and values.get("k") != "auto" and values.algorithm != "search":
+    if n_train and batch and values.get("k") != "auto":
         return int(n_train), int(batch) * active_nodes(values)
     given = [row.name for row in rows() if row.where in _AT_EPOCH_ENDS
              and values.get(row.name) is not None]
     if given:
         name = values.naming.name
         why = ("Algorithm 2's phases count their own rounds"
-               if values.get("k") == "auto" or values.algorithm == "search" else
+               if values.get("k") == "auto" else
                f"{type(getattr(problem, 'problem', problem)).__name__} does not know its "
                f"epochs (n_train, batch_size)")
         raise UsageError(f"{name(given[0])}: {why}; use {name(given[0][:-len('_epochs')])}")
