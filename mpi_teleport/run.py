@@ -30,7 +30,7 @@ from .problems import make_problem, needs_local_rank
 from .runtime.transport import Transport, abort_job
 
 if TYPE_CHECKING:
-    from .session.prepare import Prepared
+    from .session.disk_check import Prepared
     from .session.settings import Values
 
 PROG = "mpirun -n N python -m mpi_teleport.run"

@@ -154,7 +154,7 @@ def test_both_front_ends_build_the_run_spec_by_one_builder(monkeypatch):
     a row's default fills what the values do not hold."""
     from mpi_teleport.core.spec import RunSpec
     from mpi_teleport.session import build
-    from mpi_teleport.session.prepare import Places
+    from mpi_teleport.session.disk_check import Places
     from mpi_teleport.session.settings import setting
 
     specs = []

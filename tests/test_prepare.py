@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 
 from mpi_teleport.errors import API, CLI, UsageError
-from mpi_teleport.session.prepare import Leg, Places, check_disk, check_job
+from mpi_teleport.session.disk_check import Leg, Places, check_disk
+from mpi_teleport.session.prepare import check_job
 from mpi_teleport.session.settings import resolve
 
 
