@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from .runtime import engine
 from .session.keywords import signature
-from .session.prepare import RunSettings, settings_from_keywords
-from .session.runner import RunContext, train
+from .session.prepare import RunSettings, agreed_settings_from_keywords
+from .session.runner import train
 
 if TYPE_CHECKING:  # (typing.Unpack for **keywords is Python 3.12's; type checkers know both)
     from collections.abc import Callable
@@ -226,9 +226,8 @@ def search_k(problem: Any, *, nodes: int, lr: float | Callable[[int], float] | S
 def _run(function: str, problem: Any, keywords: dict[str, Any]) -> engine.Result:
     """The keywords' one path: the run's RunSettings as
     :meth:`RunSettings.from_keywords` makes them
-    (:func:`mpi_teleport.session.prepare.settings_from_keywords`: every value checked by
-    the command line's rules, the inputs on disk checked on this process), then
-    :func:`train`, which refuses on every process what the disk check refused on one
-    (in the collective of the locks)."""
-    settings, comm, refused = settings_from_keywords(function, problem, keywords)
-    return train(problem, settings, comm, RunContext(refused=refused))
+    (:func:`mpi_teleport.session.prepare.agreed_settings_from_keywords`: every value
+    checked by the command line's rules, the inputs on disk checked on this process, and
+    under MPI a refusal on any process learnt by every process), then :func:`train`."""
+    settings, comm = agreed_settings_from_keywords(function, problem, keywords)
+    return train(problem, settings, comm)

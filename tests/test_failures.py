@@ -368,3 +368,27 @@ def test_data_set_missing_on_one_rank_only_stops_every_rank_with_one_line(tmp_pa
     assert len(ours) == 1, stderr[-3000:]
     assert fragment in ours[0] and ours[0].endswith("(on rank 1 only)"), ours[0]
     assert "Traceback" not in stderr
+
+
+BAD_KEYWORD_SCRIPT = """
+import numpy as np
+import mpi_teleport as mt
+from mpi_teleport.problems.quadratic import Quadratic
+mt.teleportation(Quadratic(n=4, d=3), nodes=4, k=2, rounds=5, lr=0.1, comm="auto",
+                 log_every=0)
+print("not reached", flush=True)
+"""
+
+
+def test_a_launched_scripts_refused_keyword_is_one_line(mpirun, tmp_path):
+    """A training function's keyword refused by its checks (on every rank alike, before
+    anything runs) is learnt by every rank in one collective, so the script runner ends
+    the job with the one line and status 2, without a traceback per rank or MPI's abort."""
+    script = tmp_path / "bad.py"
+    script.write_text(BAD_KEYWORD_SCRIPT)
+    proc = mpirun(4, ["-m", "mpi_teleport.script_runner", str(script)], timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "log_every must be at least 1, got 0" in lines[0], \
+        proc.stderr[-3000:]
+    assert "not reached" not in proc.stdout

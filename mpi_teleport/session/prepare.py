@@ -201,12 +201,7 @@ class RunSettings:
         if algorithm not in FUNCTIONS:
             raise UsageError(f"algorithm={algorithm!r}: expected 'teleportation', 'dsgd' or "
                              f"'search_k' (the training function whose keywords these are)")
-        settings, comm, refused = settings_from_keywords(algorithm, problem, keywords)
-        if comm is not None:  # (every process stops together, or none does)
-            refused = _agreed_refusal(comm, refused)
-        if refused:
-            raise UsageError(refused)
-        return settings
+        return agreed_settings_from_keywords(algorithm, problem, keywords)[0]
 
 
 class FrozenDict(dict):
@@ -526,6 +521,36 @@ def settings_from_keywords(function: str, problem: Any, keywords: dict[str, Any]
     settings = prepare(problem, values, comm, prepared=prepared, callback=records.callback,
                        identity=identity)
     return settings, comm, refused
+
+
+def agreed_settings_from_keywords(function: str, problem: Any, keywords: dict[str, Any]):
+    """:func:`settings_from_keywords` with its refusal learnt by every process: a value
+    the keywords' checks refuse and the disk's refusal alike. Under MPI (``comm``) every
+    process takes part in one collective on a duplicate of it, refused or not, so a
+    refusal is an agreed UsageError on all of them (a launched script then ends with one
+    line and status 2, without MPI's abort) and none is left waiting. Returns the
+    settings and the communicator."""
+    from ..runtime.collective import agreed
+    from ..runtime.launched import resolve_comm
+
+    try:
+        settings, comm, refused = settings_from_keywords(function, problem, keywords)
+    except UsageError as exc:
+        try:
+            comm = resolve_comm(keywords.get("comm"))
+        except UsageError:
+            raise exc from None
+        if comm is None:
+            raise
+        settings, refused = None, str(exc)
+    if comm is None:
+        if refused:
+            raise UsageError(refused)
+        return settings, comm
+    refused = _agreed_refusal(comm, refused)  # (every process stops together, or none does)
+    if refused:
+        raise agreed(UsageError(refused))
+    return settings, comm
 
 
 def _agreed_refusal(comm: Any, refused: str | None) -> str | None:
