@@ -289,9 +289,11 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
     object's, where the caller has it already (the API's disk check compared it:
     :func:`~mpi_teleport.session.api_checks.checked`); None: described here.
 
-    What the values hold decides, never the front end: a problem the values name (the
-    command lines' ``problem`` row) is recorded by that name, the back end and a
-    factory's arguments; an object (the API's) by its class and fingerprint
+    The values are brought to one shape first (:func:`~.settings.one_shape`), so the same
+    run of either front end prepares alike. What a command line's job adds is said by
+    ``job``, never read from the values' shape: its problem is named by its rows
+    (recorded by name, back end and a factory's arguments); without a job, the problem
+    object is recorded by its class and fingerprint
     (:func:`~mpi_teleport.session.resume.describe_problem`) and its own facts. UsageError
     (one line) for a problem built for other nodes, or epochs the problem cannot count."""
     values = one_shape(values)  # (both front ends' values alike from here on)
@@ -301,8 +303,11 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
     if isinstance(given, int) and not isinstance(given, bool) and given != values.nodes:
         raise UsageError(f"the problem was built for nodes={given} but the run has "
                          f"nodes={values.nodes}: give both the same number")
-    named = "problem" in values  # (the command lines name their problem; the API hands one)
-    alone = job is None  # (the run is the job: its checkpoints keep its own values)
+    # A command line's job names its problem (the problem rows: recorded by name, back end
+    # and a factory's arguments); a training function or a script hands its own object,
+    # recorded by class and fingerprint. The run is then the job: its checkpoints keep its
+    # own values.
+    named, alone = job is not None, job is None
     job = values if job is None else job
     used = (factory.record(values.problem, problem_settings(job.to_dict(), defaults()),
                            comm is not None) if named and is_factory(values.problem) else None)
