@@ -74,7 +74,7 @@ sys.dont_write_bytecode = False
 
 
 def pytest_configure(config):
-    if not hasattr(config, "workerinput"):  # (once, in the controller)
+    if not hasattr(config, "workerinput") and not inside_mpi_job():  # (once, in the controller)
         _SESSION_START.append(time.time() - 1)  # (mtimes are coarser than time())
         _compile_once()
     # Decompressed copies of data sets go to a cache (problems/fashion_files.py): the suite's
@@ -100,9 +100,14 @@ def pytest_unconfigure(config):
     for folder in _CACHE:
         shutil.rmtree(folder, ignore_errors=True)
     if not hasattr(config, "workerinput") and _SESSION_START:  # (the controller, at the end)
-        shm = Path("/dev/shm")
-        for segment in leftover_segments(_SESSION_START[0], shm, segments_in_use(shm)):
-            segment.unlink(missing_ok=True)
+        sweep_leftover_segments(_SESSION_START[0], Path("/dev/shm"))
+
+
+def inside_mpi_job() -> bool:
+    """Whether this process is a rank of an MPI job (Open MPI, MPICH, Intel MPI, PMIx): the
+    pytest that each rank of tests/test_in_rank.py runs loads this file too, and is not the
+    suite's session (it must not compile for it nor sweep /dev/shm under its other jobs)."""
+    return any(name in os.environ for name in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"))
 
 
 # Shared-memory segments of MPI jobs (Open MPI's sm_segment.*, MPICH's mpich_shm_*; Intel
@@ -110,8 +115,34 @@ def pytest_unconfigure(config):
 # timeout) cannot remove its own, about 28 MB a suite run, which piled up to 1.1 GB here and
 # slowed later runs. At its end the suite removes those made during the session that no
 # process maps or holds open any more; another job's, older ones and live ones stay.
+# A segment of a job that is starting is, for a moment, neither mapped nor open (Open MPI
+# makes it, unmaps it, and maps it again; MPICH's first local rank makes it before the others
+# open it): removed then, that job fails ("open(2) ... No such file" from Open MPI) or hangs
+# in MPI_Init (MPICH). So the sweep takes only segments older than SEGMENT_SETTLE_S, listed
+# before the processes are read (benchmarks/results/suite-time-2026-12-08.md).
 SEGMENT_PATTERNS = ("sm_segment.*", "mpich_shm_*")
+SEGMENT_SETTLE_S = 30.0
 _SESSION_START: list = []
+
+
+def sweep_leftover_segments(since: float, shm: Path, settle: float = SEGMENT_SETTLE_S) -> list[Path]:
+    """Remove the MPI segments in ``shm`` made at or after ``since`` that no process maps or
+    holds open and that nothing changed for ``settle`` seconds; returns those removed. Safe
+    while other jobs start: a segment made after the listing is not a candidate, and one
+    made before it but not yet mapped is younger than ``settle``."""
+    listed = time.time()
+    candidates = []
+    for path in leftover_segments(since, shm, set()):
+        try:
+            if path.stat().st_mtime < listed - settle:  # (made, or last resized, before)
+                candidates.append(path)
+        except OSError:  # (removed meanwhile)
+            continue
+    in_use = segments_in_use(shm) if candidates else set()
+    removed = [path for path in candidates if str(path) not in in_use]
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
 
 
 def leftover_segments(since: float, shm: Path, in_use: set[str]) -> list[Path]:
@@ -327,6 +358,12 @@ class RanksWatch:
         if self.gone_since is None:
             self.gone_since = time.monotonic()
         return time.monotonic() - self.gone_since > self.grace
+
+    def all_gone(self) -> bool:
+        """Whether the job's Python ranks were seen and none runs now (at a caller's deadline,
+        where there is no time left for ``grace``: the launcher has outlived them)."""
+        self.outlived()
+        return self.seen and self.gone_since is not None
 
 
 def communicate(proc: subprocess.Popen, tag: str, timeout: float,

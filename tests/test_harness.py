@@ -65,3 +65,27 @@ def test_the_suite_removes_the_mpi_segments_its_killed_jobs_left(tmp_path):
     assert leftover_segments(since, tmp_path, {str(live)}) == [dead]
     with open(live, "rb"):  # (held open by this process: in use)
         assert str(live) in segments_in_use(tmp_path)
+
+
+def test_the_sweep_spares_a_segment_a_starting_job_has_not_mapped_yet(tmp_path, monkeypatch):
+    """A job that is starting makes its segment before mapping it (Open MPI) or before its
+    other ranks open it (MPICH): the sweep removes only segments unchanged for its settling
+    time, and a pytest that is a rank of an MPI job (tests/test_in_rank.py's) is not the
+    suite's session and sweeps nothing."""
+    import os
+
+    from conftest import inside_mpi_job, sweep_leftover_segments
+
+    fresh, dead, live = (tmp_path / name for name in ("sm_segment.fresh.0", "mpich_shm_dead", "sm_segment.live.0"))
+    for path in (fresh, dead, live):
+        path.write_bytes(b"\0" * 16)
+    for path in (dead, live):
+        os.utime(path, (time.time() - 120, time.time() - 120))
+    with open(live, "rb"):
+        assert sweep_leftover_segments(time.time() - 3600, tmp_path, settle=30) == [dead]
+    assert fresh.exists() and live.exists() and not dead.exists()
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert not inside_mpi_job()
+    monkeypatch.setenv("PMI_RANK", "0")
+    assert inside_mpi_job()
