@@ -12,7 +12,7 @@ logging at the first and last round only) with these back ends on the same round
 
 * ``compiled`` -- the plain mode: :class:`~mpi_teleport.runtime.backends.mpi.MpiBackend`
   with the compiled rounds (persistent channels);
-* ``elastic`` -- :class:`~mpi_teleport.runtime.backends.elastic.ElasticBackend` with the
+* ``elastic`` -- :class:`~mpi_teleport.elastic.backend.ElasticBackend` with the
   interval between agreements chosen by the run (``--agree-every 0``, the default): the
   compiled rounds, a copy of the held token and a non-blocking agreement at each agreed
   boundary;

@@ -17,7 +17,7 @@ in the real on-disk format, ``bench_memory.fashion_mnist_dir``; the first 500 te
   ``--repeats`` jobs of each kind, the kinds in turns: ``elastic`` (n ranks) and
   ``spares`` (n + S ranks, none used).
 * **Spare CPU**: each spare writes its wait's wall and CPU time
-  (``MPI_TELEPORT_SPARE_LOG``, :mod:`mpi_teleport.front.spares`).
+  (``MPI_TELEPORT_SPARE_LOG``, :mod:`mpi_teleport.elastic.spares`).
 * **Kill to next round**: node ``n - 1`` SIGKILLs itself at the start of round ``r``
   (the tests' hook ``MPI_TELEPORT_TEST_DIE``), before round r's record. The survivors
   run round r, fail its agreement, recover and record round r again (the record made

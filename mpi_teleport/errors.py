@@ -72,7 +72,42 @@ class Terminated(Exception):
 
 class RankLost(RuntimeError):
     """Elastic mode: a collective failed because a rank died (the communicator is revoked;
-    the survivors agree on the loss and go on, mpi_teleport/runtime/elastic.py)."""
+    the survivors agree on the loss and go on, mpi_teleport/elastic/)."""
+
+
+class TooFewSurvivors(RuntimeError):
+    """Fewer living nodes than tokens: the run cannot go on (checkpoint, exit 75).
+
+    Fields: ``round``, ``living`` (nodes left), ``k``, ``checkpoint`` (the one written,
+    or None), ``all_lost`` (every token's holder died: nothing to restore from) and
+    ``root``: this process is the survivors' root, the one that says so (the engine
+    raises it on every survivor with its own; one process: True). The survivors meet
+    before they leave through what the runner hands its caller (``runner.Meeting``),
+    not through the exception."""
+
+    round: int
+    living: int
+    k: int
+    checkpoint: Path | None
+    all_lost: bool
+    root: bool
+
+    def __init__(self, r: int, living: int, k: int, checkpoint=None, resume_from=None,
+                 all_lost: bool = False, root: bool = True):
+        self.round, self.living, self.k, self.checkpoint = r, living, k, checkpoint
+        self.all_lost, self.root = all_lost, root
+        if all_lost:  # nothing left to restore from: the newest periodic checkpoint is it
+            super().__init__(f"elastic: every token's holder was lost at round {r}, so no "
+                             f"token is left to restore the others from: requeue the job "
+                             f"and continue with --resume from the newest checkpoint "
+                             f"({resume_from or 'the run directory'})")
+            return
+        where = (f"checkpoint written to {checkpoint}; requeue the job with enough nodes and "
+                 f"continue with --resume {resume_from or checkpoint.parent}"
+                 if checkpoint is not None else
+                 "no checkpoint written (give --out or --checkpoint-dir to have one)")
+        super().__init__(f"elastic: only {living} nodes left at round {r}, fewer than "
+                         f"k={k} tokens: {where}")
 
 
 # How a message spells a setting (the front end's words: a flag or a keyword).

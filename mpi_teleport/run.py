@@ -21,8 +21,7 @@ from .front import cli, report
 from .session import job, runner
 from .session.prepare import check_job
 from .runtime import signals
-from .runtime.elastic import TooFewSurvivors
-from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
+from .errors import DatasetMissingError, NonFiniteError, OutputError, TooFewSurvivors, UsageError
 from .runtime.leaving import leave_together
 from .runtime.memory import keep_freed_memory
 from .parsers import version_line
@@ -195,7 +194,7 @@ def _spares_apart(cfg, comm):
     """``--spares``: the job's ranks as nodes (the first n) and spares (the last S): the
     pool, this rank's index on its host, and the nodes' transport (None on a spare).
     Every rank refuses alike, before the split, an MPI without ULFM."""
-    from .runtime.transport import SparePool
+    from .elastic.spares import SparePool
 
     runner.refuse_without_ulfm()
     if comm.Get_rank() >= cfg.nodes:

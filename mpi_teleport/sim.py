@@ -17,7 +17,7 @@ from .front import cli, report
 from .session import job, runner
 from .session.prepare import check_job
 from .runtime import signals
-from .runtime.elastic import TooFewSurvivors
+from .errors import TooFewSurvivors
 from .errors import DatasetMissingError, NonFiniteError, OutputError, UsageError
 from .runtime.memory import keep_freed_memory
 from .disk.output import RunFiles

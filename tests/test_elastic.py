@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import mpi_teleport as mt
-from mpi_teleport.runtime import elastic
+from mpi_teleport.elastic import survivors as elastic
 from mpi_teleport.core import schedule
-from mpi_teleport.runtime.elastic import Living, living_phase, parse_failures
+from mpi_teleport.elastic.survivors import Living, living_phase, parse_failures
 from mpi_teleport.errors import UsageError
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.core.spec import RunSpec
@@ -186,10 +186,10 @@ def test_every_holder_lost_at_once_is_exit_75_without_a_restore(capsys):
 
 
 def test_the_chosen_interval_spreads_an_agreement_over_a_hundred_rounds_within_the_redo_bound():
-    """--agree-every 0 (runtime/backends/elastic.py): the smallest power of two whose
+    """--agree-every 0 (mpi_teleport/elastic/backend.py): the smallest power of two whose
     rounds take 100 agreements and copies, but no longer than REDO_S; the ranks' largest
     choice is what the agreement's word carries."""
-    from mpi_teleport.runtime.backends import elastic as backend
+    from mpi_teleport.elastic import backend
 
     assert backend.interval(3e-3, 2e-5, 7e-4) == 128  # (512 wanted; 0.1 s is 142 rounds)
     assert backend.interval(3e-3, 2e-4, 5e-3) == 16  # (64 wanted; 0.1 s is 20 rounds)

@@ -17,7 +17,7 @@ from conftest import ROOT, run_mpi
 from launch_helpers import implementation, kill_tagged, new_tag, this_venv_impl
 
 from mpi_teleport.core import schedule
-from mpi_teleport.runtime.elastic import living_phase
+from mpi_teleport.elastic.survivors import living_phase
 from mpi_teleport.sim import main as sim_main
 from mpi_teleport.core.spec import RunSpec
 

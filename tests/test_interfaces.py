@@ -19,8 +19,9 @@ from mpi_teleport.runtime.metrics import Recorder
 from mpi_teleport.problems.quadratic import quadratic
 from mpi_teleport.runtime.search import SearchRecorder
 from mpi_teleport.core.spec import RunSpec
-from mpi_teleport.runtime.transport import ElasticTransport, Transport
-from mpi_teleport.runtime.backends.elastic import ElasticBackend
+from mpi_teleport.elastic.transport import ElasticTransport
+from mpi_teleport.runtime.transport import Transport
+from mpi_teleport.elastic.backend import ElasticBackend
 
 # The MPI transport's own methods that are not part of what a back end may call: creating
 # and freeing it, and the raw requests the latency layer builds on.
@@ -154,7 +155,7 @@ def test_no_probing_of_back_ends_and_no_attributes_on_exceptions():
 
     root = Path(mpi_teleport.__file__).parent
     found = []
-    for name in ("runtime/engine.py", "runtime/backends/elastic.py", "session/runner.py",
+    for name in ("runtime/engine.py", "elastic/backend.py", "session/runner.py",
                  "run.py"):
         found += _probes_and_bolts(root / name)
     # (share_cores looks at a user's problem for a TorchProblem's optional torch settings)
@@ -168,7 +169,7 @@ def test_agreed_is_a_declared_field():
     own bolted on); NonFiniteError, Terminated and TooFewSurvivors always are agreed."""
     from mpi_teleport.errors import NonFiniteError, UsageError
     from mpi_teleport.runtime import collective
-    from mpi_teleport.runtime.elastic import TooFewSurvivors
+    from mpi_teleport.errors import TooFewSurvivors
 
     exc = UsageError("x")
     assert UsageError.agreed is False and not collective.is_agreed(exc)

@@ -5,8 +5,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mpi_teleport"
 
-# MPI is the transport's business, and the MPI entry points' (they create COMM_WORLD).
-MPI_ALLOWED = {"mpi_teleport.runtime.transport", "mpi_teleport.run", "mpi_teleport.latency.probe",
+# MPI is the transports' business (plain and elastic, with the spares' pool), and the MPI
+# entry points' (they create COMM_WORLD).
+MPI_ALLOWED = {"mpi_teleport.runtime.transport", "mpi_teleport.elastic.transport",
+               "mpi_teleport.elastic.spares", "mpi_teleport.run", "mpi_teleport.latency.probe",
                "mpi_teleport.front.mpi_flavor",  # reads the library's version string, no MPI_Init
                "mpi_teleport.examples.logistic", "mpi_teleport.examples.custom_model",
                "mpi_teleport.examples.ported_script",
@@ -133,13 +135,13 @@ def test_the_layout_has_few_top_level_modules_and_short_import_chains():
     chain = max((longest(node) for node in sorted(edges)), key=len)
     assert len(chain) <= 10, " -> ".join(chain)
     for group in ("core", "runtime", "disk", "front", "session", "latency", "trace",
-                  "checkpoint", "problems"):  # internal: their docstring says so
+                  "checkpoint", "problems", "elastic"):  # internal: their docstring says so
         doc = (PACKAGE / group / "__init__.py").read_text()
         assert doc.lstrip('"').startswith("Internal"), group
     core = {m for m in edges["core"]}
     assert core <= {"errors", "problem"}, f"the pure core imports {core}"
     # domain and runtime code never sees a front end's settings (Values, the API's checks)
-    for unit in ("core", "runtime", "disk", "latency", "problems", "checkpoint"):
+    for unit in ("core", "runtime", "disk", "latency", "problems", "checkpoint", "elastic"):
         assert "front" not in edges.get(unit, ()), f"{unit} imports the front ends"
         assert "session" not in edges.get(unit, ()), f"{unit} imports a run's settings"
 
@@ -157,6 +159,61 @@ def test_nothing_below_the_front_ends_imports_them():
     users = {unit for unit, targets in edges.items() if "front" in targets}
     assert users <= FRONT_USERS, f"front/ imported by {sorted(users - FRONT_USERS)}"
     assert "api" not in edges.get("session", ()), "session/ imports the Python API"
+
+
+# ULFM's calls (MPI_Comm_agree, MPIX_Comm_iagree, revoke, shrink, failure acknowledgement)
+ULFM_CALLS = ("Agree", "Iagree", "Revoke", "Shrink", "Ack_failed", "Get_failed")
+
+
+def test_elastic_mode_lives_in_one_package():
+    """Elastic mode and hot spares (the ULFM transport, the spares' pool, the survivors'
+    rules, meeting and back ends) are mpi_teleport/elastic/: no module outside it calls
+    ULFM or defines an elastic class; the engine reaches it only through the back-end
+    interface (runtime/ imports none of it), and it imports no front end."""
+    calls, defined = [], []
+    for name, path in modules().items():
+        if name == "mpi_teleport.elastic" or name.startswith("mpi_teleport.elastic."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ULFM_CALLS:
+                calls.append(f"{name}: .{node.attr}")
+            if isinstance(node, ast.ClassDef) and (
+                    node.name in ("SparePool", "Meeting", "Living")
+                    or node.name.startswith("Elastic")):
+                defined.append(f"{name}: class {node.name}")
+    assert not calls, f"ULFM called outside mpi_teleport/elastic: {calls}"
+    assert not defined, f"elastic classes outside mpi_teleport/elastic: {defined}"
+    edges = units()
+    assert not {"front", "session", "api", "run", "sim"} & edges["elastic"], edges["elastic"]
+    for unit in ("core", "runtime", "checkpoint", "disk", "latency", "problems", "trace"):
+        assert "elastic" not in edges.get(unit, ()), f"{unit} imports mpi_teleport.elastic"
+
+
+def test_no_private_name_imported_into_or_out_of_the_elastic_package():
+    """A name with a leading underscore stays in its package: mpi_teleport/elastic imports
+    none from another, and no module outside it imports one of its (the tests' hook to
+    kill a rank is the documented mpi_teleport.elastic.test_hook)."""
+    wrong = []
+    for name, path in modules().items():
+        here = name.split(".")[1] if "." in name else ""
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                base = package
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                base = f"{base}.{node.module}" if node.module else base
+            if not base.startswith("mpi_teleport."):
+                continue
+            there = base.split(".")[1]
+            for alias in node.names:
+                if (alias.name.startswith("_") and not alias.name.startswith("__") and there != here
+                        and "elastic" in (here, there)):
+                    wrong.append(f"{name}: from {base} import {alias.name}")
+    assert not wrong, wrong
 
 
 def test_torch_only_on_the_network_paths():

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import mpi_teleport as mt
-from mpi_teleport.runtime import elastic
+from mpi_teleport.elastic import survivors as elastic
 from mpi_teleport.core import schedule
-from mpi_teleport.runtime.elastic import RESTORE_SOURCE, assign, parse_failures
+from mpi_teleport.elastic.survivors import RESTORE_SOURCE, assign, parse_failures
 from mpi_teleport.errors import UsageError
 from mpi_teleport.problems.quadratic import Quadratic
 from mpi_teleport.sim import main as sim_main

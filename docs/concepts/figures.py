@@ -4,7 +4,7 @@ The manual's build runs this (docs/_ext/commands.py, at ``builder-inited``), so 
 cannot drift from the code: the active nodes and the tokens' hand-over come from
 ``mpi_teleport.core.schedule.holders``, the gossip edges from
 ``mpi_teleport.core.topology.mixing``, the living set after a loss from
-``mpi_teleport.runtime.elastic.living_holders_block``, and the curves of "why k matters"
+``mpi_teleport.elastic.survivors.living_holders_block``, and the curves of "why k matters"
 from a run of the simulator (``mpi_teleport.teleportation`` and ``mpi_teleport.dsgd``, a
 few seconds). Alone:
 
@@ -196,7 +196,7 @@ def elastic(out: Path, n: int = 8, k: int = 3, count: int = 6, lost_node: int | 
     """Who holds a token in each round (a row per node, a column per round) when a node
     dies at round ``at``: elastic mode draws the next holders from the survivors; with a
     hot spare, the spare becomes the dead node and the schedule does not change."""
-    from mpi_teleport.runtime.elastic import living_holders_block
+    from mpi_teleport.elastic.survivors import living_holders_block
 
     plt = _plt()
     plain = schedule.holders_block(SEED, n, k, 0, count)

@@ -15,7 +15,7 @@
   ``has_clock`` (it is also a :class:`ClockedTransport`: a logical clock stamped on every
   message, so each message must be posted round by round).
   :class:`FaultTolerantTransport` adds what elastic mode needs (MPI's
-  :class:`~mpi_teleport.runtime.transport.ElasticTransport`: agreement and shrinking
+  :class:`~mpi_teleport.elastic.transport.ElasticTransport`: agreement and shrinking
   over the survivors).
 * :class:`RunRecorder`: what the root records through (``metrics.Recorder``,
   ``search.SearchRecorder``); :class:`CheckpointedRecorder` adds the state a checkpoint
@@ -188,8 +188,8 @@ class ClockedTransport(TokenTransport, Protocol):
 @runtime_checkable
 class FaultTolerantTransport(TokenTransport, Protocol):
     """A transport that survives the death of ranks (elastic mode; MPI's
-    ``transport.ElasticTransport`` over ULFM). Ranks keep their node ids (``rank``); the
-    survivors' root is ``index`` 0. Per-round messages never raise (a failure is
+    ``mpi_teleport.elastic.transport.ElasticTransport`` over ULFM). Ranks keep their node
+    ids (``rank``); the survivors' root is ``index`` 0. Per-round messages never raise (a failure is
     remembered); a collective that fails raises :class:`~mpi_teleport.errors.RankLost`."""
 
     index: int  # this node's place among the survivors (0: the root, which writes)
@@ -223,9 +223,9 @@ class Backend(Protocol):
     layout: str  # checkpoint layout it writes (checkpoint.LAYOUT_*)
     root: bool  # this process writes the files
     checks_every_round: bool  # signals are looked at every round (else at logging rounds)
-    elastic: bool  # lost nodes are survived: keep/settle/recover (mpi_teleport/runtime/elastic.py)
-    losses: Any  # the nodes lost so far, as recorded (elastic.loss_records); empty otherwise
-    replacements: Any  # the nodes a spare took over (elastic.replacement_records); empty otherwise
+    elastic: bool  # lost nodes are survived: keep/settle/recover (mpi_teleport/elastic/)
+    losses: Any  # the nodes lost so far, as recorded (elastic.survivors.loss_records); empty otherwise
+    replacements: Any  # the nodes a spare took over (elastic.survivors.replacement_records); empty otherwise
     spares: int  # the spares the run started with (0: none)
     agree_every: int  # elastic: the survivors agree every this many rounds (--agree-every; else 1)
     rollback_to: int | None  # elastic, after a failed settle: the round to go back to (None: the last kept)
@@ -305,7 +305,7 @@ class Backend(Protocol):
         """After a failed :meth:`settle`: go on from round r's start (the last kept
         boundary) without the lost nodes, hot spares taking dead nodes over; raises
         RankLost (a loss during the recovery: the next agreement sees it) or
-        elastic.TooFewSurvivors. Never called on a plain back end (nothing fails)."""
+        errors.TooFewSurvivors. Never called on a plain back end (nothing fails)."""
 
     def join(self, r: int) -> None:
         """A hot spare that took a node over at round r: it holds nothing yet and enters

@@ -1,4 +1,4 @@
-"""Internal: the runtime. The engine's loop, the back ends (simulator, MPI, elastic), the
-transport (the only module that talks MPI), failing together, signals, recorders.
-Nothing here is public API.
+"""Internal: the runtime. The engine's loop, the back ends (simulator, MPI; elastic mode's
+are in mpi_teleport/elastic), the plain MPI transport, failing together, signals,
+recorders. Nothing here is public API.
 """

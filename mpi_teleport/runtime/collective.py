@@ -43,8 +43,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from ..core import contract
-from ..errors import DatasetMissingError, NonFiniteError, Terminated, UsageError
-from .elastic import TooFewSurvivors
+from ..errors import DatasetMissingError, NonFiniteError, Terminated, TooFewSurvivors, UsageError
 
 __all__ = ["agreed", "is_agreed", "guard", "check_communicator", "mpi_job_size",
            "warn_if_in_mpi_job", "check_start", "agree_on_start", "agree_on_settings",

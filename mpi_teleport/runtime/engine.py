@@ -39,10 +39,9 @@ from ..core.spec import Logging, RunSpec
 from ..core.training import first_batches_round, latest_mean, reports_batches
 from ..disk.lock import RUN_LOCK
 from ..disk.output import RUN_FILES
-from ..errors import RankLost, Terminated
+from ..errors import RankLost, Terminated, TooFewSurvivors
 from ..trace import spans as sp
 from .collective import is_agreed
-from .elastic import TooFewSurvivors
 from .stop_watch import watch_for
 
 

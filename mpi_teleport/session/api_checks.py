@@ -51,7 +51,7 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
     spec = spec_of(values)  # (the run's own rules: nesterov needs momentum, ...)
     touches = ck_dir is not None or places.resume is not None  # (may write or read one)
     identity = resume_rules.describe_problem(problem, spec.seed, touches)
-    from ..runtime.elastic import parse_failures
+    from ..elastic.survivors import parse_failures
 
     spares = check_values({"spares": spares}, API)["spares"]
     check_spares(spares, bool(elastic), bool(fail), API)  # (before the plan names spares)

@@ -445,7 +445,7 @@ def build(values: Mapping[str, Any], spec: RunSpec, *, naming: Naming, plan, out
     its epochs (where records at epoch ends fall). Values only: what the caller holds while the run runs is its
     :class:`~mpi_teleport.session.runner.RunContext`. The one constructor of a
     RunSettings in the package; :func:`prepare` calls it."""
-    from ..runtime.elastic import parse_failures
+    from ..elastic.survivors import parse_failures
 
     spares = _value(values, "spares")
     failures = parse_failures(_value(values, "fail"), spec.nodes, spares)

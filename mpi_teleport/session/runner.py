@@ -18,8 +18,9 @@ import numpy as np
 
 from ..runtime import collective, engine
 from ..checkpoint import CheckpointPlan
-from ..runtime.elastic import TooFewSurvivors
-from ..errors import Terminated, UsageError
+from ..elastic.meeting import Meeting, survivors_meet
+from ..elastic.transport import refuse_without_ulfm
+from ..errors import Terminated, TooFewSurvivors, UsageError
 from ..disk.output import RunFiles
 from ..problem import with_defaults
 from ..runtime.progress import Progress
@@ -113,7 +114,7 @@ def train(problem: Any, settings: RunSettings, comm: Any = None,
                    spare_ranks=pool is not None)
     if elastic and (transport is not None or comm is not None):
         refuse_without_ulfm()
-        from ..runtime.transport import ElasticTransport
+        from ..elastic.transport import ElasticTransport
 
         # (a communicator of its own that survives lost ranks; the caller's is left alone)
         transport = own_transport = ElasticTransport(
@@ -171,7 +172,7 @@ def train(problem: Any, settings: RunSettings, comm: Any = None,
                 # with os._exit where its records name a loss (also one inherited from the
                 # checkpoint it resumed), and under ULFM a rank gone mid-broadcast is a
                 # failure to the ranks still receiving (MPI_ERR_OTHER in the final share).
-                _survivors_meet(own_transport)
+                survivors_meet(own_transport)
                 if own_transport.shrunk:  # (freeing a communicator with dead ranks may hang)
                     own_transport = None
             return result
@@ -190,9 +191,9 @@ def _join(problem, settings: RunSettings, context: RunContext) -> engine.Result:
     ``joining``). The job then ends as after any loss (the survivors meet; after an
     exception, through ``context.meeting``). Its settings were agreed when the job
     started; the survivors' round and tokens come with the reformed communicator."""
-    from ..runtime.backends.elastic import ElasticBackend
+    from ..elastic.backend import ElasticBackend
     from ..runtime.metrics import Recorder
-    from ..runtime.transport import ElasticTransport
+    from ..elastic.transport import ElasticTransport
 
     check_handed(settings)
     pool, meeting = context.pool, context.meeting
@@ -221,7 +222,7 @@ def _join(problem, settings: RunSettings, context: RunContext) -> engine.Result:
                 meeting.hold(transport)
             raise
     backend.close()
-    _survivors_meet(transport)
+    survivors_meet(transport)
     return result
 
 
@@ -319,51 +320,6 @@ def share_cores(problem, transport, ranks_on_host: int | None = None) -> None:
         settings.share_host(transport.ranks_on_host())
 
 
-class Meeting:
-    """Elastic, after ranks died: the survivors meet (a barrier) before any leaves, and
-    only once the line saying why is out (the MPI command line then ends with os._exit:
-    MPI_Finalize may wait on the dead). When a run ends in an exception, :func:`train`
-    (a hot spare's joining run too) hands the communicator to meet on to the caller's meeting
-    (:meth:`hold`) instead of freeing it; the caller, having printed its line, calls
-    :meth:`meet`. An explicit hand-over: nothing is attached to the exception."""
-
-    def __init__(self) -> None:
-        self._transport = None
-
-    def hold(self, transport) -> None:
-        """The survivors' transport (None: nothing to meet on, e.g. the simulator)."""
-        self._transport = transport
-
-    def meet(self) -> bool:
-        """The survivors' barrier (a rank lost meanwhile is passed over); False when no
-        transport was handed over."""
-        if self._transport is None:
-            return False
-        _survivors_meet(self._transport)
-        return True
-
-
-def _survivors_meet(transport) -> None:
-    """Elastic, after a loss: every survivor is done before any leaves (the command line
-    then ends with os._exit: MPI_Finalize may wait on the dead)."""
-    from ..errors import RankLost
-
-    try:
-        transport.barrier()
-    except RankLost:
-        pass
-
-
-def refuse_without_ulfm() -> None:
-    """Elastic mode under MPI needs ULFM (Open MPI under ``mpirun --with-ft ulfm``):
-    refused in one line (UsageError) otherwise, saying how to launch."""
-    from ..runtime.transport import ulfm_problem
-
-    problem = ulfm_problem()
-    if problem:
-        raise UsageError(problem)
-
-
 def hold_agreed(dirs, transport, root: bool, refused: str | None = None):
     """The one lock and start-up agreement of every entry point (the API, and the MPI
     command line after its settings are agreed): lock ``dirs`` ((path, name) pairs) on
@@ -401,9 +357,13 @@ def _backend(problem, spec: RunSpec, latency: LatencySettings, transport, elasti
             from ..latency.virtual_clock import for_run
 
             oracle = for_run(spec, latency, problem.dim, problem.dtype.itemsize)
-        return LocalBackend(problem, spec, oracle, failures, elastic=elastic, spares=spares)
+        if elastic or failures:  # (the failure plan the MPI runtime would detect)
+            from ..elastic.simulated import SimulatedElasticBackend
+
+            return SimulatedElasticBackend(problem, spec, oracle, failures, spares=spares)
+        return LocalBackend(problem, spec, oracle)
     if elastic:
-        from ..runtime.backends.elastic import ElasticBackend
+        from ..elastic.backend import ElasticBackend
 
         return ElasticBackend(problem, spec, transport, agree_every=agree_every)
     from ..runtime.backends.mpi import MpiBackend

@@ -893,7 +893,7 @@ def coerce(opt: Option, value, source: str):
                 raise ValueError
             return int(value)
         if opt.kind == "fails":  # NODE@ROUND strings (the flag repeats; TOML: a list)
-            from ..runtime.elastic import parse_failures
+            from ..elastic.survivors import parse_failures
 
             items = value if isinstance(value, (list, tuple)) else [value]
             parse_failures([str(v) for v in items])  # (the form; nodes: resolve)
@@ -1193,7 +1193,7 @@ def _check_elastic(cfg: Values, world_size: int | None, naming: Naming) -> None:
     check_spares(cfg.spares, bool(cfg.elastic), bool(cfg.fail), naming)
     if cfg.fail:
         check_fail_plan(bool(cfg.fail), world_size is not None, naming)
-        from ..runtime.elastic import parse_failures
+        from ..elastic.survivors import parse_failures
 
         parse_failures(list(cfg.fail), cfg.nodes, cfg.spares)
     if cfg.elastic or cfg.fail:

@@ -8,10 +8,10 @@ variant matters only to the virtual clock (:class:`mpi_teleport.latency.virtual_
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
-from .. import elastic
 from ...core import topology as topo
 from ...core.algorithms import local_step, mix
 from ...checkpoint import LAYOUT_MATRIX, load_matrix, save_matrix
@@ -26,23 +26,15 @@ class LocalBackend:
     rank = 0
     name = "sim"
     layout = LAYOUT_MATRIX
-    agree_every = 1  # (the failure plan's losses are seen at the boundary they name)
+    agree_every = 1  # (elastic mode's failure plan: its losses are seen at the boundary they name)
     rollback_to: int | None = None  # (and rolled back to it)
+    elastic = False  # (SimulatedElasticBackend, mpi_teleport/elastic/simulated.py: --fail)
+    losses: Sequence = ()
+    replacements: Sequence = ()
+    spares = 0
 
-    def __init__(self, problem, spec, oracle=None, failures=(), elastic=False, spares=0):
+    def __init__(self, problem, spec, oracle=None):
         self.problem, self.spec, self.oracle = problem, spec, oracle
-        # Elastic mode (mpi_teleport/runtime/elastic.py): the failure plan the MPI runtime would
-        # detect; ``losses`` what was lost so far, ``replacements`` the nodes a spare took
-        # over (the records say so); ``_waiting`` the spares not used nor dead yet.
-        self.failures = tuple(failures)
-        self.elastic = bool(self.failures) or elastic
-        self.losses: list = []
-        self.replacements: list = []
-        self.spares = int(spares)
-        self._waiting = list(range(spec.nodes, spec.nodes + self.spares))  # (their ids)
-        self._became: dict[int, int] = {}  # spare -> the node it took over
-        self._living = None
-        self._kept, self._kept_round = None, None
         self.xs: list[np.ndarray] = []
         self.vs: list[np.ndarray | None] = []
         self._spare: list[np.ndarray] = []
@@ -53,13 +45,8 @@ class LocalBackend:
     def begin(self, phase, start: int, x0: np.ndarray, restore=None) -> None:
         """The phase's tokens at round ``start``: x0 for every token, or the checkpoint's
         matrices (``restore`` = (directory, manifest))."""
-        self.phase = phase
         slots = self.spec.state_slots  # (momentum: 1; Adam: 2 state vectors per token)
-        if self.elastic:
-            self._living = elastic.Living.from_manifest(self.spec.nodes, restore and restore[1])
-            self.losses, self.replacements = self._living.losses, self._living.replaced
-            if len(self._living.nodes) < self.spec.nodes:
-                phase = self.phase = elastic.living_phase(self.spec, self._living.nodes, start, True)
+        phase = self.phase = self.placing_phase(phase, start, restore)
         ks = [len(h) for h in phase.roster(start)]
         if restore is not None:
             arrays = load_matrix(*restore)
@@ -70,7 +57,12 @@ class LocalBackend:
             self.xs = [np.tile(x0, (k, 1)) for k in ks]
             self.vs = [np.zeros((len(x), slots * x.shape[1]), x.dtype) if slots else None
                        for x in self.xs]
-        self._spare = [np.empty_like(x) for x in self.xs]  # no allocation per round
+        self.reset_buffers()
+
+    def reset_buffers(self) -> None:
+        """The rounds' work buffers, shaped as the token matrices are now (made once, not
+        every round; again after elastic mode changed the tokens)."""
+        self._spare = [np.empty_like(x) for x in self.xs]
         self._ybuf = [np.empty_like(x) for x in self.xs]
 
     # -- one round -----------------------------------------------------------------------
@@ -119,64 +111,32 @@ class LocalBackend:
             tracer.clock = "virtual"
             self.oracle.spans = tracer.spans
 
-    # -- elastic mode: the failure plan's losses (mpi_teleport/runtime/elastic.py) -----------------
-    # (the engine calls these at every round boundary; without elastic mode they do nothing)
+    def placing_phase(self, phase, start: int, restore=None):
+        """The phase the tokens are placed by at round ``start``: ``phase`` (elastic mode
+        over the nodes still living: :class:`~mpi_teleport.elastic.simulated.SimulatedElasticBackend`)."""
+        return phase
+
+    # -- the round boundary: nothing is lost here (elastic mode's failure plan: SimulatedElasticBackend)
     def keep(self, r: int) -> None:
-        """The tokens at round r's start (a loss at r restores from them); a spare the plan
-        kills at r leaves the waiting spares first."""
-        if not self.elastic or (self._kept is not None and self._kept_round == r):
-            return
-        dead = {f.node for f in self.failures if f.round == r and f.node >= self.spec.nodes}
-        self._waiting = [s for s in self._waiting if s not in dead]
-        self._kept_round = r
-        self._kept = (self.xs[0].copy(), None if self.vs[0] is None else self.vs[0].copy())
+        """Nothing to keep: no node is lost."""
 
     def enter(self, r: int) -> None:
         """(Every boundary is kept here: ``agree_every`` is 1.)"""
 
     def settle(self, r: int, ok: bool = True, later: bool = False) -> bool:
-        """Whether every node the plan loses at round r is already lost."""
-        return ok and not (self.elastic and self._dying(r))
+        """Nothing to agree on: every node lives."""
+        return ok
+
+    def recover(self, r: int) -> None:
+        """Never called: without elastic mode no node is lost."""
+        raise RuntimeError("the simulator loses nodes only in elastic mode (--fail)")
 
     def join(self, r: int) -> None:
-        """The simulator's spares take nodes over inside :meth:`recover`: none joins."""
+        """Never called: the simulator's spares take nodes over inside a recovery."""
         raise RuntimeError("the simulator's spares take nodes over in recover(); none joins")
 
     def set_handover(self, export, take) -> None:
         """Nothing to hand over: every node is in this process."""
-
-    def _dying(self, r: int) -> list[int]:
-        living = set(self._living.nodes)
-        # (a resume re-admitted them, or its checkpoint was written after the loss)
-        done = {(x["node"], x["round"]) for x in self.losses + self.replacements}
-        # (a spare's id names its process: once it took node i over, node i dies)
-        nodes = [self._became.get(f.node, f.node) for f in self.failures if f.round == r]
-        return sorted(i for i in nodes if i in living and i < self.spec.nodes
-                      and (i, r) not in done)
-
-    def recover(self, r: int) -> None:
-        """The plan's nodes of round r die: back to round r's start, the waiting spares
-        take over the lowest of them, restore their tokens, continue over the survivors
-        (TooFewSurvivors when fewer than k)."""
-        dead = self._dying(r)
-        replaced, lost = elastic.assign(dead, self._waiting)
-        self._waiting = [s for s in self._waiting if s not in set(replaced.values())]
-        self._became.update({s: i for i, s in replaced.items()})
-        entry = elastic.entry_roster(self.phase, r, self.spec.moves)
-        x, v = self._kept
-        self._living = self._living.without(lost)
-        try:
-            x, v, _ = elastic.restore(self.spec, x, v, entry, dead, replaced)
-        except elastic.TooFewSurvivors:
-            raise elastic.TooFewSurvivors(r, len(self._living.nodes), self.spec.k,
-                                          all_lost=True) from None
-        self._living.losses += elastic.loss_records(self.spec, r, entry, lost)
-        self._living.replaced += elastic.replacement_records(self.spec, r, entry, replaced)
-        self.losses, self.replacements = self._living.losses, self._living.replaced
-        self.xs, self.vs = [x], [v]
-        self._spare, self._ybuf = [np.empty_like(x)], [np.empty_like(x)]
-        elastic.check_enough(self.spec, r, self._living.nodes)
-        self.phase = elastic.living_phase(self.spec, self._living.nodes, r, True)
 
     # -- what the engine reads -------------------------------------------------------------
     def tokens(self, run: int) -> np.ndarray:

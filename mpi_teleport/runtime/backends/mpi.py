@@ -68,7 +68,7 @@ class MpiBackend:
     name = "mpi"
     layout = LAYOUT_TOKENS
     checks_every_round = False  # signals are agreed on at logging and checkpoint rounds
-    elastic = False  # ElasticBackend (backends/elastic.py) survives lost ranks
+    elastic = False  # ElasticBackend (mpi_teleport/elastic/backend.py) survives lost ranks
     losses: Sequence = ()  # (ElasticBackend: the living set's lists)
     replacements: Sequence = ()
     spares = 0

@@ -1,5 +1,5 @@
 """Elastic mode over MPI: the compiled rounds between agreements, a copy of the held
-token at every agreed boundary, and recovery from lost ranks (mpi_teleport/runtime/elastic.py,
+token at every agreed boundary, and recovery from lost ranks (the rules: :mod:`mpi_teleport.elastic.survivors`;
 mpi_teleport/DESIGN.md §11).
 
 The engine's one loop (:func:`mpi_teleport.runtime.engine.execute`) calls, for every agreed
@@ -36,24 +36,21 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
-from .. import elastic
-from ...checkpoint import save_token
-from ...core.interfaces import KIND_SPARE
-from .mpi import MpiBackend
+from ..checkpoint import save_token
+from ..core.interfaces import KIND_SPARE
+from ..errors import TooFewSurvivors
+from ..runtime.backends.mpi import MpiBackend
+from . import survivors
+from .test_hook import TEST_DIE, die_here
 
 if TYPE_CHECKING:
-    from ...core.interfaces import FaultTolerantTransport
-
-TEST_DIE = "MPI_TELEPORT_TEST_DIE"  # NODE@ROUND[:save|:stop],...: tests kill a rank there
-TEST_DIE_ONCE = "MPI_TELEPORT_TEST_DIE_ONCE"  # a directory: each entry above fires once
-
+    from ..core.interfaces import FaultTolerantTransport
 
 # --agree-every 0: the interval chosen from the run's own measurements (see interval())
 AUTO_START = 8  # rounds between the two timed agreements that choose it
@@ -105,31 +102,10 @@ class Kept:
     entry: np.ndarray
     x: np.ndarray | None
     v: np.ndarray | None
-    living: elastic.Living
+    living: survivors.Living
 
     def as_tuple(self) -> tuple:
         return self.m, self.entry, self.x, self.v
-
-
-def _test_hook(node: int, r: int, where: str, before=None) -> None:
-    """Tests only: SIGKILL (``:stop``: SIGSTOP) this process at round r's start ("start")
-    or inside round r's checkpoint ("save") when $MPI_TELEPORT_TEST_DIE names it, after
-    ``before()`` (the agreement under way completed: the rank dies after it, as a rank
-    killed there would with every agreement waited for)."""
-    for item in filter(None, os.environ.get(TEST_DIE, "").split(",")):
-        spot, _, how = item.partition(":")
-        who, _, when = spot.partition("@")
-        at = "save" if how == "save" else "start"
-        if int(who) == node and int(when) == r and at == where:
-            once = os.environ.get(TEST_DIE_ONCE)
-            if once:  # each entry kills one process (rounds redone after a rollback: not again)
-                mark = os.path.join(once, f"died-{item.replace(':', '-')}")
-                if os.path.exists(mark):
-                    continue
-                open(mark, "w").close()
-            if before is not None:
-                before()
-            os.kill(os.getpid(), signal.SIGSTOP if how == "stop" else signal.SIGKILL)
 
 
 class ElasticBackend(MpiBackend):
@@ -146,7 +122,7 @@ class ElasticBackend(MpiBackend):
         if spec.algorithm not in ("teleportation", "dsgd"):
             raise ValueError("elastic mode runs Teleportation or DSGD")
         super().__init__(problem, spec, transport, token_device)  # (compiled where it can)
-        self.living = elastic.Living.everyone(spec.nodes)
+        self.living = survivors.Living.everyone(spec.nodes)
         self.losses, self.replacements = self.living.losses, self.living.replaced
         self.spares = transport.spares
         # The boundaries kept (Kept), oldest first: the one a recovery goes back to (the
@@ -186,10 +162,10 @@ class ElasticBackend(MpiBackend):
         pass
 
     def begin(self, phase, start: int, x0: np.ndarray, restore=None) -> None:
-        self.living = elastic.Living.from_manifest(self.spec.nodes, restore and restore[1])
+        self.living = survivors.Living.from_manifest(self.spec.nodes, restore and restore[1])
         self.losses, self.replacements = self.living.losses, self.living.replaced
         if len(self.living.nodes) < self.spec.nodes:
-            phase = elastic.living_phase(self.spec, self.living.nodes, start, True)
+            phase = survivors.living_phase(self.spec, self.living.nodes, start, True)
         super().begin(phase, start, x0, restore)
 
     # -- the round boundary --------------------------------------------------------------
@@ -201,7 +177,7 @@ class ElasticBackend(MpiBackend):
         if self._chain and self._chain[0].round == r:
             del self._chain[1:]
             return
-        _test_hook(self.rank, r, "start", self._finish_pending)
+        die_here(self.rank, r, "start", self._finish_pending)
         if self._next_every is not None:  # (auto: the agreed interval, from this boundary on)
             self.agree_every, self._next_every = self._next_every, None
             self._depth = under_way(self.agree_every)
@@ -225,7 +201,7 @@ class ElasticBackend(MpiBackend):
     def enter(self, r: int) -> None:
         """Round r's start between agreements: nothing kept (tests' hook only)."""
         if self._test_dies:
-            _test_hook(self.rank, r, "start", self._finish_pending)
+            die_here(self.rank, r, "start", self._finish_pending)
 
     def join(self, r: int) -> None:
         """A spare that took a node over at round r: it holds nothing yet; :meth:`recover`,
@@ -320,19 +296,19 @@ class ElasticBackend(MpiBackend):
         replaced = {i: s for i, s in self._gone.items() if s is not None}
         gone = [i for i in dead if i not in replaced]
         self.living = kept.living.without(gone)
-        self.living.losses += elastic.loss_records(spec, r, entry, gone)
-        self.living.replaced += elastic.replacement_records(spec, r, entry, replaced)
+        self.living.losses += survivors.loss_records(spec, r, entry, gone)
+        self.living.replaced += survivors.replacement_records(spec, r, entry, replaced)
         self.losses, self.replacements = self.living.losses, self.living.replaced
-        lost = elastic.lost_tokens(entry, dead)
+        lost = survivors.lost_tokens(entry, dead)
         keep = [j for j in range(len(entry)) if j not in set(lost)]
-        refill = lost if spec.algorithm != "dsgd" else elastic.lost_tokens(entry, replaced)
+        refill = lost if spec.algorithm != "dsgd" else survivors.lost_tokens(entry, replaced)
         mean = None
         if refill and not keep:  # nothing to restore from
-            raise elastic.TooFewSurvivors(r, len(self.living.nodes), spec.k, all_lost=True)
+            raise TooFewSurvivors(r, len(self.living.nodes), spec.k, all_lost=True)
         if refill:  # the mean of the surviving tokens, everywhere
             rows = tr.gather_rows(x if m in keep else None, entry[keep], len(self.state.x),
                                   self.state.x.dtype)
-            mean = (elastic.mean_of(cast(np.ndarray, rows)) if self.root  # (the root: all rows)
+            mean = (survivors.mean_of(cast(np.ndarray, rows)) if self.root  # (the root: all rows)
                     else np.empty_like(self.state.x))
             tr.bcast_array(mean)
         # token j of the run over the survivors comes from old token sources[j] (None:
@@ -344,14 +320,14 @@ class ElasticBackend(MpiBackend):
         else:
             sources = [None if j in lost else j for j in range(len(entry))]
         try:
-            elastic.check_enough(spec, r, self.living.nodes)
-        except elastic.TooFewSurvivors:
+            survivors.check_enough(spec, r, self.living.nodes)
+        except TooFewSurvivors:
             self._hold_for_checkpoint(m, x, v, sources, mean)
             raise
-        new_phase = elastic.living_phase(spec, self.living.nodes, r, True)
+        new_phase = survivors.living_phase(spec, self.living.nodes, r, True)
         self._place(r, new_phase, entry, sources, m, x, v, mean)
         if not tr.settle(True):  # every survivor's restore and placement went through
-            from ...errors import RankLost
+            from ..errors import RankLost
 
             raise RankLost("a rank died during the recovery: it starts again")
 
@@ -371,7 +347,7 @@ class ElasticBackend(MpiBackend):
         if not self._joining:
             return
         self._chain = [Kept(r, -1, np.asarray(state["entry"]), None, None,
-                            elastic.Living(tuple(state["nodes"]), list(state["losses"]),
+                            survivors.Living(tuple(state["nodes"]), list(state["losses"]),
                                            list(state["replaced"])))]
         self.agree_every, self._next_every, timing = state["agree_every"]
         self._depth = under_way(self.agree_every)
@@ -439,7 +415,7 @@ class ElasticBackend(MpiBackend):
 
     def save(self, directory):
         if self._round_of(directory) != self._joined_at:
-            _test_hook(self.rank, self._round_of(directory), "save")
+            die_here(self.rank, self._round_of(directory), "save")
         names = super().save(directory)
         for j, mean in self._orphans.items():
             arrays = {"x": mean}
@@ -457,7 +433,7 @@ class ElasticBackend(MpiBackend):
 
     @property
     def token_count(self) -> int:
-        return elastic.token_count(self.spec, self.living.nodes)
+        return survivors.token_count(self.spec, self.living.nodes)
 
     def close(self) -> None:
         self.transport.close()

@@ -22,51 +22,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ..core import schedule
-from ..errors import UsageError
+from ..errors import TooFewSurvivors, UsageError
 from ..core.schedule import Phase
 
 RESTORE_SOURCE = "mean of the surviving tokens at the round's start; momentum zero"
 _FAIL_RE = re.compile(r"^\s*(\d+)\s*@\s*(\d+)\s*$")
-
-
-class TooFewSurvivors(RuntimeError):
-    """Fewer living nodes than tokens: the run cannot go on (checkpoint, exit 75).
-
-    Fields: ``round``, ``living`` (nodes left), ``k``, ``checkpoint`` (the one written,
-    or None), ``all_lost`` (every token's holder died: nothing to restore from) and
-    ``root``: this process is the survivors' root, the one that says so (the engine
-    raises it on every survivor with its own; one process: True). The survivors meet
-    before they leave through what the runner hands its caller (``runner.Meeting``),
-    not through the exception."""
-
-    round: int
-    living: int
-    k: int
-    checkpoint: Path | None
-    all_lost: bool
-    root: bool
-
-    def __init__(self, r: int, living: int, k: int, checkpoint=None, resume_from=None,
-                 all_lost: bool = False, root: bool = True):
-        self.round, self.living, self.k, self.checkpoint = r, living, k, checkpoint
-        self.all_lost, self.root = all_lost, root
-        if all_lost:  # nothing left to restore from: the newest periodic checkpoint is it
-            super().__init__(f"elastic: every token's holder was lost at round {r}, so no "
-                             f"token is left to restore the others from: requeue the job "
-                             f"and continue with --resume from the newest checkpoint "
-                             f"({resume_from or 'the run directory'})")
-            return
-        where = (f"checkpoint written to {checkpoint}; requeue the job with enough nodes and "
-                 f"continue with --resume {resume_from or checkpoint.parent}"
-                 if checkpoint is not None else
-                 "no checkpoint written (give --out or --checkpoint-dir to have one)")
-        super().__init__(f"elastic: only {living} nodes left at round {r}, fewer than "
-                         f"k={k} tokens: {where}")
 
 
 @dataclass(frozen=True)
