@@ -92,8 +92,9 @@ class TooFewSurvivors(RuntimeError):
     all_lost: bool
     root: bool
 
-    def __init__(self, r: int, living: int, k: int, checkpoint=None, resume_from=None,
-                 all_lost: bool = False, root: bool = True):
+    def __init__(self, r: int, living: int, k: int, checkpoint: Path | None = None,
+                 resume_from: Path | str | None = None, all_lost: bool = False,
+                 root: bool = True):
         self.round, self.living, self.k, self.checkpoint = r, living, k, checkpoint
         self.all_lost, self.root = all_lost, root
         if all_lost:  # nothing left to restore from: the newest periodic checkpoint is it

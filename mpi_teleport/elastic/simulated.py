@@ -28,7 +28,7 @@ class SimulatedElasticBackend(LocalBackend):
         self.spares = int(spares)
         self.waiting = list(range(spec.nodes, spec.nodes + self.spares))  # the spares' ids
         self.became: dict[int, int] = {}  # spare -> the node it took over
-        self.living: survivors.Living | None = None
+        self.living = survivors.Living.everyone(spec.nodes)  # (begin() reads a resume's)
         self.kept, self.kept_round = None, None
 
     def placing_phase(self, phase, start: int, restore=None):
