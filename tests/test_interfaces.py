@@ -146,8 +146,8 @@ def _probes_and_bolts(path):
 
 
 def test_no_probing_of_back_ends_and_no_attributes_on_exceptions():
-    """One engine loop over declared members: neither the engine, the elastic back end,
-    the runner (save its look at a problem's torch settings) nor the MPI entry point
+    """One engine loop over declared members: neither the engine, the elastic back ends
+    and the spares' pool, the runner (save its look at a problem's torch settings) nor the MPI entry point
     probes with getattr/hasattr or attaches attributes to an exception."""
     from pathlib import Path
 
@@ -155,8 +155,8 @@ def test_no_probing_of_back_ends_and_no_attributes_on_exceptions():
 
     root = Path(mpi_teleport.__file__).parent
     found = []
-    for name in ("runtime/engine.py", "elastic/backend.py", "session/runner.py",
-                 "run.py"):
+    for name in ("runtime/engine.py", "elastic/backend.py", "elastic/simulated.py",
+                 "elastic/spares.py", "elastic/meeting.py", "session/runner.py", "run.py"):
         found += _probes_and_bolts(root / name)
     # (share_cores looks at a user's problem for a TorchProblem's optional torch settings)
     problems = {"problem", "getattr(problem, 'problem', problem)", "settings"}
