@@ -25,8 +25,8 @@ def serve(cfg, pool, local_rank: int, terminator, meeting=None, prepared=None) -
     preparation (:func:`~mpi_teleport.session.prepare.check_job`), whose plan it takes."""
     from . import cli
     from ..session import job
-    from ..session.prepare import check_job, prepare
-    from ..session.runner import RunContext, train
+    from ..session.prepare import check_job
+    from ..session.runner import RunContext
     from ..elastic.spares import wait_logged
     from ..problems import make_problem
     what, value = wait_logged(pool)  # (tests: a spare may die as it starts waiting)
@@ -35,11 +35,10 @@ def serve(cfg, pool, local_rank: int, terminator, meeting=None, prepared=None) -
         return None
     (algorithm, k), = job.runs_requested(cfg)  # (elastic mode runs one algorithm)
     problem = make_problem(cli.problem_of(cfg), local_rank, local_nodes=[pool.node])  # the dead node's data
-    settings = prepare(problem, cli.run_values(cfg, algorithm, k), value[2],  # (the
-                       prepared=prepared or check_job(cfg), job=cfg)  # reformed comm)
     # (the run goes on as that node, from the survivors' round, on the reformed
-    # communicator: the message that woke this spare said which)
+    # communicator, value[2]: the message that woke this spare said which)
     joining = RunContext(terminator=terminator, pool=pool, meeting=meeting,
                          joining=(pool.round, value))
-    return train(problem, settings, None, joining).summary
+    return cli.run_one(cfg, algorithm, k, problem, value[2], prepared or check_job(cfg),
+                       joining)
 
