@@ -171,6 +171,7 @@ def test_a_training_function_runs_as_train_runs_the_command_lines_value(name, tm
 @pytest.mark.parametrize("flags, keywords, says", [
     (["--checkpoint-every", "5"], {"checkpoint_every": 5}, "needs a place to write"),
     (["--spares", "1"], {"spares": 1}, "needs"),
+    (["--fail", "9@2"], {"fail": "9@2"}, "node 9 does not exist"),
 ])
 def test_one_set_of_cross_checks_refuses_a_combination_on_both_front_ends(flags, keywords, says):
     """The rules that tie settings together are one set (settings.cross_checks), which

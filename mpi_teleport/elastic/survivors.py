@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core import schedule
-from ..errors import TooFewSurvivors, UsageError
+from ..errors import CLI, Naming, TooFewSurvivors, UsageError
 from ..core.schedule import Phase
 
 RESTORE_SOURCE = "mean of the surviving tokens at the round's start; momentum zero"
@@ -41,10 +41,12 @@ class Failure:
     round: int
 
 
-def parse_failures(texts, nodes: int | None = None, spares: int = 0) -> tuple[Failure, ...]:
+def parse_failures(texts, nodes: int | None = None, spares: int = 0,
+                   naming: Naming = CLI) -> tuple[Failure, ...]:
     """``["NODE@ROUND", ...]`` (or one comma-separated string) -> failures sorted by round;
-    UsageError naming the bad entry. With ``spares``, ids nodes .. nodes + spares - 1 name
-    the spares (a spare that dies while it waits)."""
+    UsageError naming the bad entry, spelt by ``naming`` (``--fail 9@2`` or
+    ``fail='9@2'``). With ``spares``, ids nodes .. nodes + spares - 1 name the spares (a
+    spare that dies while it waits)."""
     if texts is None:
         return ()
     if isinstance(texts, str):
@@ -56,17 +58,19 @@ def parse_failures(texts, nodes: int | None = None, spares: int = 0) -> tuple[Fa
         for part in str(text).split(","):
             m = _FAIL_RE.match(part)
             if m is None:
-                raise UsageError(f"--fail {part!r}: expected NODE@ROUND, e.g. --fail 3@20 "
-                                 "(node 3 lost at the start of round 20)")
+                shown = f"{naming.name('fail')}{' ' if naming.cli else '='}{part!r}"
+                raise UsageError(f"{shown}: expected NODE@ROUND, e.g. "
+                                 f"{naming.given('fail', '3@20')} (node 3 lost at the start "
+                                 f"of round 20)")
             node, r = int(m.group(1)), int(m.group(2))
             if nodes is not None and node >= nodes + spares:
                 also = (f", spares {nodes}..{nodes + spares - 1}" if spares > 1 else
                         f", spare {nodes}" if spares else "")
-                raise UsageError(f"--fail {part.strip()}: node {node} does not exist "
-                                 f"(n={nodes}{also})")
+                raise UsageError(f"{naming.given('fail', part.strip())}: node {node} does not "
+                                 f"exist (n={nodes}{also})")
             out.append(Failure(node, r))
     if len({f.node for f in out}) != len(out):
-        raise UsageError("--fail: a node can be lost only once")
+        raise UsageError(f"{naming.name('fail')}: a node can be lost only once")
     return tuple(sorted(out, key=lambda f: (f.round, f.node)))
 
 

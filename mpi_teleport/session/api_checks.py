@@ -59,7 +59,7 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
         from .preflight import check_spares_fit
 
         check_spares_fit(spares, API)
-    failures = parse_failures(fail, spec.nodes, spares)  # (mpi_teleport/DESIGN.md §11)
+    failures = parse_failures(fail, spec.nodes, spares, API)  # (mpi_teleport/DESIGN.md §11)
     search = spec.algorithm == "search"
     values = values.replace(**{
         "lr_schedule": "function" if callable(spec.lr) else "constant",

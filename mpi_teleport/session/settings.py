@@ -1195,7 +1195,7 @@ def _check_elastic(cfg: Values, world_size: int | None, naming: Naming) -> None:
         check_fail_plan(bool(cfg.fail), world_size is not None, naming)
         from ..elastic.survivors import parse_failures
 
-        parse_failures(list(cfg.fail), cfg.nodes, cfg.spares)
+        parse_failures(list(cfg.fail), cfg.nodes, cfg.spares, naming)
     if cfg.elastic or cfg.fail:
         check_elastic_runs_one_k(cfg.k == "auto", naming)
         if cfg.algorithm == "compare":
