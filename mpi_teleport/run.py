@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import sys
 import time
 import traceback
 import warnings
 from typing import TYPE_CHECKING, cast
 
-from .front import cli, report
+from .front import cli, report, spares
 from .session import job, runner
 from .session.prepare import check_job
 from .runtime import signals
@@ -111,14 +110,12 @@ def main(argv=None) -> int:
         summaries: list[dict | None] = []
         local = None
         if cfg.elastic and cfg.spares:  # hot spares: S ranks wait outside the rounds
-            pool, local, transport = _spares_apart(cfg, comm)
+            pool, local, transport = spares.apart(cfg, comm)
         if pool is not None and pool.node is None:
-            from .front import spares
-
             summary = spares.serve(cfg, pool, cast(int, local), terminator,  # (set with the pool)
                                    meeting, prepared)
             if summary is None:  # released by the nodes (or a signal): this spare ends here
-                _leave(pool.released)
+                spares.leave(pool.released)
             summaries.append(summary)
         else:
             for algorithm, k in job.runs_requested(cfg):
@@ -133,9 +130,9 @@ def main(argv=None) -> int:
         status = cli.fail(PROG, str(exc), show=rank == 0 if pool is None else pool.root)
         if pool is not None:  # (the spares wait for the nodes' word)
             release()
-            _end_with_spares(pool, status, meeting, transport)
+            spares.end_with_spares(pool, status, meeting, transport)
         if isinstance(exc, NonFiniteError) and cfg is not None and cfg.elastic:
-            _leave(status)  # (ranks may have died: MPI_Finalize could wait for them)
+            spares.leave(status)  # (ranks may have died: MPI_Finalize could wait for them)
         return status
     except OutputError as exc:  # a full disk, seen by the ranks that write: one line, and
         # the job ends (the others may be waiting in a collective)
@@ -147,7 +144,7 @@ def main(argv=None) -> int:
             print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         if pool is not None:
             release()
-            _end_with_spares(pool, signals.exit_status(exc), meeting, transport)
+            spares.end_with_spares(pool, signals.exit_status(exc), meeting, transport)
         return signals.exit_status(exc)
     except TooFewSurvivors as exc:  # elastic: every survivor, at the same round
         release()
@@ -156,7 +153,7 @@ def main(argv=None) -> int:
         meeting.meet()  # (no survivor leaves before the line is out)
         if pool is not None:
             pool.release(signals.EXIT_CHECKPOINTED)
-        _leave(signals.EXIT_CHECKPOINTED)
+        spares.leave(signals.EXIT_CHECKPOINTED)
     except BaseException:  # any failure on any rank ends the whole job, shown once
         sys.stderr.write(f"[rank {rank}] {traceback.format_exc()}")
         sys.stderr.flush()
@@ -169,45 +166,14 @@ def main(argv=None) -> int:
         print(text, flush=True)
     if pool is not None:  # the waiting spares end with the run
         pool.release(0)
-        _leave(0)
+        spares.leave(0)
     if lost:
-        _leave(0)
+        spares.leave(0)
     return 0
 
 
-def _end_with_spares(pool, status: int, meeting: runner.Meeting, transport) -> None:
-    """A run with hot spares ends early (a refusal, a signal's checkpoint): the root (its
-    line is out already) releases the waiting spares, the nodes meet (on what the run
-    handed ``meeting``), and every process leaves with ``status`` (none leaves first:
-    under mpirun an early exit may end the others before the root's line and release)."""
-    pool.release(status)
-    if not meeting.meet() and transport is not None:  # (nothing handed over: the
-        # exception came before the run, on the nodes' first communicator)
-        try:
-            transport.barrier()
-        except Exception:  # noqa: BLE001  (leaving anyway)
-            pass
-    _leave(status)
 
 
-def _spares_apart(cfg, comm):
-    """``--spares``: the job's ranks as nodes (the first n) and spares (the last S): the
-    pool, this rank's index on its host, and the nodes' transport (None on a spare).
-    Every rank refuses alike, before the split, an MPI without ULFM."""
-    from .elastic.spares import SparePool
-
-    runner.refuse_without_ulfm()
-    if comm.Get_rank() >= cfg.nodes:
-        # a spare imports torch now, in the set-up (the nodes wait for it in the Dup
-        # below), not beside their rounds nor when it takes a node over
-        from .problems import prepare
-
-        prepare(cli.problem_of(cfg))
-    pool = SparePool(comm, cfg.nodes)
-    local = pool.local_rank() if needs_local_rank(cli.problem_of(cfg)) else 0  # (collective: all ranks)
-    pool.host_nodes = pool.nodes_on_host()  # (collective: all ranks)
-    node_comm, _ = pool.node_comm()
-    return pool, local, Transport(node_comm) if node_comm is not None else None
 
 
 def _prints(comm, summaries, pool) -> bool:
@@ -219,12 +185,6 @@ def _prints(comm, summaries, pool) -> bool:
     return comm.Get_rank() == min(set(range(comm.Get_size())) - lost)
 
 
-def _leave(status: int) -> None:
-    """End this process now: after ranks died, MPI_Finalize may wait for them (elastic
-    mode; the survivors met in a barrier first)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
 
 
 if __name__ == "__main__":

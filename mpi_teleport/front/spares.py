@@ -9,9 +9,15 @@ lowest dead node: it
 builds that node's problem (its data shard, ``--problem`` factories and TorchProblem
 included, keyed by the node id as the dead rank's was) and enters the survivors' recovery
 of that round (:func:`mpi_teleport.runtime.engine.execute`, ``joining``), where it receives the node's tokens and
-the records; from then on it is that node. Nothing here talks MPI.
+the records; from then on it is that node. Also the job's side of the spares: the ranks
+split into nodes and spares (:func:`apart`), an early end that releases the waiting
+spares (:func:`end_with_spares`) and the exit after ranks died (:func:`leave`). Nothing
+here talks MPI itself.
 """
 from __future__ import annotations
+
+import os
+import sys
 
 
 def serve(cfg, pool, local_rank: int, terminator, meeting=None, prepared=None) -> dict | None:
@@ -42,3 +48,48 @@ def serve(cfg, pool, local_rank: int, terminator, meeting=None, prepared=None) -
     return cli.run_one(cfg, algorithm, k, problem, value[2], prepared or check_job(cfg),
                        joining)
 
+def end_with_spares(pool, status: int, meeting, transport) -> None:
+    """A run with hot spares ends early (a refusal, a signal's checkpoint): the root (its
+    line is out already) releases the waiting spares, the nodes meet (on what the run
+    handed ``meeting``), and every process leaves with ``status`` (none leaves first:
+    under mpirun an early exit may end the others before the root's line and release)."""
+    pool.release(status)
+    if not meeting.meet() and transport is not None:  # (nothing handed over: the
+        # exception came before the run, on the nodes' first communicator)
+        try:
+            transport.barrier()
+        except Exception:  # noqa: BLE001  (leaving anyway)
+            pass
+    leave(status)
+
+
+def apart(cfg, comm):
+    """``--spares``: the job's ranks as nodes (the first n) and spares (the last S): the
+    pool, this rank's index on its host, and the nodes' transport (None on a spare).
+    Every rank refuses alike, before the split, an MPI without ULFM."""
+    from ..elastic.spares import SparePool
+    from ..elastic.transport import refuse_without_ulfm
+    from ..problems import needs_local_rank
+    from ..runtime.transport import Transport
+    from . import cli
+
+    refuse_without_ulfm()
+    if comm.Get_rank() >= cfg.nodes:
+        # a spare imports torch now, in the set-up (the nodes wait for it in the Dup
+        # below), not beside their rounds nor when it takes a node over
+        from ..problems import prepare
+
+        prepare(cli.problem_of(cfg))
+    pool = SparePool(comm, cfg.nodes)
+    local = pool.local_rank() if needs_local_rank(cli.problem_of(cfg)) else 0  # (collective: all ranks)
+    pool.host_nodes = pool.nodes_on_host()  # (collective: all ranks)
+    node_comm, _ = pool.node_comm()
+    return pool, local, Transport(node_comm) if node_comm is not None else None
+
+
+def leave(status: int) -> None:
+    """End this process now: after ranks died, MPI_Finalize may wait for them (elastic
+    mode; the survivors met in a barrier first)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
