@@ -22,15 +22,15 @@ import sys
 def agreed_end(exc: BaseException) -> tuple[int, str | None] | None:
     """(status, the line rank 0 prints, or None where it was printed) for an end every
     rank reached together; None for anything else (mpi4py's runner's way)."""
-    from .runtime.signals import Stopped, _prog
+    from .runtime.signals import Stopped, program_name
     from .errors import UsageError
 
     if isinstance(exc, Stopped):  # (the API call printed its line)
         return int(exc.code or 0), None
     if isinstance(exc, KeyboardInterrupt) and hasattr(exc, "status"):  # (signals.interrupted)
-        return int(exc.status), f"{_prog()}: {exc}"
+        return int(exc.status), f"{program_name()}: {exc}"
     if isinstance(exc, UsageError) and exc.agreed:
-        return 2, f"{_prog()}: error: {exc}"
+        return 2, f"{program_name()}: error: {exc}"
     return None
 
 

@@ -155,7 +155,7 @@ def from_torch(optimizer: Any, trainable: int | None = None,
     carry. ``trainable``: the problem's trainable entries of a token; ``shapes``: their
     parameters' shapes in token order (a TorchProblem's ``param_shapes``), which a
     :class:`TorchRule` steps them as."""
-    torch = _torch()
+    torch = torch_module()
     opt = _instance(optimizer, torch)
     groups = [{k: v for k, v in g.items() if k not in ("params", "initial_lr")}
               for g in opt.param_groups]
@@ -272,7 +272,7 @@ class TorchRule:
         depend on the gradients: :func:`torch_rule` checked)."""
         if not self.scalars:
             return {}
-        torch = _torch()
+        torch = torch_module()
         with self._lock:
             while len(self._history) <= t:
                 if self._tiny is None:
@@ -287,7 +287,7 @@ class TorchRule:
 
     def _row(self, opt: Any, g: np.ndarray, x: np.ndarray, v: np.ndarray, lr: float, t: int,
              scalars: dict[str, Any]) -> None:
-        torch = _torch()
+        torch = torch_module()
         d = g.shape[-1]
         n = d if self.trainable is None else min(int(self.trainable), d)
         shapes = self.shapes if self.shapes is not None else ((n,),)
@@ -346,7 +346,7 @@ def torch_rule(opt: Any, trainable: int | None = None, shapes: Any = None) -> To
     parameters (a 3-vector twice, with other gradients the second time, then ``shapes``)
     sort its state into per-parameter tensors and gradient-independent scalars;
     UsageError (one line) for state a token cannot carry."""
-    torch = _torch()
+    torch = torch_module()
     name = type(opt).__name__
     if isinstance(opt, torch.optim.LBFGS):
         raise UsageError(f"optimizer={name} re-evaluates the loss through a closure at every "
@@ -372,7 +372,7 @@ def torch_rule(opt: Any, trainable: int | None = None, shapes: Any = None) -> To
 
 
 def _same(a: Any, b: Any) -> bool:
-    torch = _torch()
+    torch = torch_module()
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a.dtype == b.dtype and bool(torch.equal(a, b))
     return type(a) is type(b) and a == b
@@ -392,7 +392,7 @@ def _private(opt: Any) -> Any:
 def _stand_in(opt: Any, shapes: Any, initial: dict[str, Any] | None) -> tuple[Any, list[Any]]:
     """A private copy of ``opt`` over zero parameters of ``shapes`` (with the state it makes
     when built, for one that does)."""
-    torch = _torch()
+    torch = torch_module()
     probe = _private(opt)
     params = [torch.zeros(shape) for shape in shapes]
     probe.param_groups[0]["params"] = params
@@ -457,7 +457,7 @@ def _probe(opt: Any, shapes: Any, name: str, initial: dict[str, Any] | None, sca
     ``scale``; the step size times ``lr`` when given): the per-parameter state keys
     (floating tensors shaped like the parameter) and the scalar state's values after each
     step."""
-    torch = _torch()
+    torch = torch_module()
     probe, params = _stand_in(opt, shapes, initial)
     if lr is not None:
         probe.param_groups[0]["lr"] = float(probe.param_groups[0]["lr"]) * lr
@@ -509,7 +509,8 @@ def _probe(opt: Any, shapes: Any, name: str, initial: dict[str, Any] | None, sca
     return tuple(keys), scalars
 
 
-def _torch() -> Any:
+def torch_module() -> Any:
+    """torch, imported when an optimizer needs it; UsageError (one line) without it."""
     try:
         import torch
     except ImportError:  # pragma: no cover (the nn extra)

@@ -110,13 +110,13 @@ def built_scheduler(factory: Any, optimizer: Any) -> Any:
     """The scheduler ``factory`` builds on a private copy of ``optimizer=`` (a class,
     factory or instance; its learning rate is the scheduler's base): UsageError (one
     line) without an optimizer, or when building raises."""
-    from .optimizers import _instance, _private, _torch
+    from .optimizers import _instance, _private, torch_module
 
     name = getattr(getattr(factory, "func", factory), "__name__", type(factory).__name__)
     if optimizer is None:
         raise UsageError(f"lr={name} (a scheduler to build) needs optimizer=: the scheduler "
                          "is built on it and starts from its learning rate")
-    torch = _torch()
+    torch = torch_module()
     opt = _private(_instance(optimizer, torch))
     opt.param_groups[0]["params"] = [torch.zeros(1, requires_grad=True)]
     opt.param_groups[0].pop("initial_lr", None)

@@ -165,7 +165,7 @@ class Terminator:
     def __init__(self, signals=SIGNALS, prog: str | None = None):
         self.signals = tuple(signals)
         self.signum = 0
-        self.prog = prog or _prog()
+        self.prog = prog or program_name()
         self._interrupts = 0
         self._old: dict = {}
         self.committed = False
@@ -377,7 +377,7 @@ def _say(line: str) -> None:
         pass
 
 
-def _prog() -> str:
+def program_name() -> str:
     """How this process was started, for messages: ``python -m mpi_teleport.sim``."""
     parts = os.path.normpath(sys.argv[0] if sys.argv and sys.argv[0] else "").split(os.sep)
     if len(parts) >= 2 and parts[-2] == "mpi_teleport" and parts[-1].endswith(".py"):

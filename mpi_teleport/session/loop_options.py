@@ -108,9 +108,9 @@ def optimizer_factory(values, plain_sgd: bool = False):
         return factory(name, values.get("optimizer_args"), "optimizer", lr=lr)
     if name == "sgd" and not decay and not plain_sgd:
         return None
-    from ..core.optimizers import _torch
+    from ..core.optimizers import torch_module
 
-    optim = _torch().optim
+    optim = torch_module().optim
     if name == "sgd":
         return functools.partial(optim.SGD, lr=lr, momentum=values["momentum"],
                                  weight_decay=decay, nesterov=values["nesterov"])
