@@ -115,11 +115,11 @@ def inside_mpi_job() -> bool:
 # timeout) cannot remove its own, about 28 MB a suite run, which piled up to 1.1 GB here and
 # slowed later runs. At its end the suite removes those made during the session that no
 # process maps or holds open any more; another job's, older ones and live ones stay.
-# A segment of a job that is starting is, for a moment, neither mapped nor open (Open MPI
-# makes it, unmaps it, and maps it again; MPICH's first local rank makes it before the others
-# open it): removed then, that job fails ("open(2) ... No such file" from Open MPI) or hangs
-# in MPI_Init (MPICH). So the sweep takes only segments older than SEGMENT_SETTLE_S, listed
-# before the processes are read (benchmarks/results/suite-time-2026-12-08.md).
+# A segment of a job that is starting may be seen by no process (made while the sweep
+# reads /proc, or made and not yet mapped): removed then, that job fails ("open(2) ... No
+# such file" from Open MPI) or hangs in MPI_Init (MPICH). So the sweep lists its candidates
+# before it reads /proc and takes only those unchanged for SEGMENT_SETTLE_S seconds
+# (benchmarks/results/suite-time-2026-12-08.md, "The bed's hangs in MPI start-up").
 SEGMENT_PATTERNS = ("sm_segment.*", "mpich_shm_*")
 SEGMENT_SETTLE_S = 30.0
 _SESSION_START: list = []
