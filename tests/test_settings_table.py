@@ -282,7 +282,8 @@ def test_train_refuses_a_comm_that_is_not_a_communicator():
 def test_run_settings_hold_values_and_no_live_handle():
     names = {f.name for f in dataclasses.fields(RunSettings)}
     assert not names & {"terminator", "pool", "files", "meeting", "refused", "joining"}
-    assert {"terminator", "pool", "files", "meeting", "refused", "joining"} <= {
+    # (a refusal is agreed before the run, prepare.agreed_settings_from_keywords: no handle)
+    assert {"terminator", "pool", "files", "meeting", "joining"} <= {
         f.name for f in dataclasses.fields(RunContext)}
     settings = RunSettings(RunSpec("teleportation", 4, 2, 5, 0.1))
     with pytest.raises(dataclasses.FrozenInstanceError):

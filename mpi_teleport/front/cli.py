@@ -12,7 +12,7 @@ from typing import cast
 import numpy as np
 
 from ..session.flags import build_parser, raw_of, with_config
-from ..session.settings import UsageError, Values, agreed
+from ..session.settings import Values, agreed
 from ..runtime.collective import first_error, ranks_text
 from ..runtime.signals import EXIT_USAGE
 

@@ -26,8 +26,8 @@ from .settings import Checkpoints, Latency, Records
 from ..disk.paths import absolute
 from .disk_check import Leg, Places, Prepared, check_disk
 from ..problem import with_defaults
-from .settings import (API, Values, check_k, check_spares, check_values, checkpoint_policy,
-                       cross_checks, flag, flat_settings)
+from .settings import (API, Values, check_k, check_values, checkpoint_policy, cross_checks,
+                       flag, flat_settings)
 
 
 def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
@@ -54,11 +54,6 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
     from ..elastic.survivors import parse_failures
 
     spares = check_values({"spares": spares}, API)["spares"]
-    check_spares(spares, bool(elastic), bool(fail), API)  # (before the plan names spares)
-    if comm is None:  # (the simulator; under MPI a spare is a rank of the job)
-        from .preflight import check_spares_fit
-
-        check_spares_fit(spares, API)
     failures = parse_failures(fail, spec.nodes, spares, API)  # (mpi_teleport/DESIGN.md §11)
     search = spec.algorithm == "search"
     values = values.replace(**{
@@ -75,9 +70,13 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
         **({"fail": tuple(f"{f.node}@{f.round}" for f in failures)} if failures else {}),
         **({"k_select": spec.k_select} if search else {})})
     cross_checks(values, API)  # (the rules tying settings together: the command line's too)
+    if comm is None:  # (the simulator; under MPI a spare is a rank of the job)
+        from .preflight import check_spares_fit
+
+        check_spares_fit(spares, API)
     # the step the command line takes too: a refusal is this process's, which train makes
     # one UsageError on every process in the collective of the locks
-    leg = Leg(spec.algorithm, None if spec.algorithm == "search" else spec.tokens, ck_dir)
+    leg = Leg(spec.algorithm, None if search else spec.tokens, ck_dir)
     try:
         return values, check_disk([leg], places, nodes=spec.nodes, rounds=spec.rounds,
                                   record=record(values, rule, identity), naming=API,

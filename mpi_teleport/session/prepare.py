@@ -24,7 +24,6 @@ prepared=...)``: the one function from settings to the RunSettings that
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -305,9 +304,9 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
                          f"nodes={values.nodes}: give both the same number")
     # A command line's job names its problem (the problem rows: recorded by name, back end
     # and a factory's arguments); a training function or a script hands its own object,
-    # recorded by class and fingerprint. The run is then the job: its checkpoints keep its
-    # own values.
-    named, alone = job is not None, job is None
+    # recorded by class and fingerprint; the run is then the job: its checkpoints keep its
+    # own values and it holds its own locks.
+    named = job is not None
     job = values if job is None else job
     used = (factory.record(values.problem, problem_settings(job.to_dict(), defaults()),
                            comm is not None) if named and is_factory(values.problem) else None)
@@ -339,8 +338,8 @@ def prepare(problem: Any, values: Values, comm: Any = None, *, prepared: Prepare
     return build(record_values, spec, naming=naming, plan=plan,
                  epoch_span=epoch_span(values, problem),
                  out=out_dir(job, values.algorithm), identity=identity, facts=facts,
-                 manifest_values=None if alone else job.to_dict(),
-                 hold=prepared.hold if alone else (), callback=callback,
+                 manifest_values=job.to_dict() if named else None,
+                 hold=() if named else prepared.hold, callback=callback,
                  summary_extra=phases if named else None,
                  problem_name=values.problem if named else None,
                  resume_from=job.out if named else None)

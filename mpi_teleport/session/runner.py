@@ -41,9 +41,7 @@ class RunContext:
     ``settings.out`` makes them); ``meeting``:
     where an elastic run that ends in an exception hands over the survivors'
     communicator, so that they meet once the command line has said why (a
-    :class:`Meeting`); ``refused``: this process's one-line reason not to run (its
-    checks of the inputs against the disk failed; every process learns the first one in
-    the same collective as the locks, so all stop together, UsageError); ``joining``: a
+    :class:`Meeting`); ``joining``: a
     hot spare that took a node over, ``(round, reformed)`` (what ``pool.reform``
     returned): the rest of the run as that node."""
 
@@ -52,7 +50,6 @@ class RunContext:
     progress: Progress | None = None
     files: RunFiles | None = None
     meeting: Meeting | None = None
-    refused: str | None = None
     joining: tuple | None = None
 
 
@@ -128,7 +125,7 @@ def train(problem: Any, settings: RunSettings, comm: Any = None,
         # errors pass): the other ranks would otherwise wait for that rank for ever.
         with collective.guard(own_transport):
             root = transport is None or transport.rank == 0
-            release = hold_agreed(settings.hold, transport, root, context.refused)
+            release = hold_agreed(settings.hold, transport, root)
             # nodes vs ranks, the Problem contract at x0, the same problem on every rank:
             # agreed (one allgather); a step-size function checked every round
             spec = collective.check_start(problem, spec, logging, latency, plan, transport)

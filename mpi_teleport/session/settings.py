@@ -1014,8 +1014,7 @@ def resolve(raw: dict, world_size: int | None = None, script: bool = False) -> V
     cross_checks(cfg, CLI, world_size)
     if not script:
         _check_builtin_problem(cfg)
-    return cfg.replace(agree_every=agree_interval(cfg.agree_every,
-                                                  bool(cfg.elastic or cfg.fail)))
+    return one_shape(cfg)  # (agree_every as the run uses and records it)
 
 
 def cross_checks(cfg: Values, naming: Naming, world_size: int | None = None) -> None:
