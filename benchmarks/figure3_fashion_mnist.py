@@ -5,6 +5,7 @@
         [--select-epochs 10] [--seeds 0 1 2] [--alphas 0.1 10] [--lrs 0.1 0.01 0.001]
         [--methods teleportation dsgd-ring dsgd-base2] [--data-dir DIR] [--report-only]
         [--recipe paper|authors] [--authors-choices partition model crop]
+        [--lr-schedule constant|cosine-warmup]
 
 Recipe: ``--recipe paper`` (default) is the paper's table as below;
 ``--recipe authors`` is the authors' own harness (github.com/yukiTakezawa/BaseGraph at
@@ -32,6 +33,13 @@ then every seed runs ``--epochs`` epochs with the chosen step size (phase "final
 size under which a final run's numbers become non-finite (the run stops, exit 2) is dropped
 for that (alpha, method), recorded in the JSON's ``diverged``, and every seed runs the next
 best step size of the selection (``step_size_used``).
+
+Schedule: the step size is constant (the paper's table) unless ``--lr-schedule
+cosine-warmup`` (the authors' harness, timm's schedule stepped per epoch: a 10-epoch linear
+warm-up from 5e-5, then a cosine that spans ``--epochs`` epochs after the warm-up, so a run
+ends before the floor, as theirs does). The selection runs stay constant, so a schedule's final runs use the
+step sizes of the same committed selection; they are written under ``final-<schedule>/``
+and reported as ``<stem>_<schedule>.*`` beside the constant runs.
 
 Every run is the simulator (``python -m mpi_teleport.sim``, the numbers of 25 MPI ranks),
 one process per run, ``--workers`` at a time, trained with ``--latency mod:5 --clock virtual
@@ -79,7 +87,8 @@ def rounds_per_epoch(args, method: str) -> float:
     return N_TRAIN / (args.batch_size * active)
 
 
-def run_flags(args, method: str, alpha: float, lr: float, seed: int, epochs: float) -> list[str]:
+def run_flags(args, method: str, alpha: float, lr: float, seed: int, epochs: float,
+              schedule: str = "constant") -> list[str]:
     algorithm, topology = METHODS[method]
     per_epoch = rounds_per_epoch(args, method)
     log_every = max(1, round(args.eval_epochs * per_epoch))
@@ -96,10 +105,14 @@ def run_flags(args, method: str, alpha: float, lr: float, seed: int, epochs: flo
         flags += ["--data-dir", args.data_dir]
     if algorithm == "teleportation":
         flags += ["--k", str(args.k)]
+    if schedule != "constant":
+        flags += ["--lr-schedule", schedule]
     return flags
 
 
 def run_dir(args, phase: str, method: str, alpha: float, lr: float, seed: int) -> Path:
+    if phase == "final" and args.lr_schedule != "constant":
+        phase = f"final-{args.lr_schedule}"  # (beside the constant runs, same selection)
     return Path(args.runs) / phase / f"alpha{alpha:g}" / method / f"lr{lr:g}" / f"seed{seed}"
 
 
@@ -232,7 +245,8 @@ def final_runs(args, chosen: dict, table: dict) -> None:
                     if lr is None:
                         continue
                     d = run_dir(args, "final", method, alpha, lr, seed)
-                    jobs.append((run_flags(args, method, alpha, lr, seed, args.epochs), d,
+                    jobs.append((run_flags(args, method, alpha, lr, seed, args.epochs,
+                                           args.lr_schedule), d,
                                  f"final alpha={alpha:g} {method} lr={lr:g} seed={seed}"))
         run_all(args, jobs)
         if not any(lr is not None and diverged(args, key, lr) for key, lr in current.items()):
@@ -323,6 +337,7 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
         "figure": "Figure 3 (Fashion-MNIST half), paper Sec. 5.2",
         "n": args.nodes, "epochs": args.epochs, "select_epochs": args.select_epochs,
         "batch_size": args.batch_size, "momentum": args.momentum, "sampling": "epochs",
+        "lr_schedule": args.lr_schedule,
         "eval_every_epochs": args.eval_epochs,
         "model": "LeNet with GroupNorm" if "model" in args.choices else "LeNet-5",
         "recipe": args.recipe_name, "authors_choices": list(args.choices),
@@ -383,6 +398,11 @@ def summary_table(result: dict) -> list[str]:
     return lines
 
 
+def schedule_words(schedule: str) -> str:
+    return {"constant": "constant step size",
+            "cosine-warmup": "cosine step size after a 10-epoch warm-up (the authors')"}.get(schedule, schedule)
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
 
@@ -430,7 +450,8 @@ def plot(result: dict, path: Path) -> None:
         f"the authors' {', '.join(result['authors_choices'])}" if result.get("authors_choices")
         else "the paper's table")
     fig.suptitle(f"Fashion-MNIST, {result['model']}, {recipe}\nn = {result['n']} nodes, batch "
-                 f"{result['batch_size']}, momentum {result['momentum']:g}, {result['epochs']:g} "
+                 f"{result['batch_size']}, momentum {result['momentum']:g}, "
+                 f"{schedule_words(result.get('lr_schedule', 'constant'))}, {result['epochs']:g} "
                  f"epochs, mean over {seeds} seed{'s' if seeds > 1 else ''}, shaded min..max"
                  f"{chr(10) + 'PARTIAL: finished runs only' if result.get('partial') else ''}"
                  f"{picked if selection else ''}",
@@ -472,6 +493,11 @@ def main(argv=None) -> int:
     p.add_argument("--authors-choices", nargs="+", default=None,
                    choices=[c for c in authors_recipe.CHOICES if c != "evaluation"],
                    help="some of the authors' choices on their own (instead of --recipe)")
+    p.add_argument("--lr-schedule", choices=["constant", "cosine-warmup"], default="constant",
+                   help="the final runs' step-size schedule: constant (default, the paper's "
+                   "table) or cosine-warmup (the authors' harness); the selection stays "
+                   "constant, the runs go under final-<schedule>/, the report to "
+                   "<stem>_<schedule>.*")
     args = p.parse_args(argv)
     if args.authors_choices is not None and args.recipe != "paper":
         p.error("give --recipe authors or --authors-choices, not both")
@@ -487,6 +513,8 @@ def main(argv=None) -> int:
         args.seeds, args.alphas = args.seeds[:1], args.alphas[:1]
     if args.runs is None:
         args.runs = str(Path(args.out) / (stem + ("_quick" if args.quick else "") + "_runs"))
+    if args.lr_schedule != "constant":  # (after the runs folder: one selection for both)
+        stem += f"_{args.lr_schedule}"
 
     from mpi_teleport.measure import DatasetMissingError
     from mpi_teleport.measure import datasets, fashion_files
