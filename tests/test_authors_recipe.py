@@ -216,3 +216,31 @@ def test_an_unknown_choice_on_the_command_line_is_one_line(capsys):
 
 # The authors' recipe on the real data under MPI, equal to the simulator:
 # tests/in_rank/test_command_line_mpi.py.
+
+
+def test_the_figure3_script_runs_the_schedule_beside_the_constant_runs(monkeypatch):
+    """--lr-schedule cosine-warmup: the final runs carry the schedule and go under their
+    own folder; the selection runs stay constant and shared, so both columns use the same
+    step sizes."""
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))
+    sys.modules.pop("figure3_fashion_mnist", None)
+    import figure3_fashion_mnist as figure3
+
+    class Args:
+        runs, nodes, k, batch_size, eval_epochs, momentum, data_dir = "R", 25, 8, 32, 2.0, 0.9, None
+        choices, lr_schedule = ("partition", "model", "crop"), "cosine-warmup"
+
+    final = figure3.run_flags(Args, "teleportation", 10.0, 0.1, 0, 200.0, Args.lr_schedule)
+    select = figure3.run_flags(Args, "teleportation", 10.0, 0.1, 0, 10.0)
+    assert final[final.index("--lr-schedule") + 1] == "cosine-warmup"
+    assert "--lr-schedule" not in select
+    assert figure3.run_dir(Args, "final", "dsgd-ring", 10.0, 0.1, 2) == Path(
+        "R/final-cosine-warmup/alpha10/dsgd-ring/lr0.1/seed2")
+    assert figure3.run_dir(Args, "select", "dsgd-ring", 10.0, 0.1, 0) == Path(
+        "R/select/alpha10/dsgd-ring/lr0.1/seed0")
+    Args.lr_schedule = "constant"
+    assert figure3.run_dir(Args, "final", "dsgd-ring", 10.0, 0.1, 2) == Path(
+        "R/final/alpha10/dsgd-ring/lr0.1/seed2")
