@@ -403,6 +403,21 @@ def schedule_words(schedule: str) -> str:
             "cosine-warmup": "cosine step size after a 10-epoch warm-up (the authors')"}.get(schedule, schedule)
 
 
+def _zoom(ax, shown: list) -> bool:
+    """The y axis from just below the lowest value drawn after the run's first tenth: the
+    curves' last stretch, where the methods differ by tenths of a point, stays readable
+    (the first epochs' rise leaves the axes). False where that would cut nothing."""
+    if not shown:
+        return False
+    last = max(e for e, _ in shown)
+    later = [a for e, a in shown if e >= 0.1 * last]
+    low = max(0.0, float(int(min(later))) - 1.0)
+    if low <= 5.0:
+        return False
+    ax.set_ylim(low, min(100.0, max(a for _, a in shown) + 1.0))
+    return True
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
 
@@ -421,6 +436,7 @@ def plot(result: dict, path: Path) -> None:
     colors = {"teleportation": "tab:red", "dsgd-ring": "tab:blue", "dsgd-base2": "tab:green"}
     for row, (key, what) in enumerate(keys):
         for ax, alpha in zip(axes[row], alphas):
+            shown = []  # (epoch, accuracy) of every line drawn: the zoom below
             for method in result["methods"]:
                 rs = [r for r in runs if r["alpha"] == alpha and r["method"] == method
                       and r["curve"].get(key) and None not in r["curve"][key]]
@@ -428,6 +444,7 @@ def plot(result: dict, path: Path) -> None:
                     for r, style in zip(rs, ("-", "--", ":")):
                         ax.plot(r["curve"]["epoch"], 100 * np.array(r["curve"][key]), style,
                                 color=colors.get(method), label=f"{LABELS[method]}, lr {r['lr']:g}")
+                        shown += zip(r["curve"]["epoch"], 100 * np.array(r["curve"][key]))
                     continue
                 if not rs:
                     continue
@@ -437,10 +454,12 @@ def plot(result: dict, path: Path) -> None:
                 ax.plot(ep, acc.mean(0), color=colors.get(method),
                         label=f"{LABELS[method]}, lr {rs[0]['lr']:g} ({len(rs)} seeds)")
                 ax.fill_between(ep, acc.min(0), acc.max(0), color=colors.get(method), alpha=0.2, lw=0)
+                shown += zip(ep, acc.min(0))
+            zoomed = _zoom(ax, shown)
             ax.set_title(f"alpha = {alpha:g} ({'homogeneous' if alpha >= 1 else 'heterogeneous'}): "
                          f"{what}", fontsize=10)
             ax.set_xlabel("epoch")
-            ax.set_ylabel("test accuracy (%)")
+            ax.set_ylabel("test accuracy (%)" + (", zoomed" if zoomed else ""))
             ax.grid(alpha=0.3)
             ax.legend(loc="lower right", fontsize=8)
     seeds = 1 if selection else len(result["seeds"])
@@ -451,12 +470,12 @@ def plot(result: dict, path: Path) -> None:
         else "the paper's table")
     fig.suptitle(f"Fashion-MNIST, {result['model']}, {recipe}\nn = {result['n']} nodes, batch "
                  f"{result['batch_size']}, momentum {result['momentum']:g}, "
-                 f"{schedule_words(result.get('lr_schedule', 'constant'))}, {result['epochs']:g} "
+                 f"{schedule_words(result.get('lr_schedule', 'constant'))},\n{result['epochs']:g} "
                  f"epochs, mean over {seeds} seed{'s' if seeds > 1 else ''}, shaded min..max"
                  f"{chr(10) + 'PARTIAL: finished runs only' if result.get('partial') else ''}"
                  f"{picked if selection else ''}",
                  fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.97 if len(keys) > 1 else 0.94))
+    fig.tight_layout(rect=(0, 0, 1, 0.96 if len(keys) > 1 else 0.92))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
