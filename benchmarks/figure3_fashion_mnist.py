@@ -375,6 +375,10 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
     return result
 
 
+def _seeds(n: int) -> str:
+    return f"{n} seed{'s' if n != 1 else ''}"
+
+
 def summary_table(result: dict) -> list[str]:
     import numpy as np
 
@@ -391,7 +395,7 @@ def summary_table(result: dict) -> list[str]:
             node = ("n/a" if any(v is None for v in m) else
                     f"{100 * np.mean(m):.2f} % ({100 * min(m):.2f}..{100 * max(m):.2f})")
             lines.append(f"| {alpha:g} | {LABELS[method]} | {rs[0]['lr']:g} | {a.mean():.2f} % "
-                         f"({a.min():.2f}..{a.max():.2f}, {len(rs)} seeds) | {node} |")
+                         f"({a.min():.2f}..{a.max():.2f}, {_seeds(len(rs))}) | {node} |")
     if result.get("partial"):
         lines.append("\nPARTIAL: not every run of the protocol has finished (the report "
                      "covers the finished ones).")
@@ -400,7 +404,7 @@ def summary_table(result: dict) -> list[str]:
 
 def schedule_words(schedule: str) -> str:
     return {"constant": "constant step size",
-            "cosine-warmup": "cosine step size after a 10-epoch warm-up (the authors')"}.get(schedule, schedule)
+            "cosine-warmup": "the authors' schedule: 10 warm-up epochs, then a cosine"}.get(schedule, schedule)
 
 
 def _zoom(ax, shown: list) -> bool:
@@ -452,7 +456,7 @@ def plot(result: dict, path: Path) -> None:
                 ep = np.array(rs[0]["curve"]["epoch"][:n])
                 acc = 100 * np.array([r["curve"][key][:n] for r in rs])
                 ax.plot(ep, acc.mean(0), color=colors.get(method),
-                        label=f"{LABELS[method]}, lr {rs[0]['lr']:g} ({len(rs)} seeds)")
+                        label=f"{LABELS[method]}, lr {rs[0]['lr']:g} ({_seeds(len(rs))})")
                 ax.fill_between(ep, acc.min(0), acc.max(0), color=colors.get(method), alpha=0.2, lw=0)
                 shown += zip(ep, acc.min(0))
             zoomed = _zoom(ax, shown)
@@ -469,9 +473,9 @@ def plot(result: dict, path: Path) -> None:
         f"the authors' {', '.join(result['authors_choices'])}" if result.get("authors_choices")
         else "the paper's table")
     fig.suptitle(f"Fashion-MNIST, {result['model']}, {recipe}\nn = {result['n']} nodes, batch "
-                 f"{result['batch_size']}, momentum {result['momentum']:g}, "
-                 f"{schedule_words(result.get('lr_schedule', 'constant'))},\n{result['epochs']:g} "
-                 f"epochs, mean over {seeds} seed{'s' if seeds > 1 else ''}, shaded min..max"
+                 f"{result['batch_size']}, momentum {result['momentum']:g}, {result['epochs']:g} "
+                 f"epochs, {_seeds(seeds)}{', the mean shaded min..max' if seeds > 1 else ''}\n"
+                 f"{schedule_words(result.get('lr_schedule', 'constant'))}"
                  f"{chr(10) + 'PARTIAL: finished runs only' if result.get('partial') else ''}"
                  f"{picked if selection else ''}",
                  fontsize=9)
