@@ -167,6 +167,10 @@ STOPPING: list = []
 def _stop(signum, frame) -> None:
     """SIGTERM/SIGINT: every run in progress writes its checkpoint (the simulator's own
     handling of SIGTERM, exit 75); the next start resumes them."""
+    if not STOPPING:
+        print(f"{Path(__file__).name}: stopping ({signal.Signals(signum).name}): the runs in "
+              "progress write their checkpoints; the same command resumes them (status 75)",
+              file=sys.stderr, flush=True)
     STOPPING.append(signum)
     for proc in list(RUNNING):
         if proc.poll() is None:
