@@ -333,6 +333,8 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
                              "final_accuracy": s.get("final_accuracy"),
                              "final_node_mean_accuracy": node[-1],
                              "best_accuracy": max(curve["accuracy"]) if curve["accuracy"] else None,
+                             # (the run's own: its last start to its end)
+                             "wall_time_s": s.get("wall_time_s"),
                              "curve": curve})
     out = Path(args.out)
     # (partial: a --report-only of a sweep still running; the runs finished so far)
@@ -363,9 +365,12 @@ def report(args, chosen: dict, table: dict, data_md5: dict, wall: float, stem: s
                      for (a, m) in sorted(table) for lr in sorted(table[(a, m)])
                      for seed in diverged(args, (a, m), lr)],
         "selection_curves": selection_curves(args),
-        "data_md5": data_md5, "wall_time_s": wall,
+        # (this invocation of the script: a --report-only's seconds, or the sweep's since
+        # its last start; each run's own is in "runs")
+        "data_md5": data_md5, "invocation_s": wall,
         "runs_dir": os.path.relpath(args.runs, out), "runs": runs,
     }
+    out.mkdir(parents=True, exist_ok=True)  # (a --report-only into a new folder)
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
     with open(out / f"{stem}.csv", "w", newline="") as f:
         w = csv.writer(f)
