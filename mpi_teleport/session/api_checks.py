@@ -54,7 +54,9 @@ def checked(problem, run: dict, *, rule=None, comm, out, records: Records,
     from ..elastic.survivors import parse_failures
 
     spares = check_values({"spares": spares}, API)["spares"]
-    failures = parse_failures(fail, spec.nodes, spares, API)  # (mpi_teleport/DESIGN.md §11)
+    # (the form only, for the command line's spelling; the nodes it names are checked by
+    # cross_checks below, as a command line's are: mpi_teleport/DESIGN.md §11)
+    failures = parse_failures(fail, naming=API)
     search = spec.algorithm == "search"
     values = values.replace(**{
         "lr_schedule": "function" if callable(spec.lr) else "constant",
