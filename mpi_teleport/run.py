@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
-import time
 import traceback
 import warnings
 from typing import TYPE_CHECKING, cast
@@ -42,8 +41,9 @@ def run_on_ranks(cfg, algorithm: str, k, transport: Transport, progress=None,
     every rank with one line: the ranks agree on it before anything else. ``pool``: the
     job's hot spares (``--spares``); ``local``: this rank's index on its host, when known;
     ``meeting``: the survivors' (elastic: a run that ends in an exception after a loss
-    hands it their communicator, :class:`runner.Meeting`); ``prepared``: the job's
-    preparation (:func:`mpi_teleport.session.prepare.check_job`; None: made here)."""
+    hands it their communicator, :class:`~mpi_teleport.elastic.meeting.Meeting`);
+    ``prepared``: the job's preparation (:func:`mpi_teleport.session.prepare.check_job`;
+    None: made here)."""
     problem, error, stopped = None, None, 0
     prepared = prepared or check_job(cfg)
     if local is None:  # (collective: before failing)
@@ -172,10 +172,6 @@ def main(argv=None) -> int:
     return 0
 
 
-
-
-
-
 def _prints(comm, summaries, pool) -> bool:
     """Whether this process prints the table: rank 0, or in elastic mode the lowest
     survivor (with spares: the nodes' root)."""
@@ -183,8 +179,6 @@ def _prints(comm, summaries, pool) -> bool:
         return pool.root
     lost = {x["node"] for summary in summaries if summary for x in summary.get("lost") or ()}
     return comm.Get_rank() == min(set(range(comm.Get_size())) - lost)
-
-
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from ..errors import Terminated, TooFewSurvivors, UsageError
 from ..disk.output import RunFiles
 from ..problem import with_defaults
 from ..runtime.progress import Progress
-from ..errors import CLI, Naming
 from .prepare import RunSettings
 from .settings import ABSENT, check_run, check_together, held, rows
 from ..core.spec import Logging, RunSpec
