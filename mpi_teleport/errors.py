@@ -82,7 +82,7 @@ class TooFewSurvivors(RuntimeError):
     or None), ``all_lost`` (every token's holder died: nothing to restore from) and
     ``root``: this process is the survivors' root, the one that says so (the engine
     raises it on every survivor with its own; one process: True). The survivors meet
-    before they leave through what the runner hands its caller (``runner.Meeting``),
+    before they leave through what the runner hands its caller (``elastic.meeting.Meeting``),
     not through the exception."""
 
     round: int

@@ -112,7 +112,7 @@ class ElasticBackend(MpiBackend):
     """This rank's node in an elastic run (an :class:`~mpi_teleport.core.interfaces.Backend`
     whose round-boundary members act); ``transport`` is a
     :class:`~mpi_teleport.core.interfaces.FaultTolerantTransport` (MPI's
-    :class:`~mpi_teleport.runtime.transport.ElasticTransport`)."""
+    :class:`~mpi_teleport.elastic.transport.ElasticTransport`)."""
 
     elastic = True
     transport: FaultTolerantTransport

@@ -1,7 +1,7 @@
 """Elastic mode: a run that goes on with the surviving nodes (mpi_teleport/DESIGN.md §11).
 
 Pure definitions shared by the simulator (told of failures by a plan, ``--fail
-NODE@ROUND``) and the MPI runtime (which detects them, :mod:`mpi_teleport.runtime.backends.elastic`),
+NODE@ROUND``) and the MPI runtime (which detects them, :mod:`mpi_teleport.elastic.backend`),
 so that both compute the same numbers:
 
 * the **living set** L, the sorted ids of the nodes still in the run;

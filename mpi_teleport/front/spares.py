@@ -27,7 +27,7 @@ def serve(cfg, pool, local_rank: int, terminator, meeting=None, prepared=None) -
     write their checkpoint first and then release the spares with status 75; a spare
     leaving at once would end the job under mpirun before that checkpoint is written.
     ``meeting``: where a run that ends in an exception hands over the survivors'
-    communicator (:class:`~mpi_teleport.session.runner.Meeting`); ``prepared``: the job's
+    communicator (:class:`~mpi_teleport.elastic.meeting.Meeting`); ``prepared``: the job's
     preparation (:func:`~mpi_teleport.session.prepare.check_job`), whose plan it takes."""
     from . import cli
     from ..session import job
